@@ -1,0 +1,1 @@
+"""Profiling backends: cpu (host), nki (AWS Trainium), flashinfer (NVIDIA GPU)."""

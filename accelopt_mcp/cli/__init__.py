@@ -1,0 +1,24 @@
+"""The `accelopt` command. Each command group lives in a module of its own."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="accelopt",
+    help="Optimize accelerator kernels the AccelOpt way; browse the kernel database.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register() -> None:
+    # Imported here so that each group module can import `app` helpers without cycles.
+    from accelopt_mcp.cli import db
+
+    app.add_typer(db.app, name="db")
+
+
+def main() -> None:
+    _register()
+    app()

@@ -1,0 +1,63 @@
+"""Kernel database stores and the factory that picks one from a URL."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from accelopt_mcp.store.base import KernelStore, StoreError
+
+STORE_ENV = "ACCELOPT_STORE"
+
+
+def default_sqlite_path() -> Path:
+    """Per-user default: $ACCELOPT_HOME/kernels.db, else $XDG_DATA_HOME/accelopt/kernels.db,
+    else ~/.local/share/accelopt/kernels.db."""
+    home = os.environ.get("ACCELOPT_HOME")
+    if home:
+        return Path(home).expanduser() / "kernels.db"
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "accelopt" / "kernels.db"
+
+
+def describe_store_url(url: str | None) -> tuple[str, str]:
+    """(kind, location) for a store URL: kind is sqlite, postgres or supabase."""
+    url = url or os.environ.get(STORE_ENV) or ""
+    if not url:
+        return "sqlite", str(default_sqlite_path())
+    if url.startswith("sqlite:///"):
+        return "sqlite", url.removeprefix("sqlite:///") or str(default_sqlite_path())
+    if url.startswith(("postgresql://", "postgres://")):
+        return "postgres", url
+    if url.startswith(("http://", "https://", "supabase://")):
+        return "supabase", url.replace("supabase://", "https://", 1)
+    if url.endswith((".db", ".sqlite", ".sqlite3")) or "/" in url or url == ":memory:":
+        return "sqlite", url
+    raise StoreError(
+        f"cannot tell which database {url!r} names. Use a SQLite path (kernels.db or "
+        "sqlite:///path/kernels.db), a PostgreSQL DSN (postgresql://user@host:5432/db) or a "
+        "Supabase project URL (https://<project>.supabase.co, key in SUPABASE_KEY)."
+    )
+
+
+def open_store(url: str | None = None, *, supabase_key: str | None = None) -> KernelStore:
+    """Open the store a URL names (default: $ACCELOPT_STORE, else the per-user SQLite file).
+
+    A remote store that cannot be reached raises StoreUnavailableError with set-up steps; it
+    never falls back to SQLite.
+    """
+    kind, location = describe_store_url(url)
+    if kind == "sqlite":
+        from accelopt_mcp.store.sqlite import SqliteStore
+
+        return SqliteStore(location)
+    if kind == "postgres":
+        from accelopt_mcp.store.postgres import PostgresStore
+
+        return PostgresStore(location)
+    from accelopt_mcp.store.supabase import SupabaseStore
+
+    return SupabaseStore(location, key=supabase_key)
+
+
+__all__ = ["KernelStore", "StoreError", "default_sqlite_path", "describe_store_url", "open_store"]

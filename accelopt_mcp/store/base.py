@@ -1,0 +1,354 @@
+"""The kernel database contract: one interface, three stores (SQLite, PostgreSQL, Supabase).
+
+Every store passes the same contract suite (tests/store/test_contract.py). The engine, CLI and
+MCP server talk to this interface only.
+"""
+
+from __future__ import annotations
+
+import abc
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from accelopt_mcp.models import Definition, Evaluation, Solution, Workload
+
+# --------------------------------------------------------------------------- errors
+
+
+class StoreError(Exception):
+    """Base of every store error; its message says what went wrong and what to do."""
+
+
+class StoreUnavailableError(StoreError):
+    """The database could not be reached, the key was rejected or the schema is missing."""
+
+
+class UnknownReferenceError(StoreError):
+    """A record points at a definition, workload or solution that is not stored."""
+
+
+class ConflictError(StoreError):
+    """The record collides with a stored one in a way an upsert cannot settle."""
+
+
+# --------------------------------------------------------------------------- rows
+
+
+class StoredDefinition(BaseModel):
+    name: str
+    definition: Definition
+    created_at: datetime | None = None
+
+
+class StoredWorkload(BaseModel):
+    uuid: str
+    definition_name: str
+    workload: Workload
+    created_at: datetime | None = None
+
+
+class StoredSolution(BaseModel):
+    id: str
+    definition_name: str
+    parent_id: str | None
+    solution: Solution
+    hash_version: int
+    solution_hash: str
+    evolve_metadata: dict[str, Any] = Field(default_factory=dict)
+    spec_language: str
+    author: str
+    created_at: datetime | None = None
+
+
+class StoredProfile(BaseModel):
+    id: str
+    workload_uuid: str
+    solution_id: str
+    evaluation: Evaluation
+    benchmark_config: dict[str, Any]
+    benchmark_config_hash: str
+    eval_status: str
+    eval_hardware: str
+    latency_ms: float | None
+    reference_latency_ms: float | None
+    speedup: float | None
+    created_at: datetime | None = None
+
+
+class RankedSolution(BaseModel):
+    """A correct solution with the profile that ranks it."""
+
+    solution: StoredSolution
+    profile: StoredProfile
+
+
+RunStatus = Literal["pending", "running", "completed", "failed", "cancelled", "budget_exhausted"]
+
+
+class RunRecord(BaseModel):
+    id: str
+    definition_name: str
+    status: RunStatus = "pending"
+    config: dict[str, Any] = Field(default_factory=dict)
+    current_iteration: int = 0
+    initial_solution_id: str | None = None
+    best_solution_id: str | None = None
+    best_latency_ms: float | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    error: str | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class RunUpdate(BaseModel):
+    """Fields of a run to change; None means leave as is."""
+
+    status: RunStatus | None = None
+    config: dict[str, Any] | None = None
+    current_iteration: int | None = None
+    initial_solution_id: str | None = None
+    best_solution_id: str | None = None
+    best_latency_ms: float | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    cost_usd: float | None = None
+    error: str | None = None
+
+
+class ExperienceIn(BaseModel):
+    """An item of optimization memory: what turned a slow kernel into a fast one."""
+
+    definition_name: str
+    title: str = Field(min_length=1)
+    strategy: str = Field(min_length=1)
+    pseudocode: str = ""
+    run_id: str | None = None
+    namespace: str = "default"
+    """Shared memory pool, e.g. 'cpu/x86_64'; a new run can start from a namespace's items."""
+    slow_solution_id: str | None = None
+    fast_solution_id: str | None = None
+    speedup: float | None = None
+    iteration: int | None = None
+
+
+class ExperienceRecord(ExperienceIn):
+    id: str
+    removed: bool = False
+    created_at: datetime | None = None
+
+
+class LlmCallIn(BaseModel):
+    run_id: str | None = None
+    role: str
+    model: str
+    tokens_in: int = 0
+    tokens_out: int = 0
+    latency_s: float = 0.0
+    cost_usd: float = 0.0
+    ok: bool = True
+    error: str | None = None
+
+
+class LlmCallRecord(LlmCallIn):
+    id: str
+    created_at: datetime | None = None
+
+
+class LlmTotals(BaseModel):
+    role: str
+    calls: int
+    tokens_in: int
+    tokens_out: int
+    latency_s: float
+    cost_usd: float
+
+
+class StoreStats(BaseModel):
+    backend: str
+    location: str
+    """Where the data lives, with any secret left out."""
+    counts: dict[str, int]
+
+
+# --------------------------------------------------------------------------- interface
+
+
+class KernelStore(abc.ABC):
+    """The kernel database. Upserts are idempotent: storing the same record twice yields one row
+    and returns its key. Methods are thread-safe; a store is used from worker threads."""
+
+    backend: str
+
+    # definitions ---------------------------------------------------------
+    @abc.abstractmethod
+    def upsert_definition(self, definition: Definition) -> str:
+        """Store (or replace) a definition; returns its name."""
+
+    @abc.abstractmethod
+    def get_definition(self, name: str) -> StoredDefinition | None: ...
+
+    @abc.abstractmethod
+    def list_definitions(self) -> list[StoredDefinition]: ...
+
+    # workloads -----------------------------------------------------------
+    @abc.abstractmethod
+    def upsert_workload(self, definition_name: str, workload: Workload) -> str:
+        """Store a workload of a stored definition; returns its uuid.
+        Raises UnknownReferenceError when the definition is not stored."""
+
+    @abc.abstractmethod
+    def get_workload(self, uuid: str) -> StoredWorkload | None: ...
+
+    @abc.abstractmethod
+    def list_workloads(self, definition_name: str) -> list[StoredWorkload]: ...
+
+    # solutions -----------------------------------------------------------
+    @abc.abstractmethod
+    def upsert_solution(
+        self,
+        solution: Solution,
+        *,
+        parent_id: str | None = None,
+        evolve_metadata: dict[str, Any] | None = None,
+    ) -> str:
+        """Store a solution of a stored definition; returns its id. A solution whose source hash
+        is already stored returns the existing id and leaves that row (its lineage and metadata)
+        as it was. Raises UnknownReferenceError for an unknown definition or parent, and
+        ConflictError when the same source is stored under another definition."""
+
+    @abc.abstractmethod
+    def get_solution(self, solution_id: str) -> StoredSolution | None: ...
+
+    @abc.abstractmethod
+    def find_solution(self, solution_hash: str, hash_version: int = 1) -> StoredSolution | None: ...
+
+    @abc.abstractmethod
+    def list_solutions(
+        self,
+        *,
+        definition_name: str | None = None,
+        run_id: str | None = None,
+        language: str | None = None,
+        author: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[StoredSolution]:
+        """Oldest first. `run_id` matches evolve_metadata.run_id."""
+
+    @abc.abstractmethod
+    def ancestors(self, solution_id: str) -> list[StoredSolution]:
+        """Parent, grandparent, ... up to the root (nearest first)."""
+
+    @abc.abstractmethod
+    def descendants(self, solution_id: str) -> list[StoredSolution]:
+        """Every solution derived from this one, breadth first."""
+
+    # profiles ------------------------------------------------------------
+    @abc.abstractmethod
+    def upsert_profile(
+        self,
+        workload_uuid: str,
+        solution_id: str,
+        evaluation: Evaluation,
+        benchmark_config: dict[str, Any],
+    ) -> str:
+        """Store an evaluation; one row per (workload, solution, benchmark-config hash,
+        hardware): a later evaluation with the same key replaces the earlier one."""
+
+    @abc.abstractmethod
+    def get_profile(self, profile_id: str) -> StoredProfile | None: ...
+
+    @abc.abstractmethod
+    def list_profiles(
+        self,
+        *,
+        solution_id: str | None = None,
+        workload_uuid: str | None = None,
+        run_id: str | None = None,
+        hardware: str | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[StoredProfile]: ...
+
+    @abc.abstractmethod
+    def best_solutions(
+        self,
+        definition_name: str,
+        *,
+        hardware: str | None = None,
+        workload_uuid: str | None = None,
+        limit: int = 10,
+    ) -> list[RankedSolution]:
+        """Correct (PASSED) solutions, fastest first, one entry per solution (its best profile)."""
+
+    # runs ----------------------------------------------------------------
+    @abc.abstractmethod
+    def create_run(self, run: RunRecord) -> str: ...
+
+    @abc.abstractmethod
+    def update_run(self, run_id: str, update: RunUpdate) -> RunRecord: ...
+
+    @abc.abstractmethod
+    def get_run(self, run_id: str) -> RunRecord | None: ...
+
+    @abc.abstractmethod
+    def list_runs(
+        self, *, definition_name: str | None = None, status: str | None = None, limit: int = 50
+    ) -> list[RunRecord]:
+        """Newest first."""
+
+    # optimization memory -------------------------------------------------
+    @abc.abstractmethod
+    def add_experience(self, item: ExperienceIn) -> str: ...
+
+    @abc.abstractmethod
+    def get_experience(self, experience_id: str) -> ExperienceRecord | None: ...
+
+    @abc.abstractmethod
+    def recent_experiences(
+        self, *, run_id: str | None = None, namespace: str | None = None, limit: int
+    ) -> list[ExperienceRecord]:
+        """The working memory: the newest `limit` items not removed, returned oldest first
+        (queue order)."""
+
+    @abc.abstractmethod
+    def search_experiences(
+        self,
+        *,
+        text: str | None = None,
+        definition_name: str | None = None,
+        namespace: str | None = None,
+        include_removed: bool = False,
+        limit: int = 50,
+    ) -> list[ExperienceRecord]:
+        """Case-insensitive substring match on title, strategy and pseudocode; newest first."""
+
+    @abc.abstractmethod
+    def remove_experience(self, experience_id: str) -> bool:
+        """Take an item out of the working memory; the row stays as history."""
+
+    # llm ledger ----------------------------------------------------------
+    @abc.abstractmethod
+    def add_llm_call(self, call: LlmCallIn) -> str: ...
+
+    @abc.abstractmethod
+    def llm_totals(self, run_id: str) -> list[LlmTotals]:
+        """One row per role, sorted by role."""
+
+    # housekeeping --------------------------------------------------------
+    @abc.abstractmethod
+    def stats(self) -> StoreStats: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""
+
+    def __enter__(self) -> KernelStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
