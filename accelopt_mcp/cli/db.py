@@ -2,8 +2,174 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.table import Table
+
+from accelopt_mcp.cli.common import (
+    JsonOption,
+    StoreOption,
+    console,
+    fail,
+    opened_store,
+    print_json,
+)
+from accelopt_mcp.store import describe_store_url
+from accelopt_mcp.store.base import StoreError
 
 app = typer.Typer(
-    help="The kernel database: init, check, stats, export, import.", no_args_is_help=True
+    help="The kernel database: init, check, stats, best, lineage, export, import.",
+    no_args_is_help=True,
 )
+
+
+@app.command()
+def init(store: StoreOption = None) -> None:
+    """Create the schema (SQLite file, or schema_v2.txt applied to PostgreSQL)."""
+    try:
+        kind, location = describe_store_url(store)
+    except StoreError as exc:
+        fail(str(exc))
+    if kind == "supabase":
+        fail(
+            "a Supabase project's schema cannot be created through its REST API. Apply "
+            "schema_v2.txt once in the project's SQL editor, or run `accelopt db init --store "
+            "postgresql://...` with the project's direct connection string (Project Settings -> "
+            "Database), then `accelopt db check` to confirm."
+        )
+    if kind == "postgres":
+        from accelopt_mcp.store.postgres import PostgresStore
+
+        try:
+            PostgresStore(location, init_schema=True).close()
+        except StoreError as exc:
+            fail(str(exc))
+    else:
+        with opened_store(store):
+            pass
+    console.print(f"[green]schema ready[/] ({kind})")
+
+
+@app.command()
+def check(
+    url: Annotated[str | None, typer.Argument(help="Database URL; default: --store.")] = None,
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Tell whether the database answers, accepts the key and has the schema; say how to fix
+    it when not."""
+    from accelopt_mcp.store.detect import check_store
+
+    result = check_store(url or store)
+    if as_json:
+        print_json(result)
+    else:
+        colour = "green" if result.ok else "red"
+        console.print(f"[{colour}]{result.message}[/]  ({result.kind}: {result.location})")
+        for step in result.next_steps:
+            console.print(f"  - {step}", highlight=False)
+        for table, count in (result.tables or {}).items():
+            console.print(f"  {table}: {count}")
+    raise typer.Exit(0 if result.ok else 1)
+
+
+@app.command()
+def stats(store: StoreOption = None, as_json: JsonOption = False) -> None:
+    """Row counts per table."""
+    with opened_store(store) as db:
+        result = db.stats()
+    if as_json:
+        print_json(result)
+        return
+    table = Table(title=f"{result.backend}: {result.location}")
+    table.add_column("table")
+    table.add_column("rows", justify="right")
+    for name, count in result.counts.items():
+        table.add_row(name, str(count))
+    console.print(table)
+
+
+@app.command()
+def best(
+    definition: Annotated[str, typer.Argument(help="Definition name, e.g. rmsnorm_h4096.")],
+    hardware: Annotated[str | None, typer.Option(help="Only profiles on this hardware.")] = None,
+    limit: Annotated[int, typer.Option(min=1)] = 10,
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The fastest correct solutions of a definition."""
+    with opened_store(store) as db:
+        if db.get_definition(definition) is None:
+            fail(f"no definition named {definition!r}; `accelopt db stats` shows what is stored")
+        ranked = db.best_solutions(definition, hardware=hardware, limit=limit)
+    if as_json:
+        print_json([r.model_dump(mode="json") for r in ranked])
+        return
+    table = Table(title=f"fastest correct solutions of {definition}")
+    for column in ("solution id", "name", "language", "hardware", "latency ms", "speedup"):
+        table.add_column(column)
+    for r in ranked:
+        speedup = f"{r.profile.speedup:.2f}x" if r.profile.speedup else "-"
+        table.add_row(
+            r.solution.id,
+            r.solution.solution.name,
+            r.solution.spec_language,
+            r.profile.eval_hardware,
+            f"{r.profile.latency_ms:.4f}" if r.profile.latency_ms is not None else "-",
+            speedup,
+        )
+    console.print(table)
+
+
+@app.command()
+def lineage(
+    solution_id: Annotated[str, typer.Argument(help="Solution id.")],
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Ancestors (nearest first) and descendants of a solution."""
+    with opened_store(store) as db:
+        if db.get_solution(solution_id) is None:
+            fail(f"no solution with id {solution_id!r}")
+        up, down = db.ancestors(solution_id), db.descendants(solution_id)
+    if as_json:
+        print_json(
+            {
+                "ancestors": [s.model_dump(mode="json") for s in up],
+                "descendants": [s.model_dump(mode="json") for s in down],
+            }
+        )
+        return
+    console.print(f"[bold]{solution_id}[/]")
+    for depth, s in enumerate(up, start=1):
+        console.print(f"  ancestor {depth}: {s.id}  {s.solution.name}")
+    for s in down:
+        console.print(f"  descendant: {s.id}  {s.solution.name} (parent {s.parent_id})")
+
+
+@app.command("export")
+def export_(
+    directory: Annotated[Path, typer.Argument(help="Target folder (created if missing).")],
+    store: StoreOption = None,
+) -> None:
+    """Write the whole database as a FlashInfer-Trace directory (plus lineage, runs, memory)."""
+    from accelopt_mcp.traceset import export_traceset
+
+    with opened_store(store) as db:
+        counts = export_traceset(db, directory)
+    console.print(f"exported to {directory}: {counts.model_dump()}")
+
+
+@app.command("import")
+def import_(
+    directory: Annotated[Path, typer.Argument(help="A FlashInfer-Trace directory.")],
+    store: StoreOption = None,
+) -> None:
+    """Load a FlashInfer-Trace directory (e.g. one written by `db export`) into the database."""
+    from accelopt_mcp.traceset import import_traceset
+
+    with opened_store(store) as db:
+        counts = import_traceset(db, directory)
+    console.print(f"imported from {directory}: {counts.model_dump()}")

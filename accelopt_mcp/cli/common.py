@@ -1,0 +1,66 @@
+"""Pieces every CLI command shares: the --store option, opening a store, printing errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, NoReturn
+
+import typer
+from pydantic import BaseModel, ValidationError
+from rich.console import Console
+
+from accelopt_mcp.store import STORE_ENV, open_store
+from accelopt_mcp.store.base import KernelStore, StoreError
+
+console = Console()
+err_console = Console(stderr=True)
+
+StoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        envvar=STORE_ENV,
+        help=(
+            "Kernel database: a SQLite path (default: the per-user kernels.db), "
+            "postgresql://... or a Supabase project URL (key in SUPABASE_KEY)."
+        ),
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def opened_store(url: str | None) -> Iterator[KernelStore]:
+    """Open the store or stop with its message (which says how to fix it)."""
+    try:
+        store = open_store(url)
+    except StoreError as exc:
+        fail(str(exc))
+    try:
+        yield store
+    except (StoreError, ValidationError, ValueError, FileNotFoundError) as exc:
+        fail(str(exc))
+    finally:
+        store.close()
+
+
+def print_json(data: Any) -> None:
+    if isinstance(data, BaseModel):
+        text = data.model_dump_json(indent=2)
+    else:
+        text = json.dumps(data, indent=2, default=_jsonable)
+    typer.echo(text)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return str(value)

@@ -1,0 +1,400 @@
+"""Moving a kernel database to and from a FlashInfer-Trace directory.
+
+The directory is what flashinfer-bench 0.1.2 reads (`TraceSet.from_path`):
+
+    definitions/<op_type>/<definition>.json
+    workloads/<op_type>/<definition>.jsonl        workload traces
+    solutions/<op_type>/<definition>/<solution>.json
+    traces/<op_type>/<definition>.jsonl           evaluated traces
+
+What that format has no place for (lineage, evolve metadata, benchmark settings, runs, memory,
+the LLM ledger) rides along so that export -> import moves a store without loss: an `accelopt`
+key inside solution files and trace lines (flashinfer-bench ignores unknown keys), and JSONL
+files under `accelopt/` for runs, experiences and LLM calls. Solutions are referred to by
+their source hash there, since row ids are local to a store.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from accelopt_mcp.models import Definition, Evaluation, Solution, Trace
+from accelopt_mcp.store.base import (
+    ExperienceIn,
+    KernelStore,
+    LlmCallIn,
+    RunRecord,
+    RunUpdate,
+    StoredSolution,
+    StoreError,
+)
+
+EXTRA_KEY = "accelopt"
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class TraceSetError(StoreError):
+    """A trace directory that cannot be read: the message names the file and the problem."""
+
+
+class TransferCounts(BaseModel):
+    definitions: int = 0
+    workloads: int = 0
+    solutions: int = 0
+    profiles: int = 0
+    runs: int = 0
+    experiences: int = 0
+    llm_calls: int = 0
+
+
+def _file_name(name: str) -> str:
+    return _SAFE_NAME.sub("_", name).strip("_") or "unnamed"
+
+
+def _dump(model: BaseModel, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    data = model.model_dump(mode="json", exclude_unset=True)
+    if extra:
+        data[EXTRA_KEY] = extra
+    return data
+
+
+def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    rows = list(rows)
+    if not rows:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, separators=(",", ":")) + "\n")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise TraceSetError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise TraceSetError(f"{path}: expected a JSON object, found {type(data).__name__}")
+    return data
+
+
+def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TraceSetError(f"{path}:{number}: not valid JSON ({exc})") from exc
+        if not isinstance(row, dict):
+            raise TraceSetError(f"{path}:{number}: expected a JSON object")
+        yield number, row
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _validate(model: type[M], data: dict[str, Any], where: str) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise TraceSetError(f"{where}: not a valid {model.__name__}: {exc}") from exc
+
+
+# --------------------------------------------------------------------------- export
+
+
+def export_traceset(store: KernelStore, root: Path) -> TransferCounts:
+    """Write every record of the store under `root` (created if needed)."""
+    counts = TransferCounts()
+    hash_of: dict[str, str] = {}
+    for stored_def in store.list_definitions():
+        definition = stored_def.definition
+        group, name = _file_name(definition.op_type), _file_name(definition.name)
+        def_path = root / "definitions" / group / f"{name}.json"
+        def_path.parent.mkdir(parents=True, exist_ok=True)
+        def_path.write_text(definition.to_json() + "\n", encoding="utf-8")
+        counts.definitions += 1
+
+        workloads = store.list_workloads(definition.name)
+        _write_jsonl(
+            root / "workloads" / group / f"{name}.jsonl",
+            (_dump(Trace(definition=definition.name, workload=w.workload)) for w in workloads),
+        )
+        counts.workloads += len(workloads)
+
+        solutions = store.list_solutions(definition_name=definition.name)
+        used_files: set[str] = set()
+        for row in solutions:
+            hash_of[row.id] = row.solution_hash
+            file_name = _file_name(row.solution.name)
+            if file_name in used_files:  # two solutions share a name: keep both files
+                file_name = f"{file_name}__{row.solution_hash[:12]}"
+            used_files.add(file_name)
+            sol_path = root / "solutions" / group / name / f"{file_name}.json"
+            sol_path.parent.mkdir(parents=True, exist_ok=True)
+            extra = {
+                "solution_hash": row.solution_hash,
+                "hash_version": row.hash_version,
+                "parent_hash": None,
+                "evolve_metadata": row.evolve_metadata,
+            }
+            if row.parent_id:
+                parent = store.get_solution(row.parent_id)
+                extra["parent_hash"] = parent.solution_hash if parent else None
+            sol_path.write_text(
+                json.dumps(_dump(row.solution, extra), indent=2) + "\n", encoding="utf-8"
+            )
+        counts.solutions += len(solutions)
+
+        trace_rows = []
+        for row in solutions:
+            for profile in store.list_profiles(solution_id=row.id):
+                workload = store.get_workload(profile.workload_uuid)
+                if workload is None:
+                    continue
+                trace = Trace(
+                    definition=definition.name,
+                    workload=workload.workload,
+                    solution=row.solution.name,
+                    evaluation=profile.evaluation,
+                )
+                trace_rows.append(
+                    _dump(
+                        trace,
+                        {
+                            "solution_hash": row.solution_hash,
+                            "benchmark_config": profile.benchmark_config,
+                        },
+                    )
+                )
+        _write_jsonl(root / "traces" / group / f"{name}.jsonl", trace_rows)
+        counts.profiles += len(trace_rows)
+
+    _export_engine_records(store, root, hash_of, counts)
+    return counts
+
+
+def _export_engine_records(
+    store: KernelStore, root: Path, hash_of: dict[str, str], counts: TransferCounts
+) -> None:
+    runs = store.list_runs(limit=1_000_000)
+    run_rows = []
+    for run in runs:
+        row = run.model_dump(mode="json")
+        row["initial_solution_hash"] = hash_of.get(run.initial_solution_id or "")
+        row["best_solution_hash"] = hash_of.get(run.best_solution_id or "")
+        run_rows.append(row)
+    _write_jsonl(root / EXTRA_KEY / "runs.jsonl", run_rows)
+    counts.runs = len(run_rows)
+
+    experiences = store.search_experiences(include_removed=True, limit=1_000_000)
+    exp_rows = []
+    for item in reversed(experiences):  # oldest first, so import keeps queue order
+        row = item.model_dump(mode="json")
+        row["slow_solution_hash"] = hash_of.get(item.slow_solution_id or "")
+        row["fast_solution_hash"] = hash_of.get(item.fast_solution_id or "")
+        exp_rows.append(row)
+    _write_jsonl(root / EXTRA_KEY / "experiences.jsonl", exp_rows)
+    counts.experiences = len(exp_rows)
+
+    call_rows = []
+    for run in runs:
+        call_rows.extend(c.model_dump(mode="json") for c in _llm_calls_of(store, run.id))
+    _write_jsonl(root / EXTRA_KEY / "llm_calls.jsonl", call_rows)
+    counts.llm_calls = len(call_rows)
+
+
+def _llm_calls_of(store: KernelStore, run_id: str) -> list[Any]:
+    lister = getattr(store, "list_llm_calls", None)
+    return list(lister(run_id)) if lister else []
+
+
+# --------------------------------------------------------------------------- import
+
+
+def import_traceset(store: KernelStore, root: Path) -> TransferCounts:
+    """Load a FlashInfer-Trace directory (ours or flashinfer-bench's) into the store.
+
+    Idempotent: importing the same directory twice adds nothing the second time.
+    """
+    if not root.is_dir():
+        raise TraceSetError(f"{root}: not a directory; give the root of a FlashInfer-Trace set")
+    if not any((root / sub).is_dir() for sub in ("definitions", "solutions", "workloads")):
+        raise TraceSetError(
+            f"{root}: no definitions/, solutions/ or workloads/ folder; a FlashInfer-Trace set "
+            "has definitions/<op_type>/<name>.json, solutions/..., workloads/..., traces/..."
+        )
+    counts = TransferCounts()
+    for path in sorted((root / "definitions").rglob("*.json")):
+        store.upsert_definition(_validate(Definition, _read_json(path), str(path)))
+        counts.definitions += 1
+
+    for path in sorted((root / "workloads").rglob("*.jsonl")):
+        for number, row in _read_jsonl(path):
+            trace = _validate(Trace, row, f"{path}:{number}")
+            _require_definition(store, trace.definition, f"{path}:{number}")
+            store.upsert_workload(trace.definition, trace.workload)
+            counts.workloads += 1
+
+    id_of_hash, id_of_name = _import_solutions(store, root, counts)
+    _import_traces(store, root, id_of_hash, id_of_name, counts)
+    _import_engine_records(store, root, id_of_hash, counts)
+    return counts
+
+
+def _require_definition(store: KernelStore, name: str, where: str) -> None:
+    if store.get_definition(name) is None:
+        raise TraceSetError(
+            f"{where}: refers to definition {name!r}, which is neither in the directory's "
+            "definitions/ nor in the database"
+        )
+
+
+def _import_solutions(
+    store: KernelStore, root: Path, counts: TransferCounts
+) -> tuple[dict[str, str], dict[tuple[str, str], str]]:
+    pending: list[tuple[Solution, dict[str, Any], str]] = []
+    for path in sorted((root / "solutions").rglob("*.json")):
+        data = _read_json(path)
+        extra = data.pop(EXTRA_KEY, None) or {}
+        solution = _validate(Solution, data, str(path))
+        _require_definition(store, solution.definition, str(path))
+        pending.append((solution, extra, str(path)))
+
+    id_of_hash: dict[str, str] = {}
+    id_of_name: dict[tuple[str, str], str] = {}
+    # Parents before children: keep passing over the pending list until lineage resolves.
+    while pending:
+        deferred = []
+        for solution, extra, where in pending:
+            parent_hash = extra.get("parent_hash")
+            if parent_hash and parent_hash not in id_of_hash:
+                known = store.find_solution(parent_hash)
+                if known is None:
+                    deferred.append((solution, extra, where))
+                    continue
+                id_of_hash[parent_hash] = known.id
+            solution_id = store.upsert_solution(
+                solution,
+                parent_id=id_of_hash.get(parent_hash) if parent_hash else None,
+                evolve_metadata=extra.get("evolve_metadata") or {},
+            )
+            stored = store.get_solution(solution_id)
+            assert stored is not None
+            id_of_hash[stored.solution_hash] = solution_id
+            id_of_name.setdefault((solution.definition, solution.name), solution_id)
+            counts.solutions += 1
+        if len(deferred) == len(pending):
+            missing = sorted({e.get("parent_hash") for _, e, _ in deferred})
+            raise TraceSetError(
+                f"{deferred[0][2]}: parent solution(s) {missing} are neither in the directory nor "
+                "in the database; import the full trace set"
+            )
+        pending = deferred
+    return id_of_hash, id_of_name
+
+
+def _import_traces(
+    store: KernelStore,
+    root: Path,
+    id_of_hash: dict[str, str],
+    id_of_name: dict[tuple[str, str], str],
+    counts: TransferCounts,
+) -> None:
+    for path in sorted((root / "traces").rglob("*.jsonl")):
+        for number, row in _read_jsonl(path):
+            where = f"{path}:{number}"
+            extra = row.pop(EXTRA_KEY, None) or {}
+            trace = _validate(Trace, row, where)
+            if trace.is_workload_trace:
+                _require_definition(store, trace.definition, where)
+                store.upsert_workload(trace.definition, trace.workload)
+                counts.workloads += 1
+                continue
+            solution_id = id_of_hash.get(extra.get("solution_hash", "")) or id_of_name.get(
+                (trace.definition, trace.solution or "")
+            )
+            if solution_id is None:
+                raise TraceSetError(
+                    f"{where}: trace of solution {trace.solution!r}, which is not in solutions/"
+                )
+            if trace.evaluation is None:
+                raise TraceSetError(f"{where}: a trace with a solution needs an evaluation")
+            _require_definition(store, trace.definition, where)
+            store.upsert_workload(trace.definition, trace.workload)
+            store.upsert_profile(
+                trace.workload.uuid,
+                solution_id,
+                Evaluation.model_validate(trace.evaluation.model_dump()),
+                extra.get("benchmark_config") or {},
+            )
+            counts.profiles += 1
+
+
+def _import_engine_records(
+    store: KernelStore, root: Path, id_of_hash: dict[str, str], counts: TransferCounts
+) -> None:
+    side = root / EXTRA_KEY
+
+    def solution_id(hash_value: str | None) -> str | None:
+        if not hash_value:
+            return None
+        if hash_value in id_of_hash:
+            return id_of_hash[hash_value]
+        known: StoredSolution | None = store.find_solution(hash_value)
+        return known.id if known else None
+
+    new_runs: set[str] = set()
+    if (side / "runs.jsonl").exists():
+        for number, row in _read_jsonl(side / "runs.jsonl"):
+            row["initial_solution_id"] = solution_id(row.pop("initial_solution_hash", None))
+            row["best_solution_id"] = solution_id(row.pop("best_solution_hash", None))
+            run = _validate(RunRecord, row, f"{side / 'runs.jsonl'}:{number}")
+            if store.get_run(run.id) is None:
+                store.create_run(run)
+                new_runs.add(run.id)
+            store.update_run(
+                run.id,
+                RunUpdate.model_validate(run.model_dump(include=set(RunUpdate.model_fields))),
+            )
+            counts.runs += 1
+
+    if (side / "experiences.jsonl").exists():
+
+        def key(item: ExperienceIn) -> tuple[Any, ...]:
+            return (
+                item.run_id,
+                item.namespace,
+                item.definition_name,
+                item.title,
+                item.strategy,
+                item.pseudocode,
+            )
+
+        existing = {key(e) for e in store.search_experiences(include_removed=True, limit=1_000_000)}
+        for number, row in _read_jsonl(side / "experiences.jsonl"):
+            row["slow_solution_id"] = solution_id(row.pop("slow_solution_hash", None))
+            row["fast_solution_id"] = solution_id(row.pop("fast_solution_hash", None))
+            item = _validate(ExperienceIn, row, f"{side / 'experiences.jsonl'}:{number}")
+            if key(item) in existing:
+                continue
+            new_id = store.add_experience(item)
+            if row.get("removed"):
+                store.remove_experience(new_id)
+            counts.experiences += 1
+
+    # A run's LLM calls come with the run: a run that was already stored keeps its own.
+    if (side / "llm_calls.jsonl").exists():
+        for number, row in _read_jsonl(side / "llm_calls.jsonl"):
+            call = _validate(LlmCallIn, row, f"{side / 'llm_calls.jsonl'}:{number}")
+            if call.run_id is not None and call.run_id not in new_runs:
+                continue
+            store.add_llm_call(call)
+            counts.llm_calls += 1
