@@ -1,0 +1,399 @@
+"""Run one untrusted command in a child process that cannot take the caller down with it.
+
+What the child gets: its own session and process group, its own working directory (a fresh
+temp dir unless the caller names one), an environment built from an allowlist (no inherited
+secrets), resource limits (address space, file size, no core dumps, processes), optional CPU
+pinning, and a wall-clock timeout after which everything it started is killed. Its stdout and
+stderr are read concurrently and capped (head and tail kept), so a kernel printing gigabytes
+costs CPU time, never memory.
+
+Limits are applied by a tiny launcher interpreter that then `exec`s the real command: setting
+them in `preexec_fn` is unsafe when the caller has threads (the device pool does).
+
+Fork bombs: RLIMIT_NPROC does not bind root, so where the cgroup-v1 `pids` controller is
+writable (root in a container) each run also gets its own pids cgroup with `pids.max`; the cgroup
+also finds descendants that left the process group, so they are killed at the end too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from pydantic import BaseModel
+
+_PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")
+
+# Variables copied from the parent when set. Everything else is dropped.
+_ALLOWED_NAMES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "PYTHONHASHSEED", "TERM"})
+_ALLOWED_PREFIXES = ("LC_", "OMP_", "OPENBLAS_", "MKL_", "NUMEXPR_", "VECLIB_", "GOTO_")
+# A name matching this never reaches the child, even when the caller passes it explicitly.
+_SECRET_NAME = re.compile(
+    r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|DSN|CREDENTIAL|COOKIE|AUTH|PRIVATE)",
+    re.IGNORECASE,
+)
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+_MEMORY_MARKERS = (
+    "MemoryError",
+    "Unable to allocate",
+    "Cannot allocate memory",
+    "std::bad_alloc",
+    "out of memory",
+    "OutOfMemory",
+)
+
+# Runs with `python -I -S -c`: no site, no user code. Applies the limits, joins the cgroup,
+# then becomes the real command. Any failure here is reported on stderr with exit code 125.
+_LAUNCHER = r"""
+import json, os, resource, sys
+cfg = json.loads(sys.argv[1])
+try:
+    if cfg["cgroup_procs"]:
+        with open(cfg["cgroup_procs"], "w") as f:
+            f.write(str(os.getpid()))
+    for name, value in cfg["limits"].items():
+        res = getattr(resource, name)
+        resource.setrlimit(res, (value, value))
+    if cfg["cpus"]:
+        os.sched_setaffinity(0, cfg["cpus"])
+    argv = cfg["argv"]
+    os.execvp(argv[0], argv)
+except Exception as exc:
+    sys.stderr.write("sandbox launcher failed: %s: %s\n" % (type(exc).__name__, exc))
+    sys.stderr.flush()
+    os._exit(125)
+"""
+LAUNCHER_FAILED_EXIT = 125
+
+
+class SandboxResult(BaseModel):
+    returncode: int | None
+    """Exit code; None when the child was killed by a signal (see `signal`)."""
+    signal: int | None
+    """Terminating signal number (e.g. SIGSEGV, SIGKILL), if any."""
+    timed_out: bool
+    memory_exceeded: bool
+    """Best effort: MemoryError or an allocation failure in the child's stderr, or peak RSS
+    near the limit, or a SIGKILL we did not send."""
+    stdout: str
+    stderr: str
+    output_truncated: bool
+    wall_s: float
+    max_rss_mb: float = 0.0
+    """Peak resident memory of the direct child."""
+    fork_limit_hit: bool = False
+    """The child tried to start more processes than `max_processes` allowed."""
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    def describe(self) -> str:
+        """One line saying how the child ended, for logs."""
+        if self.timed_out:
+            return f"killed after the {self.wall_s:.1f} s time limit"
+        if self.signal is not None:
+            try:
+                name = signal.Signals(self.signal).name
+            except ValueError:
+                name = f"signal {self.signal}"
+            what = {
+                "SIGSEGV": "crashed with a segmentation fault (SIGSEGV)",
+                "SIGBUS": "crashed with a bus error (SIGBUS)",
+                "SIGABRT": "aborted (SIGABRT)",
+                "SIGFPE": "crashed with a floating-point exception (SIGFPE)",
+                "SIGXFSZ": "wrote a file larger than the sandbox allows (SIGXFSZ)",
+                "SIGXCPU": "ran past the CPU-time limit (SIGXCPU)",
+            }.get(name, f"was killed by {name}")
+            if name == "SIGKILL" and self.memory_exceeded:
+                what += ", probably out of memory"
+            return f"child {what}"
+        return f"child exited with code {self.returncode}"
+
+
+def sandbox_environment(cwd: Path, extra: dict[str, str] | None, cpus: set[int] | None) -> dict:
+    """The child's environment: allowlisted parent variables, sandbox paths, then `extra`,
+    with any secret-looking name removed at every step."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if (name in _ALLOWED_NAMES or name.startswith(_ALLOWED_PREFIXES))
+        and not _SECRET_NAME.search(name)
+    }
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env.setdefault("PYTHONHASHSEED", "0")
+    env["HOME"] = str(cwd)
+    env["TMPDIR"] = str(cwd)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    # glibc reserves 64 MiB of address space per thread arena; with RLIMIT_AS that would turn
+    # a few BLAS threads into spurious MemoryErrors.
+    env["MALLOC_ARENA_MAX"] = "2"
+    if cpus:
+        for name in _THREAD_VARS:
+            env.setdefault(name, str(len(cpus)))
+    for name, value in (extra or {}).items():
+        if not _SECRET_NAME.search(name):
+            env[name] = value
+    return env
+
+
+class _CappedReader(threading.Thread):
+    """Drains one pipe, keeping the first and last `limit // 2` bytes."""
+
+    def __init__(self, fd: int, limit: int) -> None:
+        super().__init__(daemon=True)
+        self._fd = fd
+        self._half = max(limit // 2, 1)
+        self._head = bytearray()
+        self._tail = bytearray()
+        self.total = 0
+
+    def run(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self._fd, 1 << 16)
+            except OSError:
+                break
+            if not chunk:
+                break
+            self.total += len(chunk)
+            room = self._half - len(self._head)
+            if room > 0:
+                self._head += chunk[:room]
+                chunk = chunk[room:]
+            if chunk:
+                self._tail += chunk
+                if len(self._tail) > 2 * self._half:
+                    del self._tail[: len(self._tail) - self._half]
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self._head) + min(len(self._tail), self._half)
+
+    def text(self) -> str:
+        tail = bytes(self._tail[-self._half :]) if self._tail else b""
+        if self.truncated:
+            dropped = self.total - len(self._head) - len(tail)
+            middle = f"\n[... {dropped} bytes of output dropped by the sandbox ...]\n".encode()
+            data = bytes(self._head) + middle + tail
+        else:
+            data = bytes(self._head) + tail
+        return data.decode("utf-8", errors="replace")
+
+
+class _PidsCgroup:
+    """A per-run cgroup-v1 `pids` group, when this host lets us make one."""
+
+    def __init__(self, max_processes: int | None) -> None:
+        self.path: Path | None = None
+        if not (_PIDS_CGROUP_ROOT / "cgroup.procs").exists() or not os.access(
+            _PIDS_CGROUP_ROOT, os.W_OK
+        ):
+            return
+        path = _PIDS_CGROUP_ROOT / f"accelopt-sandbox-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        try:
+            path.mkdir()
+            if max_processes is not None:
+                (path / "pids.max").write_text(str(max_processes))
+        except OSError:
+            with contextlib.suppress(OSError):
+                path.rmdir()
+            return
+        self.path = path
+
+    @property
+    def procs_file(self) -> str | None:
+        return str(self.path / "cgroup.procs") if self.path else None
+
+    def pids(self) -> list[int]:
+        if self.path is None:
+            return []
+        try:
+            return [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return []
+
+    def limit_hit(self) -> bool:
+        if self.path is None:
+            return False
+        try:
+            events = (self.path / "pids.events").read_text()
+        except OSError:
+            return False
+        return any(line.split()[-1] != "0" for line in events.splitlines() if line.strip())
+
+    def remove(self) -> None:
+        if self.path is None:
+            return
+        for _ in range(100):
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                time.sleep(0.01)
+
+
+def _kill_everything(pgid: int, cgroup: _PidsCgroup) -> None:
+    """SIGKILL the child's process group and everything in its cgroup, until nothing is left."""
+    for _ in range(200):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        remaining = cgroup.pids()
+        for pid in remaining:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        group_alive = True
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            group_alive = False
+        if not remaining and not group_alive:
+            return
+        time.sleep(0.005)
+
+
+def _memory_suspected(stderr: str, max_rss_mb: float, limit_mb: int, killed: bool) -> bool:
+    if any(marker in stderr for marker in _MEMORY_MARKERS):
+        return True
+    return max_rss_mb >= 0.9 * limit_mb or (killed and max_rss_mb >= 0.5 * limit_mb)
+
+
+def run_sandboxed(
+    argv: list[str],
+    *,
+    timeout_s: float,
+    memory_limit_mb: int,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    cpus: set[int] | None = None,
+    max_output_bytes: int = 1 << 20,
+    max_processes: int | None = 64,
+    max_file_bytes: int = 1 << 30,
+) -> SandboxResult:
+    """Run `argv` sandboxed and report how it ended. Never raises for anything the child does;
+    raises ValueError for bad arguments and OSError when the child cannot be started at all.
+
+    cwd: working directory and HOME/TMPDIR of the child; None gives a fresh temp dir that is
+    removed afterwards. env: extra variables on top of the allowlisted minimum (secret-looking
+    names are dropped even here). cpus: cores the child (and its threads) may run on.
+    max_processes: cap on processes/threads the child may create (RLIMIT_NPROC; plus a pids
+    cgroup where available, which also binds root).
+    """
+    if not argv:
+        raise ValueError("argv is empty: give the command to run")
+    if timeout_s <= 0:
+        raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+    if memory_limit_mb < 16:
+        raise ValueError(f"memory_limit_mb must be at least 16, got {memory_limit_mb}")
+    if cpus is not None:
+        usable = os.sched_getaffinity(0)
+        if not cpus or not cpus <= usable:
+            raise ValueError(f"cpus {sorted(cpus)} must be a non-empty subset of {sorted(usable)}")
+
+    own_dir = cwd is None
+    work_dir = Path(tempfile.mkdtemp(prefix="accelopt-sandbox-")) if own_dir else Path(cwd)
+    cgroup = _PidsCgroup(max_processes)
+    limits = {
+        "RLIMIT_AS": memory_limit_mb * 1024 * 1024,
+        "RLIMIT_CORE": 0,
+        "RLIMIT_FSIZE": max_file_bytes,
+    }
+    if max_processes is not None and os.geteuid() != 0:
+        # Counted per user, so leave room for the caller's own processes of the same user.
+        limits["RLIMIT_NPROC"] = max_processes + len(os.listdir("/proc"))
+    launcher_cfg = {
+        "cgroup_procs": cgroup.procs_file,
+        "limits": limits,
+        "cpus": sorted(cpus) if cpus else None,
+        "argv": list(argv),
+    }
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _LAUNCHER, json.dumps(launcher_cfg)],
+            cwd=work_dir,
+            env=sandbox_environment(work_dir, env, cpus),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except BaseException:
+        cgroup.remove()
+        if own_dir:
+            shutil.rmtree(work_dir, ignore_errors=True)
+        raise
+
+    assert proc.stdout is not None and proc.stderr is not None
+    readers = [
+        _CappedReader(os.dup(proc.stdout.fileno()), max_output_bytes),
+        _CappedReader(os.dup(proc.stderr.fileno()), max_output_bytes),
+    ]
+    proc.stdout.close()
+    proc.stderr.close()
+    for reader in readers:
+        reader.start()
+
+    outcome: dict[str, object] = {}
+    exited = threading.Event()
+
+    def reap() -> None:
+        _, status, usage = os.wait4(proc.pid, 0)
+        outcome["status"], outcome["usage"] = status, usage
+        exited.set()
+
+    reaper = threading.Thread(target=reap, daemon=True)
+    reaper.start()
+    timed_out = not exited.wait(timeout_s)
+    wall_s = time.monotonic() - started
+    try:
+        _kill_everything(proc.pid, cgroup)
+        exited.wait()
+        # Nothing else will ever wait for this pid: tell Popen so it does not try.
+        proc.returncode = -1
+        for reader in readers:
+            reader.join(timeout=5)
+        fork_limit_hit = cgroup.limit_hit()
+    finally:
+        cgroup.remove()
+        if own_dir:
+            shutil.rmtree(work_dir, ignore_errors=True)
+
+    status = int(outcome["status"])  # type: ignore[call-overload]
+    usage = outcome["usage"]
+    max_rss_mb = getattr(usage, "ru_maxrss", 0) / 1024.0
+    returncode: int | None = os.waitstatus_to_exitcode(status)
+    term_signal: int | None = None
+    if returncode is not None and returncode < 0:
+        term_signal, returncode = -returncode, None
+    stdout, stderr = readers[0].text(), readers[1].text()
+    killed_by_other = term_signal == signal.SIGKILL and not timed_out
+    if not fork_limit_hit and max_processes is not None:
+        fork_limit_hit = "Resource temporarily unavailable" in stderr and "fork" in stderr.lower()
+    return SandboxResult(
+        returncode=returncode,
+        signal=term_signal,
+        timed_out=timed_out,
+        memory_exceeded=not timed_out
+        and _memory_suspected(stderr, max_rss_mb, memory_limit_mb, killed_by_other),
+        stdout=stdout,
+        stderr=stderr,
+        output_truncated=readers[0].truncated or readers[1].truncated,
+        wall_s=wall_s,
+        max_rss_mb=max_rss_mb,
+        fork_limit_hit=fork_limit_hit,
+    )

@@ -1,0 +1,150 @@
+"""The sandbox against real child processes doing the things untrusted kernels do."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from accelopt_mcp.backends.sandbox import run_sandboxed
+
+
+def run_code(code: str, **kw):
+    kw.setdefault("timeout_s", 10)
+    kw.setdefault("memory_limit_mb", 1024)
+    return run_sandboxed([sys.executable, "-c", code], **kw)
+
+
+def wait_until_dead(pid: int, within_s: float = 3.0) -> bool:
+    """True once `pid` is gone or a zombie waiting for init to reap it."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_clean_exit_returns_output() -> None:
+    result = run_code("print('hello'); import sys; sys.stderr.write('warn')")
+    assert result.ok
+    assert result.returncode == 0 and result.signal is None
+    assert result.stdout == "hello\n" and result.stderr == "warn"
+    assert not result.timed_out and not result.output_truncated
+
+
+def test_os_exit_code_is_reported() -> None:
+    result = run_code("import os; os._exit(3)")
+    assert result.returncode == 3
+    assert not result.ok
+    assert "code 3" in result.describe()
+
+
+def test_segfault_is_a_signal_not_a_crash_of_ours() -> None:
+    result = run_code("import ctypes; ctypes.string_at(0)")
+    assert result.returncode is None
+    assert result.signal == signal.SIGSEGV
+    assert "segmentation fault" in result.describe()
+
+
+def test_infinite_loop_is_killed_at_the_timeout() -> None:
+    started = time.monotonic()
+    result = run_code("while True: pass", timeout_s=1.0)
+    assert result.timed_out
+    assert result.signal == signal.SIGKILL
+    assert time.monotonic() - started < 4.0
+    assert "time limit" in result.describe()
+
+
+def test_timeout_kills_the_whole_process_group() -> None:
+    code = (
+        "import subprocess, sys, time\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "print(p.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    result = run_code(code, timeout_s=1.5)
+    assert result.timed_out
+    grandchild = int(result.stdout.split()[0])
+    assert wait_until_dead(grandchild)
+
+
+def test_memory_hog_gets_memory_error() -> None:
+    result = run_code("x = bytearray(3 * 1024**3)", memory_limit_mb=512)
+    assert result.returncode == 1
+    assert result.memory_exceeded
+    assert "MemoryError" in result.stderr
+
+
+def test_fork_bomb_is_contained() -> None:
+    code = "import os\nwhile True:\n    os.fork()\n"
+    started = time.monotonic()
+    result = run_code(code, timeout_s=3, max_processes=32)
+    assert not result.ok
+    assert result.fork_limit_hit or result.timed_out
+    assert time.monotonic() - started < 15
+
+
+def test_megabytes_of_output_are_capped_head_and_tail() -> None:
+    code = "print('FIRST')\nfor _ in range(100000): print('x' * 100)\nprint('LAST')\n"
+    result = run_code(code, max_output_bytes=64 * 1024)
+    assert result.ok
+    assert result.output_truncated
+    assert len(result.stdout) < 80 * 1024
+    assert result.stdout.startswith("FIRST")
+    assert result.stdout.rstrip().endswith("LAST")
+    assert "dropped by the sandbox" in result.stdout
+
+
+def test_secrets_do_not_reach_the_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCELOPT_TEST_SECRET_KEY", "s3cr3t-value")
+    monkeypatch.setenv("SOME_API_TOKEN", "tok")
+    monkeypatch.setenv("DATABASE_DSN", "postgresql://u:p@h/db")
+    result = run_code(
+        "import os; print(sorted(os.environ))",
+        env={"VISIBLE_SETTING": "1", "PASSED_PASSWORD": "no"},
+    )
+    names = eval(result.stdout)  # a list literal printed by the child
+    assert "VISIBLE_SETTING" in names
+    for secret in ("ACCELOPT_TEST_SECRET_KEY", "SOME_API_TOKEN", "DATABASE_DSN", "PASSED_PASSWORD"):
+        assert secret not in names
+    assert "s3cr3t" not in result.stdout
+
+
+def test_fresh_temp_dir_is_home_and_removed(tmp_path: Path) -> None:
+    result = run_code("import os; print(os.getcwd()); print(os.environ['HOME'])")
+    cwd, home = result.stdout.split()
+    assert cwd == home
+    assert not Path(cwd).exists()
+    code = "import os; open('made.txt', 'w').write('x'); print(os.getcwd())"
+    given = run_code(code, cwd=tmp_path)
+    assert Path(given.stdout.strip()) == tmp_path
+    assert (tmp_path / "made.txt").read_text() == "x"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_cpus_pin_the_child() -> None:
+    core = max(os.sched_getaffinity(0))
+    result = run_code("import os; print(sorted(os.sched_getaffinity(0)))", cpus={core})
+    assert result.stdout.strip() == f"[{core}]"
+
+
+def test_bad_arguments_are_rejected_clearly() -> None:
+    with pytest.raises(ValueError, match="argv is empty"):
+        run_sandboxed([], timeout_s=1, memory_limit_mb=100)
+    with pytest.raises(ValueError, match="subset"):
+        run_sandboxed([sys.executable, "-V"], timeout_s=1, memory_limit_mb=100, cpus={9999})
+
+
+def test_missing_program_is_a_launcher_failure_not_an_exception() -> None:
+    result = run_sandboxed(["/nonexistent/program"], timeout_s=5, memory_limit_mb=256)
+    assert result.returncode == 125
+    assert "sandbox launcher failed" in result.stderr
