@@ -1,0 +1,38 @@
+"""OpenAI-compatible chat access for the planner, executor and summarizer roles."""
+
+from accelopt_mcp.llm.budget import Budget, BudgetExceeded, BudgetLimits, BudgetUsage
+from accelopt_mcp.llm.client import ChatMessage, LlmCallFailed, LlmClient, LlmError, LlmReply
+from accelopt_mcp.llm.config import (
+    ROLES,
+    LlmConfigError,
+    ModelConfig,
+    ModelPrice,
+    PriceTable,
+    RoleConfigs,
+    load_role_configs,
+    role_configs_from_dict,
+)
+from accelopt_mcp.llm.parsing import MalformedReply, extract_code_block, parse_json_list
+
+__all__ = [
+    "ROLES",
+    "Budget",
+    "BudgetExceeded",
+    "BudgetLimits",
+    "BudgetUsage",
+    "ChatMessage",
+    "LlmCallFailed",
+    "LlmClient",
+    "LlmConfigError",
+    "LlmError",
+    "LlmReply",
+    "MalformedReply",
+    "ModelConfig",
+    "ModelPrice",
+    "PriceTable",
+    "RoleConfigs",
+    "extract_code_block",
+    "load_role_configs",
+    "parse_json_list",
+    "role_configs_from_dict",
+]

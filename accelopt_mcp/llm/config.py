@@ -1,0 +1,212 @@
+"""Model settings per role (planner, executor, summarizer) and the price table.
+
+A config file holds a `default` table that every role inherits, one table per role that
+overrides it, and an optional `prices` table. API keys never live in a config: a role names the
+environment variable that holds its key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
+ROLES: tuple[str, ...] = ("planner", "executor", "summarizer")
+Role = Literal["planner", "executor", "summarizer"]
+
+_LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
+
+
+class LlmConfigError(ValueError):
+    """A model config (file, field or environment) is unusable; the message says how to fix it."""
+
+
+class ModelConfig(BaseModel):
+    """How one role talks to its model."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_url: str | None = None
+    """None: the OPENAI_BASE_URL environment variable, else OpenAI's public endpoint."""
+    api_key_env: str = Field(
+        default="OPENAI_API_KEY", min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$"
+    )
+    """The NAME of the environment variable that holds the key, never the key itself."""
+    model: str = Field(default="gpt-4.1-mini", min_length=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    """OpenAI's reasoning models only accept `max_completion_tokens`; older servers only
+    `max_tokens`."""
+    reasoning_effort: str | None = None
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    """Sent as is in the request body, for server-specific settings (e.g. vLLM's `top_k`)."""
+    timeout_s: float = Field(default=600.0, gt=0)
+    max_retries: int = Field(default=4, ge=0, le=20)
+    retry_base_s: float = Field(default=1.0, ge=0)
+    retry_max_s: float = Field(default=60.0, ge=0)
+    concurrency: int = Field(default=8, ge=1)
+
+    def resolved_base_url(self) -> str:
+        return self.base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_DEFAULT_BASE_URL
+
+    def is_local(self) -> bool:
+        """Local servers (vLLM, llama.cpp) usually accept any key, so none is required."""
+        return (urlparse(self.resolved_base_url()).hostname or "") in _LOCAL_HOSTS
+
+
+class ModelPrice(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input_per_mtok: float = Field(ge=0)
+    """USD per one million input (prompt) tokens."""
+    output_per_mtok: float = Field(ge=0)
+
+
+# List prices (USD per 1M tokens) at the time of writing; override them in a config's `prices`.
+DEFAULT_PRICES: dict[str, ModelPrice] = {
+    name: ModelPrice(input_per_mtok=pin, output_per_mtok=pout)
+    for name, (pin, pout) in {
+        "gpt-4.1": (2.00, 8.00),
+        "gpt-4.1-mini": (0.40, 1.60),
+        "gpt-4.1-nano": (0.10, 0.40),
+        "gpt-4o": (2.50, 10.00),
+        "gpt-4o-mini": (0.15, 0.60),
+        "o4-mini": (1.10, 4.40),
+        "gpt-5": (1.25, 10.00),
+        "gpt-5-mini": (0.25, 2.00),
+        "gpt-5-nano": (0.05, 0.40),
+    }.items()
+}
+
+
+class PriceTable(BaseModel):
+    """Prices by model name. A dated model name ("gpt-4.1-mini-2025-04-14") takes the price of
+    its longest listed prefix; a model not listed (a local one) costs nothing."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prices: dict[str, ModelPrice] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
+
+    def with_overrides(self, overrides: dict[str, ModelPrice]) -> PriceTable:
+        return PriceTable(prices={**self.prices, **overrides})
+
+    def price_of(self, model: str) -> ModelPrice | None:
+        if model in self.prices:
+            return self.prices[model]
+        prefixes = [name for name in self.prices if model.startswith(name)]
+        return self.prices[max(prefixes, key=len)] if prefixes else None
+
+    def cost(self, model: str, tokens_in: int, tokens_out: int) -> float:
+        price = self.price_of(model)
+        if price is None:
+            return 0.0
+        return (tokens_in * price.input_per_mtok + tokens_out * price.output_per_mtok) / 1e6
+
+
+class RoleConfigs(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    planner: ModelConfig = Field(default_factory=ModelConfig)
+    executor: ModelConfig = Field(default_factory=ModelConfig)
+    summarizer: ModelConfig = Field(default_factory=ModelConfig)
+    prices: PriceTable = Field(default_factory=PriceTable)
+
+    def for_role(self, role: str) -> ModelConfig:
+        if role not in ROLES:
+            raise LlmConfigError(f"unknown role {role!r}; the roles are {', '.join(ROLES)}")
+        config: ModelConfig = getattr(self, role)
+        return config
+
+
+class _ConfigFile(BaseModel):
+    """The file layout; only used to reject unknown top-level keys with a clear message."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    default: dict[str, Any] = Field(default_factory=dict)
+    planner: dict[str, Any] = Field(default_factory=dict)
+    executor: dict[str, Any] = Field(default_factory=dict)
+    summarizer: dict[str, Any] = Field(default_factory=dict)
+    prices: dict[str, Any] = Field(default_factory=dict)
+
+
+def load_role_configs(path: Path | None = None) -> RoleConfigs:
+    """Role configs from a JSON or TOML file; None gives the defaults (OpenAI, or whatever
+    OPENAI_BASE_URL points at, with the key from OPENAI_API_KEY)."""
+    if path is None:
+        return RoleConfigs()
+    raw = _read_config_file(Path(path))
+    return role_configs_from_dict(raw, source=str(path))
+
+
+def role_configs_from_dict(raw: dict[str, Any], *, source: str = "config") -> RoleConfigs:
+    try:
+        layout = _ConfigFile.model_validate(raw)
+    except ValidationError as exc:
+        raise LlmConfigError(
+            _describe(exc, source, allowed=list(_ConfigFile.model_fields))
+        ) from None
+    roles: dict[str, ModelConfig] = {}
+    for role in ROLES:
+        merged = {**layout.default, **getattr(layout, role)}
+        try:
+            roles[role] = ModelConfig.model_validate(merged)
+        except ValidationError as exc:
+            where = f"{source}: role {role} (its own table merged over `default`)"
+            raise LlmConfigError(
+                _describe(exc, where, allowed=list(ModelConfig.model_fields))
+            ) from None
+    overrides: dict[str, ModelPrice] = {}
+    for model, price in layout.prices.items():
+        try:
+            overrides[model] = ModelPrice.model_validate(price)
+        except ValidationError as exc:
+            where = f"{source}: prices.{model}"
+            raise LlmConfigError(
+                _describe(exc, where, allowed=list(ModelPrice.model_fields))
+            ) from None
+    return RoleConfigs(**roles, prices=PriceTable().with_overrides(overrides))
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise LlmConfigError(
+            f"model config {path} does not exist; see templates/models/ for examples"
+        )
+    text = path.read_text(encoding="utf-8")
+    try:
+        if path.suffix == ".json":
+            data = json.loads(text)
+        elif path.suffix == ".toml":
+            data = tomllib.loads(text)
+        else:
+            raise LlmConfigError(f"model config {path}: use a .json or .toml file")
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise LlmConfigError(f"model config {path} is not valid {path.suffix[1:]}: {exc}") from None
+    if not isinstance(data, dict):
+        raise LlmConfigError(f"model config {path}: the top level must be a table/object")
+    return data
+
+
+def _describe(exc: ValidationError, where: str, *, allowed: list[str]) -> str:
+    problems = []
+    for error in exc.errors():
+        field = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        if error["type"] == "extra_forbidden" and field.endswith("api_key"):
+            problems.append(
+                f"unknown field {field!r}: keys never go in a config file; put the key in an "
+                "environment variable and name that variable in `api_key_env`"
+            )
+        elif error["type"] == "extra_forbidden":
+            problems.append(f"unknown field {field!r} (allowed: {', '.join(allowed)})")
+        else:
+            problems.append(f"{field}: {error['msg']}")
+    return f"{where}: " + "; ".join(problems)
