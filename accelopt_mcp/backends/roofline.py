@@ -1,0 +1,142 @@
+"""Hardware peaks and a roofline: how close a measured latency comes to what the chip can do.
+
+A task states the work it does (`Roofline`: FLOPs and bytes that must cross the memory bus); a
+latency turns that into achieved FLOP/s and bytes/s, and the ratio to the hardware's peak says how
+much room is left. A ratio above 1 means the measurement (or the stated work) cannot be right.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from accelopt_mcp.backends.base import Roofline
+
+ComputeUnit = Literal["matmul_fp32", "matmul_bf16", "vector"]
+
+
+class HardwarePeak(BaseModel):
+    """Peak rates of one compute unit (a NeuronCore, a GPU), in bytes/s and FLOP/s."""
+
+    name: str
+    memory_bytes_per_s: float = Field(gt=0)
+    matmul_fp32_flops_per_s: float = Field(gt=0)
+    matmul_bf16_flops_per_s: float = Field(gt=0)
+    vector_flops_per_s: float | None = Field(default=None, gt=0)
+    """Element-wise (non-matmul) peak; None where no public figure exists."""
+    source: str
+
+    def flops_per_s(self, unit: ComputeUnit) -> float:
+        if unit == "matmul_fp32":
+            return self.matmul_fp32_flops_per_s
+        if unit == "matmul_bf16":
+            return self.matmul_bf16_flops_per_s
+        if self.vector_flops_per_s is None:
+            raise ValueError(
+                f"no public vector-engine peak for {self.name!r}; use unit 'matmul_fp32' or "
+                "'matmul_bf16', or pass a HardwarePeak with vector_flops_per_s"
+            )
+        return self.vector_flops_per_s
+
+
+_GIB = 1024**3
+
+# Per NeuronCore-v2 (a Trainium1 chip has two). HBM and matmul: half of the chip figures in AWS's
+# "Trainium Architecture" page (820 GiB/s, 47.5 FP32 / 190 BF16 TFLOP/s per chip). The vector +
+# scalar figure is the one NKIBench uses for element-wise kernels.
+TRN1 = HardwarePeak(
+    name="trn1",
+    memory_bytes_per_s=410 * _GIB,
+    matmul_fp32_flops_per_s=23.75e12,
+    matmul_bf16_flops_per_s=95e12,
+    vector_flops_per_s=286.72e9,
+    source="AWS Neuron docs, Trainium Architecture (per chip / 2); NKIBench (vector+scalar)",
+)
+
+# Per NeuronCore-v3 (a Trainium2 chip has eight). AWS's "Trainium2 Architecture" page: 2.9 TB/s
+# HBM and 181 FP32 TFLOP/s per chip; "NeuronCore-v3 Architecture": 79 BF16 TFLOP/s per core. AWS
+# publishes no vector-engine FLOP/s for NeuronCore-v3, so element-wise percent-of-peak is left out.
+TRN2 = HardwarePeak(
+    name="trn2",
+    memory_bytes_per_s=2.9e12 / 8,
+    matmul_fp32_flops_per_s=181e12 / 8,
+    matmul_bf16_flops_per_s=79e12,
+    vector_flops_per_s=None,
+    source="AWS Neuron docs, Trainium2 Architecture (per chip / 8), NeuronCore-v3 Architecture",
+)
+
+# NVIDIA datasheets (SXM, dense): FP32 on CUDA cores, BF16 on tensor cores; H200 differs in memory.
+H100 = HardwarePeak(
+    name="h100",
+    memory_bytes_per_s=3.35e12,
+    matmul_fp32_flops_per_s=67e12,
+    matmul_bf16_flops_per_s=989.5e12,
+    vector_flops_per_s=67e12,
+    source="NVIDIA H100 SXM datasheet (dense)",
+)
+H200 = HardwarePeak(
+    name="h200",
+    memory_bytes_per_s=4.8e12,
+    matmul_fp32_flops_per_s=67e12,
+    matmul_bf16_flops_per_s=989.5e12,
+    vector_flops_per_s=67e12,
+    source="NVIDIA H200 SXM datasheet (dense)",
+)
+
+PEAKS: dict[str, HardwarePeak] = {p.name: p for p in (TRN1, TRN2, H100, H200)}
+
+
+def peak_for(hardware: str | HardwarePeak) -> HardwarePeak:
+    """The peak table for a hardware name such as 'trn1' or 'NVIDIA H200' (case-insensitive)."""
+    if isinstance(hardware, HardwarePeak):
+        return hardware
+    key = hardware.lower()
+    for name, peak in PEAKS.items():
+        if name in key.replace(" ", "").replace("-", ""):
+            return peak
+    raise ValueError(f"no peak figures for hardware {hardware!r}; known: {sorted(PEAKS)}")
+
+
+def percent_of_peak(
+    latency_ms: float,
+    roofline: Roofline,
+    hardware: str | HardwarePeak,
+    *,
+    unit: ComputeUnit = "matmul_fp32",
+) -> dict[str, float | str]:
+    """Achieved rates and their fractions of the peak for a kernel that took `latency_ms`.
+
+    `roofline_fraction` is the roofline's ideal time over the measured one: 1.0 means the kernel
+    runs at the bound that binds it (`bound`: 'compute' or 'memory').
+    """
+    if latency_ms <= 0:
+        raise ValueError(f"latency_ms must be positive to compare against a peak, got {latency_ms}")
+    peak = peak_for(hardware)
+    seconds = latency_ms / 1e3
+    compute_peak = peak.flops_per_s(unit)
+    flops_per_s = roofline.flops / seconds
+    bytes_per_s = roofline.bytes_moved / seconds
+    compute_fraction = flops_per_s / compute_peak
+    memory_fraction = bytes_per_s / peak.memory_bytes_per_s
+    return {
+        "hardware": peak.name,
+        "unit": unit,
+        "achieved_tflops_per_s": flops_per_s / 1e12,
+        "achieved_gbytes_per_s": bytes_per_s / 1e9,
+        "compute_fraction": compute_fraction,
+        "memory_fraction": memory_fraction,
+        "roofline_fraction": max(compute_fraction, memory_fraction),
+        "bound": "compute" if compute_fraction >= memory_fraction else "memory",
+    }
+
+
+def is_above_peak(report: dict[str, float | str], *, slack: float = 1.05) -> bool:
+    """True when a figure claims more than the hardware can do; `slack` absorbs rounding in the
+    stated work and clock boost, so only clearly impossible results are flagged."""
+    return float(report["roofline_fraction"]) > slack
+
+
+def peak_counters(report: dict[str, float | str]) -> dict[str, float]:
+    """The numeric part of a percent_of_peak report, named for Evaluation.hardware_counters."""
+    return {f"peak_{k}": float(v) for k, v in report.items() if isinstance(v, int | float)}
