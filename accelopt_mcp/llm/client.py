@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import random
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -315,7 +316,8 @@ def _status_outcome(
     exc: openai.APIStatusError, config: ModelConfig, secrets: list[str]
 ) -> _Outcome:
     status = exc.status_code
-    detail = short_error(f"HTTP {status}: {exc.message}", secrets)
+    message = re.sub(r"^Error code: \d+ - ", "", exc.message)
+    detail = short_error(f"HTTP {status}: {message}", secrets)
     if status == 401:
         detail += f" (the server rejected the key in {config.api_key_env})"
     retry_after = _retry_after_s(exc.response.headers)

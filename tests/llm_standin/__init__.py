@@ -1,0 +1,1 @@
+"""A scripted OpenAI-compatible server, a test stand-in for paid model APIs."""
