@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 
 class _Reply(BaseModel):
@@ -74,9 +74,20 @@ class EmptyChoicesFault(_Reply):
     kind: Literal["empty_choices"]
 
 
+def _reply_kind(value: Any) -> str:
+    """A reply without `kind` is a text reply."""
+    if isinstance(value, dict):
+        return str(value.get("kind", "text"))
+    return str(getattr(value, "kind", "text"))
+
+
 Reply = Annotated[
-    TextReply | StatusFault | DelayFault | GarbageFault | EmptyChoicesFault,
-    Field(discriminator="kind"),
+    Annotated[TextReply, Tag("text")]
+    | Annotated[StatusFault, Tag("status")]
+    | Annotated[DelayFault, Tag("delay")]
+    | Annotated[GarbageFault, Tag("garbage")]
+    | Annotated[EmptyChoicesFault, Tag("empty_choices")],
+    Discriminator(_reply_kind),
 ]
 
 

@@ -1,0 +1,403 @@
+"""The real client against the stand-in server over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from accelopt_mcp.llm import (
+    Budget,
+    BudgetExceeded,
+    LlmCallFailed,
+    LlmClient,
+    LlmConfigError,
+    LlmReply,
+    RoleConfigs,
+    role_configs_from_dict,
+)
+from accelopt_mcp.store.base import LlmCallIn
+from tests.llm.conftest import TEST_KEY_ENV, configs_for
+from tests.llm_standin.process import StandinProcess
+
+StartStandin = Callable[[dict[str, Any]], StandinProcess]
+
+PLANNER_SYSTEM = "ROLE=planner. You propose optimization plans."
+MESSAGES = [
+    {"role": "system", "content": PLANNER_SYSTEM},
+    {"role": "user", "content": "make this matmul faster please"},
+]
+
+
+def _planner_script(*replies: dict[str, Any], **role: Any) -> dict[str, Any]:
+    return {"roles": {"planner": {"marker": "ROLE=planner", "replies": list(replies), **role}}}
+
+
+def _words(messages: list[dict[str, str]]) -> int:
+    return sum(len(message["content"].split()) for message in messages)
+
+
+def _complete(
+    configs: RoleConfigs,
+    role: str = "planner",
+    messages: list[dict[str, str]] = MESSAGES,
+    **client_args: Any,
+) -> tuple[LlmReply, list[LlmCallIn]]:
+    rows: list[LlmCallIn] = []
+
+    async def go() -> LlmReply:
+        async with LlmClient(configs, ledger=rows.append, **client_args) as client:
+            return await client.complete(role, messages)
+
+    return asyncio.run(go()), rows
+
+
+def _complete_fails(configs: RoleConfigs, **client_args: Any) -> tuple[Exception, list[LlmCallIn]]:
+    rows: list[LlmCallIn] = []
+
+    async def go() -> None:
+        async with LlmClient(configs, ledger=rows.append, **client_args) as client:
+            await client.complete("planner", MESSAGES)
+
+    with pytest.raises(Exception) as info:
+        asyncio.run(go())
+    return info.value, rows
+
+
+def test_happy_path_reports_usage_cost_and_sends_the_role_settings(
+    start_standin: StartStandin, test_key: str
+) -> None:
+    standin = start_standin(_planner_script({"kind": "text", "text": "tile the inner loop by 64"}))
+    configs = role_configs_from_dict(
+        {
+            "default": {"base_url": standin.base_url, "api_key_env": TEST_KEY_ENV},
+            "planner": {
+                "model": "priced-model",
+                "temperature": 0.9,
+                "top_p": 0.95,
+                "max_tokens": 321,
+                "max_tokens_param": "max_completion_tokens",
+                "reasoning_effort": "high",
+                "extra_body": {"top_k": 40},
+            },
+            "prices": {"priced-model": {"input_per_mtok": 3.0, "output_per_mtok": 12.0}},
+        }
+    )
+
+    reply, rows = _complete(configs, run_id="run-1")
+
+    assert reply.text == "tile the inner loop by 64"
+    assert reply.tokens_in == _words(MESSAGES)
+    assert reply.tokens_out == 6
+    assert reply.cost_usd == pytest.approx((reply.tokens_in * 3.0 + 6 * 12.0) / 1e6)
+    assert reply.model == "priced-model" and reply.attempts == 1 and reply.finish_reason == "stop"
+    assert [(r.run_id, r.role, r.ok, r.tokens_in, r.tokens_out) for r in rows] == [
+        ("run-1", "planner", True, reply.tokens_in, 6)
+    ]
+    assert rows[0].cost_usd == pytest.approx(reply.cost_usd)
+    assert rows[0].latency_s > 0
+    (request,) = standin.requests()
+    body = request["body"]
+    assert request["auth_ok"] and request["role"] == "planner"
+    assert body["model"] == "priced-model"
+    assert (body["temperature"], body["top_p"], body["max_completion_tokens"]) == (0.9, 0.95, 321)
+    assert body["reasoning_effort"] == "high" and body["top_k"] == 40
+    assert "max_tokens" not in body
+    assert body["messages"] == MESSAGES
+
+
+def test_429_is_retried_after_the_servers_retry_after(
+    start_standin: StartStandin, test_key: str
+) -> None:
+    standin = start_standin(
+        _planner_script(
+            {"kind": "status", "status": 429, "retry_after": "0.4"},
+            {"kind": "text", "text": "ok"},
+        )
+    )
+
+    reply, rows = _complete(configs_for(standin.base_url))
+
+    assert reply.text == "ok" and reply.attempts == 2
+    assert [row.ok for row in rows] == [False, True]
+    assert rows[0].error is not None and "429" in rows[0].error
+    first, second = standin.requests()
+    assert second["received_at"] - first["received_at"] >= 0.4
+
+
+def test_500s_are_retried_until_success(start_standin: StartStandin, test_key: str) -> None:
+    standin = start_standin(
+        _planner_script(
+            {"kind": "status", "status": 500},
+            {"kind": "status", "status": 503},
+            {"kind": "text", "text": "third time lucky"},
+        )
+    )
+
+    reply, rows = _complete(configs_for(standin.base_url))
+
+    assert reply.text == "third time lucky" and reply.attempts == 3
+    assert [row.ok for row in rows] == [False, False, True]
+    assert "HTTP 500" in (rows[0].error or "") and "HTTP 503" in (rows[1].error or "")
+    assert len(standin.requests()) == 3
+
+
+def test_timeouts_are_retried_then_given_up_with_a_clear_error(
+    start_standin: StartStandin, test_key: str
+) -> None:
+    standin = start_standin(
+        _planner_script({"kind": "delay", "seconds": 3}, when_exhausted="repeat_last")
+    )
+    started = time.monotonic()
+
+    error, rows = _complete_fails(configs_for(standin.base_url, timeout_s=0.3, max_retries=1))
+
+    assert time.monotonic() - started < 2.5
+    assert isinstance(error, LlmCallFailed)
+    assert error.attempts == 2
+    assert "timed out after 0.3 s" in str(error) and "no retries left" in str(error)
+    assert [row.ok for row in rows] == [False, False]
+    assert len(standin.requests()) == 2
+
+
+def test_garbage_and_empty_replies_count_as_failed_attempts(
+    start_standin: StartStandin, test_key: str
+) -> None:
+    standin = start_standin(
+        _planner_script(
+            {"kind": "garbage"},
+            {"kind": "garbage", "content_type": "text/html"},
+            {"kind": "empty_choices"},
+            {"kind": "text", "text": "finally"},
+        )
+    )
+
+    reply, rows = _complete(configs_for(standin.base_url))
+
+    assert reply.text == "finally" and reply.attempts == 4
+    errors = [row.error or "" for row in rows[:3]]
+    assert all(error.startswith("malformed reply") for error in errors), errors
+    assert "no choices" in errors[2]
+    assert rows[3].ok
+
+
+def test_only_garbage_fails_after_the_retries(start_standin: StartStandin, test_key: str) -> None:
+    standin = start_standin(_planner_script({"kind": "garbage"}, when_exhausted="repeat_last"))
+
+    error, rows = _complete_fails(configs_for(standin.base_url, max_retries=2))
+
+    assert isinstance(error, LlmCallFailed)
+    assert "malformed reply" in error.last_error and error.attempts == 3
+    assert len(rows) == 3 and not any(row.ok for row in rows)
+
+
+def test_a_client_error_is_not_retried(start_standin: StartStandin, test_key: str) -> None:
+    standin = start_standin(
+        _planner_script(
+            {"kind": "status", "status": 400, "message": "context too long"},
+            {"kind": "text", "text": "never sent"},
+        )
+    )
+
+    error, rows = _complete_fails(configs_for(standin.base_url))
+
+    assert isinstance(error, LlmCallFailed)
+    assert "not retryable" in str(error) and "context too long" in str(error)
+    assert error.attempts == 1 and len(rows) == 1
+    assert len(standin.requests()) == 1
+
+
+def test_concurrency_limit_per_role_is_respected(
+    start_standin: StartStandin, test_key: str
+) -> None:
+    standin = start_standin(
+        {
+            "latency_s": 0.25,
+            **_planner_script({"kind": "text", "text": "plan"}, when_exhausted="repeat_last"),
+        }
+    )
+    configs = configs_for(standin.base_url, concurrency=2)
+
+    async def go() -> list[LlmReply]:
+        async with LlmClient(configs) as client:
+            return await asyncio.gather(*(client.complete("planner", MESSAGES) for _ in range(6)))
+
+    started = time.monotonic()
+    replies = asyncio.run(go())
+
+    assert [reply.text for reply in replies] == ["plan"] * 6
+    assert standin.log()["max_in_flight"]["planner"] == 2
+    assert time.monotonic() - started >= 3 * 0.25
+
+
+def test_token_budget_stops_new_calls_before_they_start(
+    start_standin: StartStandin, test_key: str
+) -> None:
+    standin = start_standin(
+        _planner_script({"kind": "text", "text": "one two three"}, when_exhausted="repeat_last")
+    )
+    per_call = _words(MESSAGES) + 3
+    budget = Budget(max_tokens=per_call + 1)
+    configs = configs_for(standin.base_url)
+
+    async def go() -> BudgetExceeded:
+        async with LlmClient(configs, budget=budget) as client:
+            await client.complete("planner", MESSAGES)
+            await client.complete("planner", MESSAGES)
+            with pytest.raises(BudgetExceeded) as info:
+                await client.complete("planner", MESSAGES)
+            return info.value
+
+    exceeded = asyncio.run(go())
+
+    assert "token budget" in str(exceeded)
+    assert exceeded.usage.tokens == 2 * per_call and exceeded.usage.calls == 2
+    assert len(standin.requests()) == 2
+
+
+def test_cost_budget_stops_new_calls(start_standin: StartStandin, test_key: str) -> None:
+    standin = start_standin(
+        _planner_script({"kind": "text", "text": "x", "completion_tokens": 1_000_000})
+    )
+    configs = role_configs_from_dict(
+        {
+            "default": {
+                "base_url": standin.base_url,
+                "api_key_env": TEST_KEY_ENV,
+                "model": "pricey",
+            },
+            "prices": {"pricey": {"input_per_mtok": 0, "output_per_mtok": 2.5}},
+        }
+    )
+    budget = Budget(max_usd=2.0)
+
+    async def go() -> None:
+        async with LlmClient(configs, budget=budget) as client:
+            await client.complete("planner", MESSAGES)
+            await client.complete("planner", MESSAGES)
+
+    with pytest.raises(BudgetExceeded, match=r"cost budget reached: \$2\.5000 of \$2\.0000"):
+        asyncio.run(go())
+    assert len(standin.requests()) == 1
+
+
+def test_wall_time_budget_refuses_a_retry_pause_it_cannot_afford(
+    start_standin: StartStandin, test_key: str
+) -> None:
+    standin = start_standin(_planner_script({"kind": "status", "status": 429, "retry_after": "30"}))
+    started = time.monotonic()
+
+    error, rows = _complete_fails(configs_for(standin.base_url), budget=Budget(max_wall_s=5))
+
+    assert isinstance(error, BudgetExceeded) and "wall-time budget" in str(error)
+    assert time.monotonic() - started < 5
+    assert len(rows) == 1 and not rows[0].ok
+
+
+def test_the_key_never_reaches_ledger_rows_or_exceptions(
+    start_standin: StartStandin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "sk-standin-SECRET-0123456789abcdef"
+    standin = start_standin(
+        {
+            "api_key": secret,
+            "echo_key_in_errors": True,
+            **_planner_script({"kind": "status", "status": 500}, when_exhausted="repeat_last"),
+        }
+    )
+    monkeypatch.setenv(TEST_KEY_ENV, secret)
+
+    error, rows = _complete_fails(configs_for(standin.base_url, max_retries=1))
+
+    assert isinstance(error, LlmCallFailed)
+    assert "[redacted]" in str(error)  # the server did echo it; the client scrubbed it
+    rendered = "".join(traceback.format_exception(error))
+    assert secret not in rendered
+    assert len(rows) == 2
+    assert all(secret not in row.model_dump_json() for row in rows)
+
+
+def test_a_rejected_key_names_the_variable_but_not_the_key(
+    start_standin: StartStandin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wrong = "sk-wrong-key-9876543210fedcba"
+    standin = start_standin({"echo_key_in_errors": True, **_planner_script()})
+    monkeypatch.setenv(TEST_KEY_ENV, wrong)
+
+    error, rows = _complete_fails(configs_for(standin.base_url))
+
+    assert isinstance(error, LlmCallFailed)
+    assert "HTTP 401" in str(error) and TEST_KEY_ENV in str(error)
+    assert wrong not in "".join(traceback.format_exception(error))
+    assert len(rows) == 1 and wrong not in (rows[0].error or "")
+    assert standin.requests()[0]["auth_ok"] is False
+
+
+def test_missing_key_for_a_remote_endpoint_is_a_clear_config_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("ACCELOPT_ABSENT_KEY", raising=False)
+    configs = role_configs_from_dict(
+        {
+            "default": {
+                "base_url": "https://llm.example.invalid/v1",
+                "api_key_env": "ACCELOPT_ABSENT_KEY",
+            }
+        }
+    )
+
+    error, rows = _complete_fails(configs)
+
+    assert isinstance(error, LlmConfigError)
+    assert "ACCELOPT_ABSENT_KEY is not set" in str(error)
+    assert rows == []
+
+
+def test_a_local_endpoint_needs_no_key(
+    start_standin: StartStandin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    standin = start_standin({"api_key": "not-needed", **_planner_script({"text": "local ok"})})
+    monkeypatch.delenv(TEST_KEY_ENV, raising=False)
+
+    reply, _ = _complete(configs_for(standin.base_url))
+
+    assert reply.text == "local ok"
+
+
+def test_roles_route_by_model_name_and_missing_usage_is_estimated(
+    start_standin: StartStandin, test_key: str
+) -> None:
+    standin = start_standin(
+        {
+            "roles": {
+                "exec-model": {"replies": [{"text": "```python\nx = 1\n```", "omit_usage": True}]},
+                "summ-model": {"replies": [{"text": "summary"}]},
+            }
+        }
+    )
+    base = configs_for(standin.base_url).model_dump()
+    base["executor"]["model"] = "exec-model"
+    base["summarizer"]["model"] = "summ-model"
+    configs = RoleConfigs.model_validate(base)
+    messages = [{"role": "user", "content": "implement the plan " * 10}]
+
+    executor_reply, _ = _complete(configs, "executor", messages)
+    summary_reply, _ = _complete(configs, "summarizer", messages)
+
+    assert executor_reply.text.startswith("```python") and executor_reply.usage_estimated
+    assert executor_reply.tokens_in == len(messages[0]["content"]) // 4
+    assert summary_reply.text == "summary" and not summary_reply.usage_estimated
+    assert [request["role"] for request in standin.requests()] == ["exec-model", "summ-model"]
+
+
+def test_unknown_role_is_rejected() -> None:
+    async def go() -> None:
+        async with LlmClient(RoleConfigs()) as client:
+            await client.complete("critic", MESSAGES)
+
+    with pytest.raises(LlmConfigError, match="unknown role 'critic'"):
+        asyncio.run(go())
