@@ -1,0 +1,286 @@
+"""Row <-> record conversion shared by the stores that keep schema_v2's tables.
+
+One serialization rule everywhere: a record is stored as its full JSON form
+(`model_dump_json()`, defaults included, NaN/inf as the model's config says), so the generated
+columns are always filled and reading a row back gives a record equal to the one stored.
+
+Row readers take any mapping of column name -> value, as SQLite (JSON text, ISO timestamps),
+psycopg (dicts, datetimes) or PostgREST (dicts, ISO timestamps) return it; `prefix` selects
+the columns of one table out of a joined row (e.g. "s_" for `s.id AS s_id`).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from accelopt_mcp.models import Definition, Evaluation, Solution, Workload
+from accelopt_mcp.store.base import (
+    ExperienceRecord,
+    LlmCallRecord,
+    RunRecord,
+    StoredDefinition,
+    StoredProfile,
+    StoredSolution,
+    StoredWorkload,
+)
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+TABLES = ("definitions", "workloads", "solutions", "profiles", "runs", "experiences", "llm_calls")
+
+DEFINITION_COLUMNS = ("name", "definition", "created_at")
+WORKLOAD_COLUMNS = ("uuid", "definition_name", "workload", "created_at")
+SOLUTION_COLUMNS = (
+    "id",
+    "definition_name",
+    "parent_id",
+    "solution",
+    "hash_version",
+    "solution_hash",
+    "evolve_metadata",
+    "spec_language",
+    "author",
+    "created_at",
+)
+PROFILE_COLUMNS = (
+    "id",
+    "workload_uuid",
+    "solution_id",
+    "evaluation",
+    "benchmark_config",
+    "benchmark_config_hash",
+    "eval_status",
+    "eval_hardware",
+    "latency_ms",
+    "reference_latency_ms",
+    "speedup",
+    "created_at",
+)
+RUN_COLUMNS = tuple(RunRecord.model_fields)
+EXPERIENCE_COLUMNS = tuple(ExperienceRecord.model_fields)
+LLM_CALL_COLUMNS = tuple(LlmCallRecord.model_fields)
+
+
+# --------------------------------------------------------------------------- input checks
+
+
+def require(value: object, model: type[ModelT], what: str) -> ModelT:
+    """The record itself, or a TypeError saying how to build one (a dict is not validated
+    silently: validation errors belong where the data comes from)."""
+    if isinstance(value, model):
+        return value
+    name = model.__name__
+    raise TypeError(
+        f"{what} must be a {name} record, got {type(value).__name__}; build it with "
+        f"{name}.model_validate(data) so that bad fields are reported"
+    )
+
+
+def require_str(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"{what} must be a non-empty string, got {value!r}")
+    return value
+
+
+def canonical_uuid(value: object) -> str | None:
+    """The canonical text of a UUID (lower case, hyphenated), or None if it is not one."""
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if not isinstance(value, str):
+        return None
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return None
+
+
+def new_uuid() -> str:
+    return str(uuid.uuid4())
+
+
+def new_text_id() -> str:
+    """Key of a run, experience or ledger row."""
+    return uuid.uuid4().hex
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+# --------------------------------------------------------------------------- record -> JSON
+
+
+def record_json(record: BaseModel) -> str:
+    """The stored JSON of a record: every field, defaults included."""
+    return record.model_dump_json()
+
+
+def workload_trace_json(definition_name: str, workload: Workload) -> str:
+    """A workload Trace, as AccelOpt's `workloads.workload` column holds it."""
+    return json.dumps(
+        {"definition": definition_name, "workload": json.loads(record_json(workload))}
+    )
+
+
+def plain_json(value: Mapping[str, Any] | None, what: str) -> str:
+    """JSON text of free-form settings (metadata, configs); a clear error if they are not JSON."""
+    if value is None:
+        return "{}"
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{what} must be a dict of JSON values, got {type(value).__name__}")
+    try:
+        return json.dumps(dict(value), allow_nan=False, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"{what} must hold only JSON values (str, number, bool, None, list, dict; no NaN): "
+            f"{exc}"
+        ) from exc
+
+
+# --------------------------------------------------------------------------- row -> record
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, str | bytes | bytearray):
+        return json.loads(value)
+    return value
+
+
+def _timestamp(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if not isinstance(value, datetime):
+        raise TypeError(f"not a timestamp: {value!r}")
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def _id(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _pick(row: Mapping[str, Any], prefix: str, columns: tuple[str, ...]) -> dict[str, Any]:
+    return {c: row[prefix + c] for c in columns}
+
+
+def definition_from_row(row: Mapping[str, Any], prefix: str = "") -> StoredDefinition:
+    r = _pick(row, prefix, DEFINITION_COLUMNS)
+    return StoredDefinition(
+        name=r["name"],
+        definition=Definition.model_validate(_json(r["definition"])),
+        created_at=_timestamp(r["created_at"]),
+    )
+
+
+def workload_from_row(row: Mapping[str, Any], prefix: str = "") -> StoredWorkload:
+    r = _pick(row, prefix, WORKLOAD_COLUMNS)
+    trace = _json(r["workload"])
+    return StoredWorkload(
+        uuid=r["uuid"],
+        definition_name=r["definition_name"],
+        workload=Workload.model_validate(trace["workload"]),
+        created_at=_timestamp(r["created_at"]),
+    )
+
+
+def solution_from_row(row: Mapping[str, Any], prefix: str = "") -> StoredSolution:
+    r = _pick(row, prefix, SOLUTION_COLUMNS)
+    return StoredSolution(
+        id=str(r["id"]),
+        definition_name=r["definition_name"],
+        parent_id=_id(r["parent_id"]),
+        solution=Solution.model_validate(_json(r["solution"])),
+        hash_version=int(r["hash_version"]),
+        solution_hash=r["solution_hash"],
+        evolve_metadata=_json(r["evolve_metadata"]) or {},
+        spec_language=r["spec_language"],
+        author=r["author"],
+        created_at=_timestamp(r["created_at"]),
+    )
+
+
+def profile_from_row(row: Mapping[str, Any], prefix: str = "") -> StoredProfile:
+    r = _pick(row, prefix, PROFILE_COLUMNS)
+    return StoredProfile(
+        id=str(r["id"]),
+        workload_uuid=r["workload_uuid"],
+        solution_id=str(r["solution_id"]),
+        evaluation=Evaluation.model_validate(_json(r["evaluation"])),
+        benchmark_config=_json(r["benchmark_config"]) or {},
+        benchmark_config_hash=r["benchmark_config_hash"],
+        eval_status=r["eval_status"],
+        eval_hardware=r["eval_hardware"],
+        latency_ms=_float(r["latency_ms"]),
+        reference_latency_ms=_float(r["reference_latency_ms"]),
+        speedup=_float(r["speedup"]),
+        created_at=_timestamp(r["created_at"]),
+    )
+
+
+def run_from_row(row: Mapping[str, Any]) -> RunRecord:
+    r = dict(_pick(row, "", RUN_COLUMNS))
+    r["config"] = _json(r["config"]) or {}
+    r["initial_solution_id"] = _id(r["initial_solution_id"])
+    r["best_solution_id"] = _id(r["best_solution_id"])
+    r["created_at"] = _timestamp(r["created_at"])
+    r["updated_at"] = _timestamp(r["updated_at"])
+    return RunRecord.model_validate(r)
+
+
+def experience_from_row(row: Mapping[str, Any]) -> ExperienceRecord:
+    r = dict(_pick(row, "", EXPERIENCE_COLUMNS))
+    r["slow_solution_id"] = _id(r["slow_solution_id"])
+    r["fast_solution_id"] = _id(r["fast_solution_id"])
+    r["removed"] = bool(r["removed"])
+    r["created_at"] = _timestamp(r["created_at"])
+    return ExperienceRecord.model_validate(r)
+
+
+def llm_call_from_row(row: Mapping[str, Any]) -> LlmCallRecord:
+    r = dict(_pick(row, "", LLM_CALL_COLUMNS))
+    r["ok"] = bool(r["ok"])
+    r["created_at"] = _timestamp(r["created_at"])
+    return LlmCallRecord.model_validate(r)
+
+
+# --------------------------------------------------------------------------- messages
+
+
+def unknown_definition(name: str) -> str:
+    return (
+        f"definition {name!r} is not stored; store it first with upsert_definition "
+        "(or `accelopt db import`)"
+    )
+
+
+def unknown_solution(solution_id: str, role: str = "solution") -> str:
+    return f"{role} {solution_id!r} is not a stored solution id; store that solution first"
+
+
+def unknown_workload(workload_uuid: str) -> str:
+    return f"workload {workload_uuid!r} is not stored; store it first with upsert_workload"
+
+
+def unknown_run(run_id: str) -> str:
+    return f"run {run_id!r} is not stored; create it first with create_run"
+
+
+def hash_conflict(solution_hash: str, stored_under: str, given: str) -> str:
+    return (
+        f"a solution with the same source (hash {solution_hash[:12]}...) is stored under "
+        f"definition {stored_under!r}, not {given!r}; one source belongs to one definition, so "
+        "give this kernel a change that makes it differ, or store it under that definition"
+    )

@@ -1,0 +1,630 @@
+"""The store logic both SQL databases share; SQLite and PostgreSQL differ only in the hooks.
+
+Statements are written once with `?` for a parameter and `?j` for a JSON parameter; a dialect
+rewrites them (psycopg: `%s`, `%s::jsonb`). References are checked inside the write
+transaction before inserting, so an unknown definition, parent or workload gets a message
+that names it instead of a bare foreign-key failure.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+from accelopt_mcp import hashing
+from accelopt_mcp.models import Definition, Evaluation, Solution, Workload
+from accelopt_mcp.store import _rows
+from accelopt_mcp.store.base import (
+    ConflictError,
+    ExperienceIn,
+    ExperienceRecord,
+    KernelStore,
+    LlmCallIn,
+    LlmTotals,
+    RankedSolution,
+    RunRecord,
+    RunUpdate,
+    StoredDefinition,
+    StoredProfile,
+    StoredSolution,
+    StoredWorkload,
+    StoreStats,
+    UnknownReferenceError,
+)
+
+Row = Mapping[str, Any]
+LINEAGE_DEPTH_CAP = 10000
+
+
+class Cursor(Protocol):
+    """What a dialect's transaction hands out: run one statement, read its rows."""
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None: ...
+
+
+def _cols(alias: str, columns: tuple[str, ...], prefix: str = "") -> str:
+    return ", ".join(f"{alias}.{c} AS {prefix}{c}" for c in columns)
+
+
+def _check_limit(limit: int | None, offset: int = 0) -> None:
+    if limit is not None and (not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit must be a non-negative integer or None, got {limit!r}")
+    if not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"offset must be a non-negative integer, got {offset!r}")
+
+
+class SqlKernelStore(KernelStore, abc.ABC):
+    """KernelStore over schema_v2's tables; subclasses supply a connection and a dialect."""
+
+    generated_keys: bool
+    """True where definitions.name and workloads.uuid are generated from the JSON (PostgreSQL)."""
+    now_sql: str
+    """The database's current time, as an SQL expression."""
+
+    # ------------------------------------------------------------------ dialect hooks
+    @abc.abstractmethod
+    @contextmanager
+    def _tx(self, *, write: bool) -> Iterator[Cursor]:
+        """One transaction; commits on success, rolls back on error, translates errors."""
+
+    @abc.abstractmethod
+    def _order(self, table: str, alias: str) -> str:
+        """An expression that sorts a table's rows in insertion order."""
+
+    @abc.abstractmethod
+    def _contains(self, column: str) -> str:
+        """A condition: lower-cased `column` contains the (lower-cased) parameter."""
+
+    @abc.abstractmethod
+    def _lineage(self, cur: Cursor, solution_id: str, *, up: bool) -> list[Row]:
+        """Solutions above (nearest first) or below (breadth first) one solution."""
+
+    @abc.abstractmethod
+    def _location(self) -> str: ...
+
+    def _no_limit(self) -> int | None:
+        return None
+
+    # ------------------------------------------------------------------ helpers
+    def _limit(self, limit: int | None) -> int | None:
+        return self._no_limit() if limit is None else limit
+
+    @staticmethod
+    def _exists(cur: Cursor, table: str, key: str, value: Any) -> bool:
+        return cur.one(f"SELECT 1 AS x FROM {table} WHERE {key} = ?", (value,)) is not None
+
+    def _require_definition(self, cur: Cursor, name: str) -> None:
+        if not self._exists(cur, "definitions", "name", name):
+            raise UnknownReferenceError(_rows.unknown_definition(name))
+
+    def _require_solution(self, cur: Cursor, solution_id: str | None, role: str) -> str | None:
+        if solution_id is None:
+            return None
+        canonical = _rows.canonical_uuid(solution_id)
+        if canonical is None or not self._exists(cur, "solutions", "id", canonical):
+            raise UnknownReferenceError(_rows.unknown_solution(str(solution_id), role))
+        return canonical
+
+    def _require_run(self, cur: Cursor, run_id: str | None) -> None:
+        if run_id is not None and not self._exists(cur, "runs", "id", run_id):
+            raise UnknownReferenceError(_rows.unknown_run(run_id))
+
+    # ------------------------------------------------------------------ definitions
+    def upsert_definition(self, definition: Definition) -> str:
+        definition = _rows.require(definition, Definition, "definition")
+        doc = _rows.record_json(definition)
+        with self._tx(write=True) as cur:
+            if self.generated_keys:
+                cur.one(
+                    "INSERT INTO definitions (definition) VALUES (?j) ON CONFLICT (name) "
+                    "DO UPDATE SET definition = excluded.definition",
+                    (doc,),
+                )
+            else:
+                cur.one(
+                    "INSERT INTO definitions (name, definition) VALUES (?, ?j) ON CONFLICT (name) "
+                    "DO UPDATE SET definition = excluded.definition",
+                    (definition.name, doc),
+                )
+        return definition.name
+
+    def get_definition(self, name: str) -> StoredDefinition | None:
+        with self._tx(write=False) as cur:
+            row = cur.one(
+                f"SELECT {_cols('d', _rows.DEFINITION_COLUMNS)} FROM definitions d "
+                "WHERE d.name = ?",
+                (name,),
+            )
+        return None if row is None else _rows.definition_from_row(row)
+
+    def list_definitions(self) -> list[StoredDefinition]:
+        with self._tx(write=False) as cur:
+            rows = cur.all(
+                f"SELECT {_cols('d', _rows.DEFINITION_COLUMNS)} FROM definitions d ORDER BY d.name"
+            )
+        return [_rows.definition_from_row(r) for r in rows]
+
+    # ------------------------------------------------------------------ workloads
+    def upsert_workload(self, definition_name: str, workload: Workload) -> str:
+        _rows.require_str(definition_name, "definition_name")
+        workload = _rows.require(workload, Workload, "workload")
+        doc = _rows.workload_trace_json(definition_name, workload)
+        with self._tx(write=True) as cur:
+            stored = cur.one(
+                "SELECT definition_name FROM workloads WHERE uuid = ?", (workload.uuid,)
+            )
+            if stored is not None and stored["definition_name"] != definition_name:
+                raise ConflictError(
+                    f"workload {workload.uuid!r} is stored under definition "
+                    f"{stored['definition_name']!r}, not {definition_name!r}; a workload uuid "
+                    "names one workload of one definition, so give this one a new uuid"
+                )
+            self._require_definition(cur, definition_name)
+            columns, values = ("definition_name, workload", "?, ?j")
+            params: tuple[Any, ...] = (definition_name, doc)
+            if not self.generated_keys:
+                columns, values = "uuid, " + columns, "?, " + values
+                params = (workload.uuid, *params)
+            cur.one(
+                f"INSERT INTO workloads ({columns}) VALUES ({values}) ON CONFLICT (uuid) "
+                "DO UPDATE SET workload = excluded.workload",
+                params,
+            )
+        return workload.uuid
+
+    def get_workload(self, uuid: str) -> StoredWorkload | None:
+        with self._tx(write=False) as cur:
+            row = cur.one(
+                f"SELECT {_cols('w', _rows.WORKLOAD_COLUMNS)} FROM workloads w WHERE w.uuid = ?",
+                (uuid,),
+            )
+        return None if row is None else _rows.workload_from_row(row)
+
+    def list_workloads(self, definition_name: str) -> list[StoredWorkload]:
+        with self._tx(write=False) as cur:
+            rows = cur.all(
+                f"SELECT {_cols('w', _rows.WORKLOAD_COLUMNS)} FROM workloads w "
+                f"WHERE w.definition_name = ? ORDER BY {self._order('workloads', 'w')}, w.uuid",
+                (definition_name,),
+            )
+        return [_rows.workload_from_row(r) for r in rows]
+
+    # ------------------------------------------------------------------ solutions
+    def upsert_solution(
+        self,
+        solution: Solution,
+        *,
+        parent_id: str | None = None,
+        evolve_metadata: dict[str, Any] | None = None,
+    ) -> str:
+        solution = _rows.require(solution, Solution, "solution")
+        metadata = _rows.plain_json(evolve_metadata, "evolve_metadata")
+        version = hashing.CURRENT_HASH_VERSION
+        digest = hashing.solution_hash(solution, version)
+        doc = _rows.record_json(solution)
+        find = (
+            "SELECT id, definition_name FROM solutions WHERE solution_hash = ? AND hash_version = ?"
+        )
+        with self._tx(write=True) as cur:
+            for attempt in range(2):
+                stored = cur.one(find, (digest, version))
+                if stored is not None:
+                    if stored["definition_name"] != solution.definition:
+                        raise ConflictError(
+                            _rows.hash_conflict(
+                                digest, stored["definition_name"], solution.definition
+                            )
+                        )
+                    return str(stored["id"])
+                if attempt:
+                    break
+                self._require_definition(cur, solution.definition)
+                parent = self._require_solution(cur, parent_id, "parent_id")
+                row = cur.one(
+                    "INSERT INTO solutions (id, definition_name, parent_id, solution, "
+                    "hash_version, solution_hash, evolve_metadata) VALUES (?, ?, ?, ?j, ?, ?, ?j) "
+                    "ON CONFLICT (solution_hash, hash_version) DO NOTHING RETURNING id",
+                    (_rows.new_uuid(), solution.definition, parent, doc, version, digest, metadata),
+                )
+                if row is not None:
+                    return str(row["id"])
+        raise ConflictError(f"solution hash {digest[:12]}... could not be stored; try again")
+
+    def _solution_where(self, where: str) -> str:
+        return f"SELECT {_cols('s', _rows.SOLUTION_COLUMNS)} FROM solutions s WHERE {where}"
+
+    def get_solution(self, solution_id: str) -> StoredSolution | None:
+        canonical = _rows.canonical_uuid(solution_id)
+        if canonical is None:
+            return None
+        with self._tx(write=False) as cur:
+            row = cur.one(self._solution_where("s.id = ?"), (canonical,))
+        return None if row is None else _rows.solution_from_row(row)
+
+    def find_solution(self, solution_hash: str, hash_version: int = 1) -> StoredSolution | None:
+        with self._tx(write=False) as cur:
+            row = cur.one(
+                self._solution_where("s.solution_hash = ? AND s.hash_version = ?"),
+                (solution_hash, hash_version),
+            )
+        return None if row is None else _rows.solution_from_row(row)
+
+    def list_solutions(
+        self,
+        *,
+        definition_name: str | None = None,
+        run_id: str | None = None,
+        language: str | None = None,
+        author: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[StoredSolution]:
+        _check_limit(limit, offset)
+        filters = {
+            "s.definition_name": definition_name,
+            "s.run_id": run_id,
+            "s.spec_language": language,
+            "s.author": author,
+        }
+        where = [f"{col} = ?" for col, value in filters.items() if value is not None] or ["1 = 1"]
+        params = [value for value in filters.values() if value is not None]
+        sql = (
+            self._solution_where(" AND ".join(where), params)
+            + f" ORDER BY {self._order('solutions', 's')}, s.id LIMIT ? OFFSET ?"
+        )
+        with self._tx(write=False) as cur:
+            rows = cur.all(sql, (*params, self._limit(limit), offset))
+        return [_rows.solution_from_row(r) for r in rows]
+
+    def ancestors(self, solution_id: str) -> list[StoredSolution]:
+        return self._lineage_of(solution_id, up=True)
+
+    def descendants(self, solution_id: str) -> list[StoredSolution]:
+        return self._lineage_of(solution_id, up=False)
+
+    def _lineage_of(self, solution_id: str, *, up: bool) -> list[StoredSolution]:
+        canonical = _rows.canonical_uuid(solution_id)
+        if canonical is None:
+            return []
+        with self._tx(write=False) as cur:
+            rows = self._lineage(cur, canonical, up=up)
+        return [_rows.solution_from_row(r) for r in rows]
+
+    # ------------------------------------------------------------------ profiles
+    def upsert_profile(
+        self,
+        workload_uuid: str,
+        solution_id: str,
+        evaluation: Evaluation,
+        benchmark_config: dict[str, Any],
+    ) -> str:
+        _rows.require_str(workload_uuid, "workload_uuid")
+        evaluation = _rows.require(evaluation, Evaluation, "evaluation")
+        config = _rows.plain_json(benchmark_config, "benchmark_config")
+        config_hash = hashing.benchmark_config_hash(dict(benchmark_config or {}))
+        doc = _rows.record_json(evaluation)
+        with self._tx(write=True) as cur:
+            if not self._exists(cur, "workloads", "uuid", workload_uuid):
+                raise UnknownReferenceError(_rows.unknown_workload(workload_uuid))
+            solution = self._require_solution(cur, solution_id, "solution_id")
+            row = cur.one(
+                "INSERT INTO profiles (id, workload_uuid, solution_id, evaluation, "
+                "benchmark_config, benchmark_config_hash) VALUES (?, ?, ?, ?j, ?j, ?) "
+                "ON CONFLICT (workload_uuid, solution_id, benchmark_config_hash, eval_hardware) "
+                "DO UPDATE SET evaluation = excluded.evaluation, "
+                "benchmark_config = excluded.benchmark_config RETURNING id",
+                (_rows.new_uuid(), workload_uuid, solution, doc, config, config_hash),
+            )
+        assert row is not None  # an upsert always returns its row
+        return str(row["id"])
+
+    def get_profile(self, profile_id: str) -> StoredProfile | None:
+        canonical = _rows.canonical_uuid(profile_id)
+        if canonical is None:
+            return None
+        with self._tx(write=False) as cur:
+            row = cur.one(
+                f"SELECT {_cols('p', _rows.PROFILE_COLUMNS)} FROM profiles p WHERE p.id = ?",
+                (canonical,),
+            )
+        return None if row is None else _rows.profile_from_row(row)
+
+    def list_profiles(
+        self,
+        *,
+        solution_id: str | None = None,
+        workload_uuid: str | None = None,
+        run_id: str | None = None,
+        hardware: str | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[StoredProfile]:
+        _check_limit(limit, offset)
+        if solution_id is not None:
+            solution_id = _rows.canonical_uuid(solution_id)
+            if solution_id is None:
+                return []
+        filters = {
+            "p.solution_id": solution_id,
+            "p.workload_uuid": workload_uuid,
+            "s.run_id": run_id,
+            "p.eval_hardware": hardware,
+            "p.eval_status": status,
+        }
+        where = [f"{col} = ?" for col, value in filters.items() if value is not None] or ["1 = 1"]
+        params = [value for value in filters.values() if value is not None]
+        sql = (
+            f"SELECT {_cols('p', _rows.PROFILE_COLUMNS)} FROM profiles p "
+            f"JOIN solutions s ON s.id = p.solution_id WHERE {' AND '.join(where)} "
+            f"ORDER BY {self._order('profiles', 'p')}, p.id LIMIT ? OFFSET ?"
+        )
+        with self._tx(write=False) as cur:
+            rows = cur.all(sql, (*params, self._limit(limit), offset))
+        return [_rows.profile_from_row(r) for r in rows]
+
+    def best_solutions(
+        self,
+        definition_name: str,
+        *,
+        hardware: str | None = None,
+        workload_uuid: str | None = None,
+        limit: int = 10,
+    ) -> list[RankedSolution]:
+        _check_limit(limit)
+        where = ["s.definition_name = ?", "p.eval_status = 'PASSED'", "p.latency_ms IS NOT NULL"]
+        params: list[Any] = [definition_name]
+        if hardware is not None:
+            where.append("p.eval_hardware = ?")
+            params.append(hardware)
+        if workload_uuid is not None:
+            where.append("p.workload_uuid = ?")
+            params.append(workload_uuid)
+        # One entry per solution: its fastest passing profile.
+        sql = (
+            f"SELECT {_cols('s', _rows.SOLUTION_COLUMNS, 's_')}, "
+            f"{_cols('b', _rows.PROFILE_COLUMNS, 'p_')} FROM ("
+            f"SELECT {_cols('p', _rows.PROFILE_COLUMNS)}, ROW_NUMBER() OVER ("
+            f"PARTITION BY p.solution_id ORDER BY p.latency_ms, {self._order('profiles', 'p')}, "
+            f"p.id) AS rank_in_solution "
+            f"FROM profiles p JOIN solutions s ON s.id = p.solution_id "
+            f"WHERE {' AND '.join(where)}) b "
+            "JOIN solutions s ON s.id = b.solution_id WHERE b.rank_in_solution = 1 "
+            f"ORDER BY b.latency_ms, {self._order('solutions', 's')}, s.id LIMIT ?"
+        )
+        with self._tx(write=False) as cur:
+            rows = cur.all(sql, (*params, limit))
+        return [
+            RankedSolution(
+                solution=_rows.solution_from_row(r, "s_"), profile=_rows.profile_from_row(r, "p_")
+            )
+            for r in rows
+        ]
+
+    # ------------------------------------------------------------------ runs
+    def create_run(self, run: RunRecord) -> str:
+        run = _rows.require(run, RunRecord, "run")
+        _rows.require_str(run.id, "run.id")
+        config = _rows.plain_json(run.config, "run.config")
+        with self._tx(write=True) as cur:
+            if self._exists(cur, "runs", "id", run.id):
+                raise ConflictError(
+                    f"run {run.id!r} exists already; resume it with update_run, or create the "
+                    "run under a new id"
+                )
+            self._require_definition(cur, run.definition_name)
+            initial = self._require_solution(cur, run.initial_solution_id, "initial_solution_id")
+            best = self._require_solution(cur, run.best_solution_id, "best_solution_id")
+            cur.one(
+                "INSERT INTO runs (id, definition_name, status, config, current_iteration, "
+                "initial_solution_id, best_solution_id, best_latency_ms, tokens_in, tokens_out, "
+                "cost_usd, error) VALUES (?, ?, ?, ?j, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run.id,
+                    run.definition_name,
+                    run.status,
+                    config,
+                    run.current_iteration,
+                    initial,
+                    best,
+                    run.best_latency_ms,
+                    run.tokens_in,
+                    run.tokens_out,
+                    run.cost_usd,
+                    run.error,
+                ),
+            )
+        return run.id
+
+    def update_run(self, run_id: str, update: RunUpdate) -> RunRecord:
+        update = _rows.require(update, RunUpdate, "update")
+        changes = {k: v for k, v in update.model_dump().items() if v is not None}
+        with self._tx(write=True) as cur:
+            for key in ("initial_solution_id", "best_solution_id"):
+                if key in changes:
+                    changes[key] = self._require_solution(cur, changes[key], key)
+            sets = [f"{k} = {'?j' if k == 'config' else '?'}" for k in changes]
+            sets.append(f"updated_at = {self.now_sql}")
+            params = [
+                _rows.plain_json(v, "config") if k == "config" else v for k, v in changes.items()
+            ]
+            row = cur.one(
+                f"UPDATE runs SET {', '.join(sets)} WHERE id = ? "
+                f"RETURNING {', '.join(_rows.RUN_COLUMNS)}",
+                (*params, run_id),
+            )
+        if row is None:
+            raise UnknownReferenceError(_rows.unknown_run(run_id))
+        return _rows.run_from_row(row)
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        with self._tx(write=False) as cur:
+            row = cur.one(
+                f"SELECT {', '.join(_rows.RUN_COLUMNS)} FROM runs WHERE id = ?", (run_id,)
+            )
+        return None if row is None else _rows.run_from_row(row)
+
+    def list_runs(
+        self, *, definition_name: str | None = None, status: str | None = None, limit: int = 50
+    ) -> list[RunRecord]:
+        _check_limit(limit)
+        filters = {"r.definition_name": definition_name, "r.status": status}
+        where = [f"{col} = ?" for col, value in filters.items() if value is not None] or ["1 = 1"]
+        params = [value for value in filters.values() if value is not None]
+        with self._tx(write=False) as cur:
+            rows = cur.all(
+                f"SELECT {_cols('r', _rows.RUN_COLUMNS)} FROM runs r WHERE {' AND '.join(where)} "
+                f"ORDER BY {self._order('runs', 'r')} DESC, r.id DESC LIMIT ?",
+                (*params, limit),
+            )
+        return [_rows.run_from_row(r) for r in rows]
+
+    # ------------------------------------------------------------------ optimization memory
+    def add_experience(self, item: ExperienceIn) -> str:
+        item = _rows.require(item, ExperienceIn, "experience")
+        experience_id = _rows.new_text_id()
+        with self._tx(write=True) as cur:
+            self._require_run(cur, item.run_id)
+            slow = self._require_solution(cur, item.slow_solution_id, "slow_solution_id")
+            fast = self._require_solution(cur, item.fast_solution_id, "fast_solution_id")
+            cur.one(
+                "INSERT INTO experiences (id, run_id, namespace, definition_name, "
+                "slow_solution_id, fast_solution_id, speedup, title, strategy, pseudocode, "
+                "iteration) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    experience_id,
+                    item.run_id,
+                    item.namespace,
+                    item.definition_name,
+                    slow,
+                    fast,
+                    item.speedup,
+                    item.title,
+                    item.strategy,
+                    item.pseudocode,
+                    item.iteration,
+                ),
+            )
+        return experience_id
+
+    def get_experience(self, experience_id: str) -> ExperienceRecord | None:
+        with self._tx(write=False) as cur:
+            row = cur.one(
+                f"SELECT {_cols('e', _rows.EXPERIENCE_COLUMNS)} FROM experiences e WHERE e.id = ?",
+                (experience_id,),
+            )
+        return None if row is None else _rows.experience_from_row(row)
+
+    def recent_experiences(
+        self, *, run_id: str | None = None, namespace: str | None = None, limit: int
+    ) -> list[ExperienceRecord]:
+        _check_limit(limit)
+        filters = {"e.run_id": run_id, "e.namespace": namespace}
+        where = ["e.removed = FALSE"]
+        where += [f"{col} = ?" for col, value in filters.items() if value is not None]
+        params = [value for value in filters.values() if value is not None]
+        with self._tx(write=False) as cur:
+            rows = cur.all(
+                f"SELECT {_cols('e', _rows.EXPERIENCE_COLUMNS)}, "
+                f"{self._order('experiences', 'e')} AS queue_position "
+                f"FROM experiences e WHERE {' AND '.join(where)} "
+                "ORDER BY queue_position DESC LIMIT ?",
+                (*params, limit),
+            )
+        return [_rows.experience_from_row(r) for r in reversed(rows)]
+
+    def search_experiences(
+        self,
+        *,
+        text: str | None = None,
+        definition_name: str | None = None,
+        namespace: str | None = None,
+        include_removed: bool = False,
+        limit: int = 50,
+    ) -> list[ExperienceRecord]:
+        _check_limit(limit)
+        where: list[str] = []
+        params: list[Any] = []
+        if text:
+            needle = text.lower()
+            where.append(
+                "(" + " OR ".join(self._contains(f"e.{c}") for c in _SEARCHED_FIELDS) + ")"
+            )
+            params += [needle] * len(_SEARCHED_FIELDS)
+        for col, value in (("e.definition_name", definition_name), ("e.namespace", namespace)):
+            if value is not None:
+                where.append(f"{col} = ?")
+                params.append(value)
+        if not include_removed:
+            where.append("e.removed = FALSE")
+        with self._tx(write=False) as cur:
+            rows = cur.all(
+                f"SELECT {_cols('e', _rows.EXPERIENCE_COLUMNS)} FROM experiences e "
+                f"WHERE {' AND '.join(where) or '1 = 1'} "
+                f"ORDER BY {self._order('experiences', 'e')} DESC LIMIT ?",
+                (*params, limit),
+            )
+        return [_rows.experience_from_row(r) for r in rows]
+
+    def remove_experience(self, experience_id: str) -> bool:
+        with self._tx(write=True) as cur:
+            row = cur.one(
+                "UPDATE experiences SET removed = TRUE WHERE id = ? AND removed = FALSE "
+                "RETURNING id",
+                (experience_id,),
+            )
+        return row is not None
+
+    # ------------------------------------------------------------------ llm ledger
+    def add_llm_call(self, call: LlmCallIn) -> str:
+        call = _rows.require(call, LlmCallIn, "llm call")
+        call_id = _rows.new_text_id()
+        with self._tx(write=True) as cur:
+            self._require_run(cur, call.run_id)
+            cur.one(
+                "INSERT INTO llm_calls (id, run_id, role, model, tokens_in, tokens_out, "
+                "latency_s, cost_usd, ok, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    call_id,
+                    call.run_id,
+                    call.role,
+                    call.model,
+                    call.tokens_in,
+                    call.tokens_out,
+                    call.latency_s,
+                    call.cost_usd,
+                    call.ok,
+                    call.error,
+                ),
+            )
+        return call_id
+
+    def llm_totals(self, run_id: str) -> list[LlmTotals]:
+        with self._tx(write=False) as cur:
+            rows = cur.all(
+                "SELECT role, COUNT(*) AS calls, CAST(SUM(tokens_in) AS BIGINT) AS tokens_in, "
+                "CAST(SUM(tokens_out) AS BIGINT) AS tokens_out, SUM(latency_s) AS latency_s, "
+                "SUM(cost_usd) AS cost_usd FROM llm_calls WHERE run_id = ? "
+                "GROUP BY role ORDER BY role",
+                (run_id,),
+            )
+        return [LlmTotals.model_validate(dict(r)) for r in rows]
+
+    # ------------------------------------------------------------------ housekeeping
+    def stats(self) -> StoreStats:
+        counts = ", ".join(f"(SELECT COUNT(*) FROM {t}) AS {t}" for t in _rows.TABLES)
+        with self._tx(write=False) as cur:
+            row = cur.one(f"SELECT {counts}")
+        assert row is not None
+        return StoreStats(
+            backend=self.backend,
+            location=self._location(),
+            counts={t: int(row[t]) for t in _rows.TABLES},
+        )
+
+
+_SEARCHED_FIELDS = ("title", "strategy", "pseudocode")

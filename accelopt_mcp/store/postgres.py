@@ -1,0 +1,261 @@
+"""The kernel database on any PostgreSQL 14+ server (including a Supabase project's direct
+connection string), through psycopg 3 and a small connection pool.
+
+Opening fails fast (a few seconds) with a message that says which of these it was: the server
+does not answer, the password was rejected, the database does not exist, or the schema is not
+applied. A DSN's password never appears in a message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from importlib import resources
+from typing import Any
+
+import psycopg
+import psycopg_pool
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import dict_row
+
+from accelopt_mcp.store._rows import SOLUTION_COLUMNS
+from accelopt_mcp.store._sql import Cursor, Row, SqlKernelStore
+from accelopt_mcp.store.base import (
+    ConflictError,
+    StoreError,
+    StoreUnavailableError,
+    UnknownReferenceError,
+)
+
+CONNECT_TIMEOUT_S = 5
+POOL_MAX_SIZE = 8
+_SCHEMA_LOCK_KEY = 0x61636365_6C6F7074  # "accelopt": one schema apply at a time per server
+_REQUIRED = (
+    "definitions",
+    "workloads",
+    "solutions",
+    "profiles",
+    "runs",
+    "experiences",
+    "llm_calls",
+)
+
+INIT_HINT = (
+    "run `accelopt db init --store <dsn>` or `psql -v ON_ERROR_STOP=1 -f schema_v2.txt <dsn>`"
+)
+
+
+def schema_v2() -> str:
+    """schema_v2.txt as shipped in the package (identical to the repository's top-level file)."""
+    return resources.files("accelopt_mcp.store").joinpath("schema_v2.txt").read_text("utf-8")
+
+
+def mask_dsn(dsn: str) -> str:
+    """The DSN as postgresql://user@host:port/dbname: enough to recognise it, no secret."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", dsn.split("?")[0])
+    user = parts.get("user")
+    host = parts.get("host") or "localhost"
+    port = parts.get("port") or "5432"
+    dbname = parts.get("dbname") or user or ""
+    return f"postgresql://{user + '@' if user else ''}{host}:{port}/{dbname}"
+
+
+def _password(dsn: str) -> str | None:
+    try:
+        return conninfo_to_dict(dsn).get("password")
+    except psycopg.ProgrammingError:
+        return None
+
+
+def _scrub(text: str, secret: str | None) -> str:
+    return text.replace(secret, "***") if secret else text
+
+
+class _PgCursor:
+    def __init__(self, cur: psycopg.Cursor[Any]) -> None:
+        self._cur = cur
+
+    @staticmethod
+    def _sql(sql: str) -> str:
+        return sql.replace("?j", "%s::jsonb").replace("?", "%s")
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        self._cur.execute(self._sql(sql), tuple(params))
+        return self._cur.fetchall() if self._cur.description else []
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        self._cur.execute(self._sql(sql), tuple(params))
+        return self._cur.fetchone() if self._cur.description else None
+
+
+class PostgresStore(SqlKernelStore):
+    """KernelStore on PostgreSQL; `init_schema=True` applies schema_v2 when opening."""
+
+    backend = "postgres"
+    generated_keys = True
+    now_sql = "clock_timestamp()"
+
+    def __init__(self, dsn: str, *, init_schema: bool = False) -> None:
+        if not isinstance(dsn, str) or not dsn:
+            raise StoreUnavailableError("a PostgreSQL DSN is needed, e.g. postgresql://u@h/db")
+        self._dsn = dsn
+        self._secret = _password(dsn)
+        self.location = mask_dsn(dsn)
+        self._probe()
+        self._pool = psycopg_pool.ConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=POOL_MAX_SIZE,
+            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
+            timeout=30,
+            name="accelopt-store",
+            open=False,
+        )
+        try:
+            self._pool.open(wait=True, timeout=CONNECT_TIMEOUT_S * 2)
+        except psycopg_pool.PoolTimeout as exc:
+            self._pool.close()
+            raise StoreUnavailableError(
+                f"PostgreSQL at {self.location} did not give a connection in time; "
+                "check that the server is up and accepts connections"
+            ) from exc
+        try:
+            if init_schema:
+                self.apply_schema()
+            else:
+                self._check_schema()
+        except BaseException:
+            self._pool.close()
+            raise
+
+    # ------------------------------------------------------------------ opening
+    def _probe(self) -> None:
+        """One direct connection, so that a failure is named before a pool retries it."""
+        try:
+            with psycopg.connect(self._dsn, connect_timeout=CONNECT_TIMEOUT_S):
+                return
+        except psycopg.ProgrammingError as exc:
+            raise StoreUnavailableError(
+                f"the PostgreSQL DSN is malformed ({_scrub(str(exc), self._secret)}); write it "
+                "as postgresql://user:password@host:5432/dbname"
+            ) from exc
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailableError(self._explain(exc)) from exc
+
+    def _explain(self, exc: psycopg.OperationalError) -> str:
+        detail = _scrub(str(exc).strip().splitlines()[-1] if str(exc).strip() else "", self._secret)
+        lowered = str(exc).lower()
+        state = getattr(exc, "sqlstate", None)
+        where = self.location
+        if state in ("28P01", "28000") or "authentication failed" in lowered:
+            return (
+                f"PostgreSQL at {where} rejected the login ({detail}); check the user and "
+                "password (put the password in the DSN or in PGPASSWORD, never in a log)"
+            )
+        if state == "3D000" or ("database" in lowered and "does not exist" in lowered):
+            return (
+                f"the database of {where} does not exist ({detail}); create it "
+                "(`createdb <name>`, or in the Supabase dashboard), then " + INIT_HINT
+            )
+        return (
+            f"PostgreSQL server not reachable at {where} ({detail}); check that it runs and "
+            "that host, port and firewall allow the connection"
+        )
+
+    def _check_schema(self) -> None:
+        with self._tx(write=False) as cur:
+            row = cur.one(
+                "SELECT "
+                + ", ".join(f"to_regclass('{t}') IS NOT NULL AS {t}" for t in _REQUIRED)
+                + ", to_regprocedure('solution_ancestors(uuid)') IS NOT NULL AS lineage"
+            )
+        missing = [name for name, present in (row or {}).items() if not present]
+        if missing:
+            raise StoreUnavailableError(
+                f"the kernel database schema is not applied in {self.location} (missing: "
+                f"{', '.join(missing)}); {INIT_HINT}"
+            )
+
+    def apply_schema(self) -> None:
+        """Apply schema_v2 (idempotent). A session lock keeps concurrent appliers apart."""
+        sql = schema_v2()
+        try:
+            with self._pool.connection() as conn:
+                conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK_KEY,))
+                try:
+                    conn.execute(sql)
+                finally:
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK_KEY,))
+        except psycopg.Error as exc:
+            raise StoreUnavailableError(
+                f"applying schema_v2 to {self.location} failed: "
+                f"{_scrub(str(exc), self._secret)}; the user needs the right to create tables "
+                "and functions in the public schema"
+            ) from exc
+
+    # ------------------------------------------------------------------ transactions
+    @contextmanager
+    def _tx(self, *, write: bool) -> Iterator[Cursor]:
+        try:
+            with (
+                self._pool.connection() as conn,
+                conn.transaction(),
+                conn.cursor(row_factory=dict_row) as cur,
+            ):
+                yield _PgCursor(cur)
+        except StoreError:
+            raise
+        except psycopg_pool.PoolTimeout as exc:
+            raise StoreUnavailableError(
+                f"no free connection to PostgreSQL at {self.location} within 30 s; the server "
+                "may be down or overloaded"
+            ) from exc
+        except psycopg.Error as exc:
+            raise self._translate(exc) from exc
+
+    def _translate(self, exc: psycopg.Error) -> StoreError:
+        message = _scrub(str(exc).strip(), self._secret)
+        if isinstance(exc, pg_errors.ForeignKeyViolation):
+            return UnknownReferenceError(
+                f"a referenced definition, workload, solution or run is not stored ({message})"
+            )
+        if isinstance(exc, pg_errors.UniqueViolation):
+            return ConflictError(f"the record collides with a stored one ({message})")
+        if isinstance(exc, pg_errors.UndefinedTable | pg_errors.UndefinedFunction):
+            return StoreUnavailableError(
+                f"the kernel database schema is incomplete in {self.location} ({message}); "
+                + INIT_HINT
+            )
+        if isinstance(exc, psycopg.OperationalError):
+            return StoreUnavailableError(
+                f"lost the connection to PostgreSQL at {self.location} ({message})"
+            )
+        return StoreError(f"PostgreSQL error: {message}")
+
+    def close(self) -> None:
+        self._pool.close()
+
+    # ------------------------------------------------------------------ dialect hooks
+    def _order(self, table: str, alias: str) -> str:
+        if table in ("solutions", "experiences"):
+            return f"{alias}.seq"
+        return f"{alias}.created_at"
+
+    def _contains(self, column: str) -> str:
+        return f"strpos(lower({column}), ?) > 0"
+
+    def _location(self) -> str:
+        return self.location
+
+    def _lineage(self, cur: Cursor, solution_id: str, *, up: bool) -> list[Row]:
+        function = "solution_ancestors" if up else "solution_descendants"
+        columns = ", ".join(f"l.{c} AS {c}" for c in SOLUTION_COLUMNS)
+        return cur.all(
+            f"SELECT {columns} FROM {function}(?::uuid) WITH ORDINALITY AS l ORDER BY l.ordinality",
+            (solution_id,),
+        )

@@ -1,0 +1,222 @@
+"""The embedded default store: one SQLite file, shared safely by threads and processes.
+
+WAL lets readers run beside the one writer; every write transaction starts with
+BEGIN IMMEDIATE, so two writers queue on the busy timeout instead of failing on a lock
+upgrade. Each thread (and each process after a fork) opens its own connection.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from accelopt_mcp.store._rows import SOLUTION_COLUMNS
+from accelopt_mcp.store._sql import LINEAGE_DEPTH_CAP, Cursor, Row, SqlKernelStore
+from accelopt_mcp.store.base import (
+    ConflictError,
+    StoreError,
+    StoreUnavailableError,
+    UnknownReferenceError,
+)
+
+SCHEMA_VERSION = 2
+BUSY_TIMEOUT_MS = 30_000
+_NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+
+
+def sqlite_schema() -> str:
+    """The DDL, shipped as package data next to this module."""
+    return resources.files("accelopt_mcp.store").joinpath("sqlite_schema.sql").read_text("utf-8")
+
+
+def _lower(value: Any) -> Any:
+    # SQLite's own lower() folds ASCII only; PostgreSQL's folds all of Unicode.
+    return value.lower() if isinstance(value, str) else value
+
+
+class _SqliteCursor:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        return self._conn.execute(sql.replace("?j", "?"), tuple(params)).fetchall()
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        return self._conn.execute(sql.replace("?j", "?"), tuple(params)).fetchone()
+
+
+class SqliteStore(SqlKernelStore):
+    """KernelStore in a SQLite file (":memory:" for a private in-memory database)."""
+
+    backend = "sqlite"
+    generated_keys = False
+    now_sql = _NOW
+
+    def __init__(self, path: str | Path) -> None:
+        self.memory = str(path) == ":memory:"
+        self.path = str(path) if self.memory else str(Path(path).expanduser())
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        # An in-memory database lives in one connection, so its users take turns.
+        self._memory_lock = threading.RLock()
+        self._shared: sqlite3.Connection | None = None
+        if not self.memory:
+            try:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreUnavailableError(
+                    f"cannot create the folder of the SQLite database {self.path}: {exc}; "
+                    "choose a writable location (e.g. --store ~/kernels.db)"
+                ) from exc
+        self._init_schema()
+
+    # ------------------------------------------------------------------ connections
+    def _open(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path,
+                timeout=BUSY_TIMEOUT_MS / 1000,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            if not self.memory:
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+            conn.create_function("lower_unicode", 1, _lower, deterministic=True)
+        except sqlite3.DatabaseError as exc:
+            raise StoreUnavailableError(
+                f"cannot open the SQLite database {self.path}: {exc}; check that the path is a "
+                "writable file made by accelopt (or a new path)"
+            ) from exc
+        with self._all_lock:
+            self._all.append(conn)
+        return conn
+
+    def _connection(self) -> sqlite3.Connection:
+        if self.memory:
+            if self._shared is None:
+                self._shared = self._open()
+            return self._shared
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None or getattr(self._local, "pid", None) != os.getpid():
+            conn = self._open()
+            self._local.conn, self._local.pid = conn, os.getpid()
+        return conn
+
+    def _init_schema(self) -> None:
+        with self._memory_lock:
+            conn = self._connection()
+            try:
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                if version > SCHEMA_VERSION:
+                    raise StoreUnavailableError(
+                        f"the SQLite database {self.path} has schema version {version}, newer "
+                        f"than this accelopt knows ({SCHEMA_VERSION}); upgrade accelopt-mcp"
+                    )
+                conn.executescript(
+                    "BEGIN IMMEDIATE;\n"
+                    + sqlite_schema()
+                    + f"\nPRAGMA user_version = {SCHEMA_VERSION};\nCOMMIT;"
+                )
+            except sqlite3.DatabaseError as exc:
+                if conn.in_transaction:
+                    conn.rollback()
+                raise StoreUnavailableError(
+                    f"cannot set up the SQLite database {self.path}: {exc}; is it a SQLite file "
+                    "written by accelopt?"
+                ) from exc
+
+    @contextmanager
+    def _tx(self, *, write: bool) -> Iterator[Cursor]:
+        with self._memory_lock if self.memory else _NoLock():
+            conn = self._connection()
+            try:
+                conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            except sqlite3.OperationalError as exc:
+                raise StoreUnavailableError(
+                    f"the SQLite database {self.path} stayed locked for "
+                    f"{BUSY_TIMEOUT_MS // 1000} s: {exc}; another process holds a long write"
+                ) from exc
+            try:
+                yield _SqliteCursor(conn)
+            except BaseException as exc:
+                conn.rollback()
+                if isinstance(exc, sqlite3.Error):
+                    raise _translate(exc) from exc
+                raise
+            else:
+                try:
+                    conn.commit()
+                except sqlite3.Error as exc:
+                    conn.rollback()
+                    raise _translate(exc) from exc
+
+    def close(self) -> None:
+        with self._all_lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            conn.close()
+        self._local = threading.local()
+        self._shared = None
+
+    # ------------------------------------------------------------------ dialect hooks
+    def _order(self, table: str, alias: str) -> str:
+        return f"{alias}.rowid"
+
+    def _contains(self, column: str) -> str:
+        return f"instr(lower_unicode({column}), ?) > 0"
+
+    def _no_limit(self) -> int:
+        return -1
+
+    def _location(self) -> str:
+        return self.path
+
+    def _lineage(self, cur: Cursor, solution_id: str, *, up: bool) -> list[Row]:
+        step = "s.id = c.parent_id" if up else "s.parent_id = c.id"
+        order = "c.depth" if up else "c.depth, s.rowid"
+        columns = ", ".join(f"s.{c} AS {c}" for c in SOLUTION_COLUMNS)
+        return cur.all(
+            "WITH RECURSIVE c (id, parent_id, depth) AS ("
+            "SELECT id, parent_id, 0 FROM solutions WHERE id = ? "
+            f"UNION ALL SELECT s.id, s.parent_id, c.depth + 1 FROM c JOIN solutions s ON {step} "
+            f"WHERE c.depth < {LINEAGE_DEPTH_CAP}) "
+            f"SELECT {columns} FROM c JOIN solutions s ON s.id = c.id WHERE c.depth > 0 "
+            f"ORDER BY {order}",
+            (solution_id,),
+        )
+
+
+class _NoLock:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _translate(exc: sqlite3.Error) -> StoreError:
+    message = str(exc)
+    if isinstance(exc, sqlite3.IntegrityError):
+        if "FOREIGN KEY" in message:
+            return UnknownReferenceError(
+                f"a referenced definition, workload, solution or run is not stored ({message})"
+            )
+        if "UNIQUE" in message:
+            return ConflictError(f"the record collides with a stored one ({message})")
+        return StoreError(f"the record breaks a rule of the schema ({message})")
+    if isinstance(exc, sqlite3.OperationalError) and "locked" in message:
+        return StoreUnavailableError(
+            f"the SQLite database is locked ({message}); another process holds a long write"
+        )
+    return StoreError(f"SQLite error: {message}")

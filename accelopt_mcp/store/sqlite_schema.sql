@@ -1,0 +1,120 @@
+-- accelopt-mcp kernel database for SQLite: the logical schema of schema_v2.txt.
+-- JSON columns are TEXT; the promoted columns are generated with json_extract. SQLite does not
+-- allow a generated primary key, so definitions.name and workloads.uuid are plain columns that
+-- a CHECK ties to the JSON. Insertion order is the implicit rowid. Timestamps are ISO-8601 UTC
+-- text written by the store. Idempotent: the store applies it on every open.
+
+CREATE TABLE IF NOT EXISTS definitions (
+    name        TEXT PRIMARY KEY,
+    definition  TEXT NOT NULL,
+    created_at  TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    CHECK (name = json_extract(definition, '$.name'))
+);
+
+CREATE TABLE IF NOT EXISTS workloads (
+    uuid             TEXT PRIMARY KEY,
+    definition_name  TEXT NOT NULL REFERENCES definitions (name) ON DELETE CASCADE,
+    workload         TEXT NOT NULL,
+    created_at       TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    CHECK (uuid = json_extract(workload, '$.workload.uuid'))
+);
+CREATE INDEX IF NOT EXISTS workloads_definition_idx ON workloads (definition_name);
+
+CREATE TABLE IF NOT EXISTS solutions (
+    id               TEXT PRIMARY KEY,
+    definition_name  TEXT NOT NULL REFERENCES definitions (name) ON DELETE CASCADE,
+    parent_id        TEXT REFERENCES solutions (id) ON DELETE SET NULL,
+    solution         TEXT NOT NULL,
+    hash_version     INTEGER NOT NULL DEFAULT 1,
+    solution_hash    TEXT NOT NULL,
+    evolve_metadata  TEXT NOT NULL DEFAULT '{}',
+    spec_language    TEXT GENERATED ALWAYS AS (json_extract(solution, '$.spec.language')) STORED,
+    author           TEXT GENERATED ALWAYS AS (json_extract(solution, '$.author')) STORED,
+    run_id           TEXT GENERATED ALWAYS AS (json_extract(evolve_metadata, '$.run_id')) STORED,
+    created_at       TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    UNIQUE (solution_hash, hash_version)
+);
+CREATE INDEX IF NOT EXISTS solutions_definition_idx ON solutions (definition_name);
+CREATE INDEX IF NOT EXISTS solutions_parent_idx ON solutions (parent_id);
+CREATE INDEX IF NOT EXISTS solutions_run_idx ON solutions (run_id);
+
+CREATE TABLE IF NOT EXISTS profiles (
+    id                     TEXT PRIMARY KEY,
+    workload_uuid          TEXT NOT NULL REFERENCES workloads (uuid) ON DELETE CASCADE,
+    solution_id            TEXT NOT NULL REFERENCES solutions (id) ON DELETE CASCADE,
+    evaluation             TEXT NOT NULL,
+    benchmark_config       TEXT NOT NULL DEFAULT '{}',
+    benchmark_config_hash  TEXT NOT NULL,
+    eval_status            TEXT GENERATED ALWAYS AS (json_extract(evaluation, '$.status')) STORED,
+    eval_hardware          TEXT GENERATED ALWAYS AS
+                           (json_extract(evaluation, '$.environment.hardware')) STORED,
+    latency_ms             REAL GENERATED ALWAYS AS
+                           (CAST(json_extract(evaluation, '$.performance.latency_ms') AS REAL))
+                           STORED,
+    reference_latency_ms   REAL GENERATED ALWAYS AS
+                           (CAST(json_extract(evaluation, '$.performance.reference_latency_ms')
+                                 AS REAL)) STORED,
+    -- flashinfer-bench names it speedup_factor; older AccelOpt rows say speedup.
+    speedup                REAL GENERATED ALWAYS AS (CAST(COALESCE(
+                               json_extract(evaluation, '$.performance.speedup_factor'),
+                               json_extract(evaluation, '$.performance.speedup')) AS REAL)) STORED,
+    created_at             TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    UNIQUE (workload_uuid, solution_id, benchmark_config_hash, eval_hardware)
+);
+CREATE INDEX IF NOT EXISTS profiles_solution_idx ON profiles (solution_id);
+CREATE INDEX IF NOT EXISTS profiles_workload_idx ON profiles (workload_uuid);
+CREATE INDEX IF NOT EXISTS profiles_passed_latency_idx
+    ON profiles (eval_hardware, latency_ms) WHERE eval_status = 'PASSED';
+
+CREATE TABLE IF NOT EXISTS runs (
+    id                   TEXT PRIMARY KEY,
+    definition_name      TEXT NOT NULL REFERENCES definitions (name) ON DELETE CASCADE,
+    status               TEXT NOT NULL DEFAULT 'pending',
+    config               TEXT NOT NULL DEFAULT '{}',
+    current_iteration    INTEGER NOT NULL DEFAULT 0,
+    initial_solution_id  TEXT REFERENCES solutions (id) ON DELETE SET NULL,
+    best_solution_id     TEXT REFERENCES solutions (id) ON DELETE SET NULL,
+    best_latency_ms      REAL,
+    tokens_in            INTEGER NOT NULL DEFAULT 0,
+    tokens_out           INTEGER NOT NULL DEFAULT 0,
+    cost_usd             REAL NOT NULL DEFAULT 0,
+    error                TEXT,
+    created_at           TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    updated_at           TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+);
+CREATE INDEX IF NOT EXISTS runs_definition_idx ON runs (definition_name, created_at);
+CREATE INDEX IF NOT EXISTS runs_status_idx ON runs (status, created_at);
+
+-- The optimization memory: a queue; rows are flagged removed, never deleted.
+CREATE TABLE IF NOT EXISTS experiences (
+    id                TEXT PRIMARY KEY,
+    run_id            TEXT REFERENCES runs (id) ON DELETE SET NULL,
+    namespace         TEXT NOT NULL DEFAULT 'default',
+    definition_name   TEXT NOT NULL,
+    slow_solution_id  TEXT REFERENCES solutions (id) ON DELETE SET NULL,
+    fast_solution_id  TEXT REFERENCES solutions (id) ON DELETE SET NULL,
+    speedup           REAL,
+    title             TEXT NOT NULL,
+    strategy          TEXT NOT NULL,
+    pseudocode        TEXT NOT NULL DEFAULT '',
+    iteration         INTEGER,
+    removed           INTEGER NOT NULL DEFAULT 0,
+    created_at        TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+);
+CREATE INDEX IF NOT EXISTS experiences_run_idx ON experiences (run_id);
+CREATE INDEX IF NOT EXISTS experiences_namespace_idx ON experiences (namespace);
+
+CREATE TABLE IF NOT EXISTS llm_calls (
+    id          TEXT PRIMARY KEY,
+    run_id      TEXT REFERENCES runs (id) ON DELETE CASCADE,
+    role        TEXT NOT NULL,
+    model       TEXT NOT NULL,
+    tokens_in   INTEGER NOT NULL DEFAULT 0,
+    tokens_out  INTEGER NOT NULL DEFAULT 0,
+    latency_s   REAL NOT NULL DEFAULT 0,
+    cost_usd    REAL NOT NULL DEFAULT 0,
+    ok          INTEGER NOT NULL DEFAULT 1,
+    error       TEXT,
+    created_at  TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+);
+CREATE INDEX IF NOT EXISTS llm_calls_run_idx ON llm_calls (run_id, role);
