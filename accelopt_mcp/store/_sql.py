@@ -273,7 +273,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
         where = [f"{col} = ?" for col, value in filters.items() if value is not None] or ["1 = 1"]
         params = [value for value in filters.values() if value is not None]
         sql = (
-            self._solution_where(" AND ".join(where), params)
+            self._solution_where(" AND ".join(where))
             + f" ORDER BY {self._order('solutions', 's')}, s.id LIMIT ? OFFSET ?"
         )
         with self._tx(write=False) as cur:
