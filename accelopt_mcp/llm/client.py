@@ -83,6 +83,11 @@ class _Outcome:
 
 
 class LlmClient:
+    """Use one client per event loop (its SDK connections and semaphores belong to the loop)
+    and close it with `aclose()` or `async with`. The ledger callback runs in a worker thread;
+    an exception from it propagates, since a ledger that silently drops rows is worse than a
+    stopped run."""
+
     def __init__(
         self,
         configs: RoleConfigs,

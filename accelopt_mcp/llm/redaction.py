@@ -16,6 +16,7 @@ _PATTERNS = (
     re.compile(r"(?i)(bearer\s+)[^\s'\",}]+"),
     re.compile(r"\bsk-[A-Za-z0-9_\-*]{6,}"),
     re.compile(r"(?i)(api[_-]?key['\"]?\s*[:=]\s*['\"]?)[^\s'\",}]+"),
+    re.compile(r"(://)[^/\s:@]+:[^/\s@]+(?=@)"),
 )
 
 
