@@ -1,0 +1,431 @@
+"""The `cpu` backend: Python (NumPy / PyTorch-CPU) kernels checked and timed on this host.
+
+Each evaluation is one sandboxed child (`cpu_runner`) in its own temp dir; this side writes the
+job, maps how the child ended onto an Evaluation, and adds the figures the planner reads.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from accelopt_mcp.backends.base import Availability, Backend, BenchmarkConfig, Task
+from accelopt_mcp.backends.sandbox import SandboxResult, run_sandboxed
+from accelopt_mcp.models import (
+    Correctness,
+    Definition,
+    Environment,
+    Evaluation,
+    EvaluationStatus,
+    Language,
+    LatencyStats,
+    Performance,
+    Solution,
+)
+from accelopt_mcp.tasks.inputs import InputError, input_plan
+
+RUNNER_MODULE = "accelopt_mcp.backends.cpu_runner"
+MAX_LOG_CHARS = 16_000
+STDERR_TAIL_CHARS = 4_000
+# Generous per-core peaks (5 GHz, two 512-bit FMA units in fp32; a very fast memory system):
+# a kernel claiming more is measuring something other than its work.
+PEAK_FLOPS_PER_CORE = 5e9 * 64
+PEAK_BYTES_PER_S = 200e9
+
+
+def host_hardware() -> str:
+    """e.g. 'cpu/x86_64/Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz'."""
+    model = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith(("model name", "hardware", "cpu model")):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"cpu/{platform.machine()}/{model}"
+
+
+def reference_style(reference: str) -> str:
+    """'nkibench' when the reference draws its own inputs (`get_inputs`), else 'flashinfer'."""
+    try:
+        module = ast.parse(reference)
+    except SyntaxError:
+        return "flashinfer"
+    names = {n.name for n in module.body if isinstance(n, ast.FunctionDef)}
+    return "nkibench" if "get_inputs" in names else "flashinfer"
+
+
+def imports_torch(source: str) -> bool:
+    try:
+        module = ast.parse(source)
+    except SyntaxError:
+        return False
+    for node in ast.walk(module):
+        if isinstance(node, ast.Import) and any(
+            a.name.split(".")[0] == "torch" for a in node.names
+        ):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
+            return True
+    return False
+
+
+def runner_argv(job: Path, result: Path) -> list[str]:
+    # -I: the sandbox dir (where the candidate's files are) is not on sys.path, so a kernel
+    # file cannot shadow numpy or our runner.
+    return [sys.executable, "-I", "-m", RUNNER_MODULE, str(job), str(result)]
+
+
+def probe_nkibench_task(
+    source: str, *, timeout_s: float = 120, memory_limit_mb: int = 8192
+) -> dict:
+    """Run an NKIBench task module's get_inputs()/forward() once in the sandbox and return the
+    shapes and dtypes: {"inputs": [{"shape", "dtype"}...], "outputs": [...]}."""
+    with tempfile.TemporaryDirectory(prefix="accelopt-probe-") as tmp:
+        work = Path(tmp)
+        (work / "reference.py").write_text(source)
+        job = {
+            "mode": "describe",
+            "style": "nkibench",
+            "reference_path": "reference.py",
+            "use_torch": imports_torch(source),
+        }
+        (work / "job.json").write_text(json.dumps(job))
+        run = run_sandboxed(
+            runner_argv(work / "job.json", work / "result.json"),
+            timeout_s=timeout_s,
+            memory_limit_mb=memory_limit_mb,
+            cwd=work,
+        )
+        result_file = work / "result.json"
+        if not result_file.exists():
+            raise ValueError(
+                f"running the task's get_inputs()/forward() failed: {run.describe()}\n"
+                f"{run.stderr[-STDERR_TAIL_CHARS:]}"
+            )
+        data = json.loads(result_file.read_text())
+    if data.get("error"):
+        error = data["error"]
+        raise ValueError(
+            f"the task module does not run: {error['message']}\n{error.get('traceback', '')}"
+        )
+    return data["describe"]
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+
+    def __init__(self, cpus: set[int] | None = None) -> None:
+        if cpus is not None:
+            usable = os.sched_getaffinity(0)
+            if not cpus or not cpus <= usable:
+                raise ValueError(
+                    f"cpus {sorted(cpus)} must be a non-empty subset of this host's usable "
+                    f"cores {sorted(usable)}"
+                )
+        self.cpus = set(cpus) if cpus else None
+        self.hardware = host_hardware()
+        # Reference timings by (reference, workload, timing settings): the reference does not
+        # change between candidates, so it is timed once per backend instance.
+        self._reference_rounds: dict[str, list[list[int]]] = {}
+
+    def availability(self) -> Availability:
+        cores = len(self.cpus) if self.cpus else len(os.sched_getaffinity(0))
+        return Availability(
+            name=self.name,
+            usable=True,
+            hardware=self.hardware,
+            reason=f"runs Python/NumPy kernels on this host ({cores} core(s))",
+        )
+
+    # ------------------------------------------------------------------ evaluate
+
+    def evaluate(
+        self, task: Task, solution: Solution, config: BenchmarkConfig | None = None
+    ) -> Evaluation:
+        config = config or BenchmarkConfig()
+        if solution.spec.language != Language.PYTHON:
+            return self._evaluation(
+                EvaluationStatus.COMPILE_ERROR,
+                f"the cpu backend runs Python kernels; this solution's language is "
+                f"{solution.spec.language.value!r}: profile it with the "
+                f"{'nki' if solution.spec.language == Language.NKI else 'flashinfer'} backend",
+            )
+        with tempfile.TemporaryDirectory(prefix="accelopt-cpu-") as tmp:
+            work = Path(tmp)
+            try:
+                job, reference_key = self._write_job(work, task, solution, config)
+            except InputError as exc:
+                return self._evaluation(EvaluationStatus.RUNTIME_ERROR, f"bad task input: {exc}")
+            run = run_sandboxed(
+                runner_argv(work / "job.json", work / "result.json"),
+                timeout_s=config.timeout_seconds,
+                memory_limit_mb=config.memory_limit_mb,
+                cwd=work,
+                cpus=self.cpus,
+            )
+            result = _read_json(work / "result.json")
+            stage = (_read_json(work / "progress.json") or {}).get("stage", "start-up")
+        if result is not None and not job["time_reference"]:
+            result["reference_rounds_ns"] = self._reference_rounds[reference_key]
+        elif result is not None and result.get("reference_rounds_ns"):
+            self._reference_rounds[reference_key] = result["reference_rounds_ns"]
+        return self._to_evaluation(task, config, run, result, stage)
+
+    def _write_job(
+        self, work: Path, task: Task, solution: Solution, config: BenchmarkConfig
+    ) -> tuple[dict[str, Any], str]:
+        definition, workload = task.definition, task.workload
+        style = reference_style(definition.reference)
+        (work / "reference.py").write_text(definition.reference)
+        kernel_dir = work / "solution"
+        for source in solution.sources:
+            target = kernel_dir / source.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(source.content)
+        use_torch = imports_torch(definition.reference) or any(
+            imports_torch(s.content) for s in solution.sources if s.path.endswith(".py")
+        )
+        plan = input_plan(definition, workload) if style == "flashinfer" else None
+        timing = config.perf_fields()
+        reference_key = hashlib.sha256(
+            json.dumps(
+                [definition.reference, workload.model_dump(mode="json"), timing],
+                sort_keys=True,
+                default=str,
+            ).encode()
+        ).hexdigest()
+        job = {
+            "mode": "evaluate",
+            "style": style,
+            "reference_path": "reference.py",
+            "kernel_dir": "solution",
+            "entry_file": solution.entry_file,
+            "entry_symbol": solution.entry_symbol,
+            "destination_passing_style": solution.spec.destination_passing_style,
+            "input_plan": plan,
+            "output_plan": _output_plan(definition, workload.axes),
+            "use_torch": use_torch,
+            "time_reference": reference_key not in self._reference_rounds,
+            **timing,
+        }
+        (work / "job.json").write_text(json.dumps(job))
+        return job, reference_key
+
+    # ------------------------------------------------------------------ results
+
+    def _evaluation(self, status: EvaluationStatus, log: str, **fields: Any) -> Evaluation:
+        return Evaluation(
+            status=status,
+            environment=Environment(
+                hardware=self.hardware,
+                libs={"python": platform.python_version(), "numpy": np.__version__},
+            ),
+            timestamp=datetime.now(UTC).isoformat(),
+            log=_cap(log),
+            **fields,
+        )
+
+    def _to_evaluation(
+        self,
+        task: Task,
+        config: BenchmarkConfig,
+        run: SandboxResult,
+        result: dict[str, Any] | None,
+        stage: str,
+    ) -> Evaluation:
+        if result is None:
+            return self._evaluation(*_died(run, stage, config))
+        flags = list(dict.fromkeys(result.get("flags", [])))
+        error = result.get("error")
+        if error:
+            status = (
+                EvaluationStatus.COMPILE_ERROR
+                if error["kind"] == "compile"
+                else EvaluationStatus.RUNTIME_ERROR
+            )
+            lines = [_error_line(error), error.get("traceback", "")]
+            return self._evaluation(status, _join(lines, run), flags=flags)
+        status = EvaluationStatus(result["status"])
+        correctness = _correctness(result.get("correctness"))
+        if status == EvaluationStatus.INCORRECT_NUMERICAL:
+            return self._evaluation(
+                status,
+                _join([result.get("message", "")], run),
+                correctness=correctness or Correctness(),
+                flags=flags,
+            )
+        if status != EvaluationStatus.PASSED:
+            return self._evaluation(status, _join([result.get("message", "")], run), flags=flags)
+        assert correctness is not None
+        kernel = _stats(result["kernel_rounds_ns"])
+        reference = _stats(result["reference_rounds_ns"])
+        latency_ms, reference_ms = kernel.median_ms, reference.median_ms
+        counters = {
+            "l2_rel_error": correctness.extra["l2_rel_error"] if correctness.extra else 0.0,
+            "max_absolute_error": correctness.max_absolute_error,
+            "latency_ms": latency_ms,
+            "reference_latency_ms": reference_ms,
+            "relative_spread": kernel.relative_spread,
+            "measurement_rounds": float(kernel.measurement_rounds),
+            "max_rss_mb": run.max_rss_mb,
+        }
+        cores = len(self.cpus) if self.cpus else len(os.sched_getaffinity(0))
+        if task.roofline is not None and latency_ms > 0:
+            seconds = latency_ms / 1e3
+            flops_per_s = task.roofline.flops / seconds
+            bytes_per_s = task.roofline.bytes_moved / seconds
+            peak_flops = PEAK_FLOPS_PER_CORE * cores
+            counters |= {
+                "gflops": flops_per_s / 1e9,
+                "gbytes_per_s": bytes_per_s / 1e9,
+                "flops_pct_of_peak": 100 * flops_per_s / peak_flops,
+                "bandwidth_pct_of_peak": 100 * bytes_per_s / PEAK_BYTES_PER_S,
+            }
+            if flops_per_s > peak_flops or bytes_per_s > PEAK_BYTES_PER_S:
+                flags.append("above_peak")
+        log = [
+            f"correct on {len(config.seeds)} seeds (L2-relative error "
+            f"{counters['l2_rel_error']:.3g}); median {latency_ms:.4f} ms over {kernel.runs} "
+            f"runs, reference {reference_ms:.4f} ms, speedup {reference_ms / latency_ms:.3f}x"
+        ]
+        if kernel.relative_spread > config.max_relative_spread:
+            flags.append("noisy_timing")
+            log.append(
+                f"timing spread {kernel.relative_spread:.1%} stayed above "
+                f"{config.max_relative_spread:.0%} after {kernel.measurement_rounds} rounds"
+            )
+        if "above_peak" in flags:
+            log.append("claimed throughput exceeds this host's peak: check the kernel")
+        return self._evaluation(
+            EvaluationStatus.PASSED,
+            "\n".join(log),
+            correctness=correctness,
+            performance=Performance(
+                latency_ms=latency_ms,
+                reference_latency_ms=reference_ms,
+                speedup_factor=reference_ms / latency_ms if latency_ms > 0 else 0.0,
+            ),
+            latency_stats=kernel,
+            hardware_counters={k: float(v) for k, v in counters.items()},
+            flags=flags,
+        )
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _output_plan(definition: Definition, axes: dict[str, int]) -> list[dict[str, Any]]:
+    plan = []
+    for name, spec in definition.outputs.items():
+        try:
+            shape = definition.shape_of(spec, axes)
+        except ValueError:
+            shape = None
+        plan.append(
+            {"name": name, "shape": list(shape) if shape else None, "dtype": spec.dtype.value}
+        )
+    return plan
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _float(value: Any) -> float:
+    return float(value) if value is not None else math.nan
+
+
+def _correctness(data: dict[str, Any] | None) -> Correctness | None:
+    if not data:
+        return None
+    extra = {k: _float(v) for k, v in data.items() if k not in ("max_absolute_error",)}
+    return Correctness(
+        max_relative_error=abs(_float(data.get("max_relative_error", 0.0))),
+        max_absolute_error=abs(_float(data.get("max_absolute_error", 0.0))),
+        extra=extra,
+    )
+
+
+def _stats(rounds: list[list[int]]) -> LatencyStats:
+    """Statistics of the steadiest round (lowest spread) in milliseconds."""
+    times = min(rounds, key=lambda r: (max(r) - min(r)) / max(min(r), 1))
+    ms = [t / 1e6 for t in times]
+    return LatencyStats(
+        mean_ms=statistics.fmean(ms),
+        median_ms=statistics.median(ms),
+        min_ms=min(ms),
+        max_ms=max(ms),
+        stdev_ms=statistics.stdev(ms) if len(ms) > 1 else 0.0,
+        relative_spread=(max(ms) - min(ms)) / min(ms) if min(ms) > 0 else 0.0,
+        runs=len(ms),
+        measurement_rounds=len(rounds),
+    )
+
+
+def _died(run: SandboxResult, stage: str, config: BenchmarkConfig) -> tuple[EvaluationStatus, str]:
+    """Status and log for a child that ended without writing its result."""
+    where = f"during {stage}"
+    if run.timed_out:
+        status = EvaluationStatus.TIMEOUT
+        line = f"timed out after {config.timeout_seconds:g} s {where}"
+    elif run.memory_exceeded:
+        status = EvaluationStatus.RUNTIME_ERROR
+        line = f"ran out of memory (limit {config.memory_limit_mb} MB) {where}"
+    elif run.signal is not None:
+        status = EvaluationStatus.RUNTIME_ERROR
+        line = f"the kernel process {run.describe().removeprefix('child ')} {where}"
+    else:
+        status = EvaluationStatus.RUNTIME_ERROR
+        line = (
+            f"the process exited with code {run.returncode} {where} without reporting a result "
+            "(os._exit or a hard exit in the kernel?)"
+        )
+    if run.fork_limit_hit:
+        line += "; it also hit the process limit (fork bomb?)"
+    return status, _join([line], run)
+
+
+def _error_line(error: dict[str, Any]) -> str:
+    message = error["message"]
+    if error["kind"] == "reference":
+        message = f"the task's reference failed (not the candidate's fault): {message}"
+    if "MemoryError" in message or "Unable to allocate" in message:
+        message = f"ran out of memory: {message}"
+    if "Resource temporarily unavailable" in message or "BlockingIOError" in message:
+        message = f"hit the process limit (fork bomb?): {message}"
+    return message
+
+
+def _join(lines: list[str], run: SandboxResult) -> str:
+    parts = [line for line in lines if line]
+    if run.stderr.strip():
+        parts.append("stderr (tail):\n" + run.stderr[-STDERR_TAIL_CHARS:])
+    if run.stdout.strip():
+        parts.append("stdout (tail):\n" + run.stdout[-STDERR_TAIL_CHARS // 2 :])
+    if run.output_truncated:
+        parts.append("(output was truncated by the sandbox)")
+    return "\n".join(parts)
+
+
+def _cap(log: str) -> str:
+    if len(log) <= MAX_LOG_CHARS:
+        return log
+    half = MAX_LOG_CHARS // 2
+    return f"{log[:half]}\n[... {len(log) - MAX_LOG_CHARS} characters dropped ...]\n{log[-half:]}"

@@ -1,0 +1,133 @@
+"""Deterministic kernel inputs, one set per seed.
+
+Two halves: `input_plan` (parent side) turns a definition's TensorSpecs and a workload into a
+plain JSON-able plan and catches bad input early; `generate_inputs` (profiling child) draws the
+arrays from a plan with NumPy only, so the child does not import pydantic.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from accelopt_mcp.models import Definition, Workload
+
+NUMPY_DTYPES = {
+    "float32": np.float32,
+    "float16": np.float16,
+    "int64": np.int64,
+    "int32": np.int32,
+    "int16": np.int16,
+    "int8": np.int8,
+    "bool": np.bool_,
+}
+TORCH_ONLY_DTYPES = {"bfloat16", "float8_e4m3fn", "float8_e5m2", "float4_e2m1"}
+SMALL_INT_HIGH = 8
+"""Random integer inputs are drawn from [0, SMALL_INT_HIGH): valid as indices into any axis
+of at least that size, and small enough not to overflow int8 arithmetic."""
+
+
+class InputError(ValueError):
+    """A workload's inputs cannot be produced; the message says what to fix."""
+
+
+def input_plan(
+    definition: Definition, workload: Workload, *, base_dir: Path | None = None
+) -> list[dict[str, Any]]:
+    """One entry per definition input, in order: how to produce it for this workload."""
+    plan: list[dict[str, Any]] = []
+    for name, spec in definition.inputs.items():
+        shape = definition.shape_of(spec, workload.axes)
+        entry: dict[str, Any] = {
+            "name": name,
+            "shape": list(shape) if shape is not None else None,
+            "dtype": spec.dtype.value,
+            "kind": "random",
+        }
+        source = workload.inputs.get(name)
+        if source is not None and source.type == "scalar":
+            entry.update(kind="scalar", value=source.value)
+        elif source is not None and source.type == "safetensors":
+            path = Path(source.path)
+            if not path.is_absolute() and base_dir is not None:
+                path = base_dir / path
+            if not path.is_file():
+                raise InputError(
+                    f"input {name!r} of workload {workload.uuid} reads safetensors file "
+                    f"{str(path)!r}, which does not exist; put the file there (paths are relative "
+                    "to the trace-set directory) or change the workload to a random input"
+                )
+            entry.update(kind="safetensors", path=str(path), tensor_key=source.tensor_key)
+        plan.append(entry)
+    unknown = sorted(set(workload.inputs) - set(definition.inputs))
+    if unknown:
+        raise InputError(
+            f"workload {workload.uuid} gives inputs {unknown} that definition "
+            f"{definition.name!r} does not have (it has {sorted(definition.inputs)})"
+        )
+    return plan
+
+
+def needs_torch(plan: list[dict[str, Any]]) -> bool:
+    return any(entry["dtype"] in TORCH_ONLY_DTYPES for entry in plan)
+
+
+def generate_inputs(plan: list[dict[str, Any]], seed: int, *, as_torch: bool = False) -> list[Any]:
+    """The inputs for `seed`: floats standard normal, integers small and non-negative, booleans
+    fair coins, scalars as given. The same plan and seed always give the same values."""
+    rng = np.random.default_rng(seed)
+    values = [_one_input(entry, rng) for entry in plan]
+    if as_torch:
+        values = [_to_torch(value, entry) for value, entry in zip(values, plan, strict=True)]
+    return values
+
+
+def _one_input(entry: dict[str, Any], rng: np.random.Generator) -> Any:
+    kind, dtype, shape = entry["kind"], entry["dtype"], entry["shape"]
+    if kind == "scalar":
+        return entry["value"]
+    if kind == "safetensors":
+        return _load_safetensors(entry)
+    size = tuple(shape) if shape is not None else ()
+    if dtype.startswith("float") or dtype == "bfloat16":
+        array = rng.standard_normal(size, dtype=np.float32)
+        if dtype in NUMPY_DTYPES:
+            array = array.astype(NUMPY_DTYPES[dtype])
+    elif dtype == "bool":
+        array = rng.random(size) < 0.5
+    elif dtype in NUMPY_DTYPES:
+        array = rng.integers(0, SMALL_INT_HIGH, size=size).astype(NUMPY_DTYPES[dtype])
+    else:
+        raise InputError(f"input {entry['name']!r} has dtype {dtype!r}, which is not supported")
+    return array if shape is not None else array[()]
+
+
+def _to_torch(value: Any, entry: dict[str, Any]) -> Any:
+    import torch
+
+    if not isinstance(value, np.ndarray | np.generic):
+        return value
+    tensor = torch.from_numpy(np.ascontiguousarray(value))
+    if entry["dtype"] in TORCH_ONLY_DTYPES:
+        tensor = tensor.to(getattr(torch, entry["dtype"]))
+    return tensor
+
+
+def _load_safetensors(entry: dict[str, Any]) -> Any:
+    try:
+        from safetensors.numpy import load_file
+    except ImportError as exc:
+        raise InputError(
+            f"input {entry['name']!r} comes from a safetensors file; install the reader with "
+            "`pip install safetensors`"
+        ) from exc
+    tensors = load_file(entry["path"])
+    if entry["tensor_key"] not in tensors:
+        raise InputError(
+            f"safetensors file {entry['path']!r} has no tensor {entry['tensor_key']!r} "
+            f"(it has {sorted(tensors)})"
+        )
+    return tensors[entry["tensor_key"]]
