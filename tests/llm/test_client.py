@@ -6,6 +6,7 @@ import asyncio
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -401,3 +402,42 @@ def test_unknown_role_is_rejected() -> None:
 
     with pytest.raises(LlmConfigError, match="unknown role 'critic'"):
         asyncio.run(go())
+
+
+def test_every_attempt_lands_in_a_real_store_ledger(
+    start_standin: StartStandin, test_key: str, tmp_path: Path
+) -> None:
+    from accelopt_mcp.store.base import RunRecord
+    from accelopt_mcp.store.sqlite import SqliteStore
+    from tests.store.samples import make_definition
+
+    standin = start_standin(
+        {
+            "roles": {
+                "planner": {
+                    "marker": "ROLE=planner",
+                    "replies": [{"kind": "status", "status": 502}, {"text": "p q"}],
+                },
+                "*": {"replies": [{"text": "one two three"}]},
+            }
+        }
+    )
+    with SqliteStore(tmp_path / "kernels.db") as store:
+        definition = make_definition()
+        store.upsert_definition(definition)
+        store.create_run(RunRecord(id="run-ledger", definition_name=definition.name))
+        configs = configs_for(standin.base_url)
+
+        async def go() -> list[LlmReply]:
+            async with LlmClient(configs, ledger=store.add_llm_call, run_id="run-ledger") as client:
+                return [
+                    await client.complete("planner", MESSAGES),
+                    await client.complete("executor", [{"role": "user", "content": "code it"}]),
+                ]
+
+        planner, executor = asyncio.run(go())
+        totals = {row.role: row for row in store.llm_totals("run-ledger")}
+
+    assert set(totals) == {"executor", "planner"}
+    assert (totals["planner"].calls, totals["planner"].tokens_out) == (2, planner.tokens_out)
+    assert (totals["executor"].calls, totals["executor"].tokens_in) == (1, executor.tokens_in)
