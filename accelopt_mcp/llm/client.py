@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlparse
 
 import openai
@@ -26,10 +26,12 @@ from pydantic import BaseModel
 
 from accelopt_mcp.llm.budget import Budget, BudgetExceeded
 from accelopt_mcp.llm.config import ROLES, LlmConfigError, ModelConfig, RoleConfigs
+from accelopt_mcp.llm.parsing import MalformedReply
 from accelopt_mcp.llm.redaction import short_error
 from accelopt_mcp.store.base import LlmCallIn
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _PLACEHOLDER_LOCAL_KEY = "not-needed"
 # A server asking for a longer pause than this is treated as "give up", not waited on.
@@ -131,6 +133,31 @@ class LlmClient:
             raise LlmError(f"{role} call with no messages; pass at least one user message")
         async with self._semaphores[role]:
             return await self._complete_with_retries(role, config, chat)
+
+    async def complete_parsed(
+        self,
+        role: str,
+        messages: Sequence[ChatMessage | Mapping[str, str]],
+        parse: Callable[[str], T],
+        *,
+        tries: int = 2,
+    ) -> tuple[T, LlmReply]:
+        """complete() then parse(text); a reply that parse() rejects with MalformedReply is
+        asked for again, up to `tries` replies in all. Raises the last MalformedReply (with
+        `.reply` set to the rejected reply) when none parses."""
+        if tries < 1:
+            raise ValueError(f"tries must be at least 1, got {tries}")
+        last: MalformedReply | None = None
+        for _ in range(tries):
+            reply = await self.complete(role, messages)
+            try:
+                return parse(reply.text), reply
+            except MalformedReply as exc:
+                exc.reply = reply
+                last = exc
+                log.info("%s reply rejected by the parser: %s", role, exc.reason)
+        assert last is not None
+        raise last
 
     # ------------------------------------------------------------------ attempts
 

@@ -23,6 +23,8 @@ class MalformedReply(ValueError):
         snippet = " ".join(text.split())[:_SNIPPET_CHARS]
         super().__init__(f"{message} (reply begins: {snippet!r})")
         self.reason = message
+        self.reply: Any = None
+        """The LlmReply that was rejected, when the client's complete_parsed raised this."""
 
 
 @dataclass(frozen=True)

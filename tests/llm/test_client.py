@@ -18,7 +18,9 @@ from accelopt_mcp.llm import (
     LlmClient,
     LlmConfigError,
     LlmReply,
+    MalformedReply,
     RoleConfigs,
+    parse_json_list,
     role_configs_from_dict,
 )
 from accelopt_mcp.store.base import LlmCallIn
@@ -441,3 +443,30 @@ def test_every_attempt_lands_in_a_real_store_ledger(
     assert set(totals) == {"executor", "planner"}
     assert (totals["planner"].calls, totals["planner"].tokens_out) == (2, planner.tokens_out)
     assert (totals["executor"].calls, totals["executor"].tokens_in) == (1, executor.tokens_in)
+
+
+def test_a_reply_the_parser_rejects_is_asked_for_again(
+    start_standin: StartStandin, test_key: str
+) -> None:
+    standin = start_standin(
+        _planner_script(
+            {"text": "I would tile it."},
+            {"text": 'Plans:\n```json\n["tile", "unroll"]\n```'},
+            {"text": "no list again"},
+            {"text": "still prose"},
+        )
+    )
+    configs = configs_for(standin.base_url)
+
+    async def go() -> tuple[list[Any], MalformedReply]:
+        async with LlmClient(configs) as client:
+            plans, _ = await client.complete_parsed("planner", MESSAGES, parse_json_list)
+            with pytest.raises(MalformedReply) as info:
+                await client.complete_parsed("planner", MESSAGES, parse_json_list)
+            return plans, info.value
+
+    plans, rejected = asyncio.run(go())
+
+    assert plans == ["tile", "unroll"]
+    assert "no JSON list" in str(rejected) and rejected.reply.text == "still prose"
+    assert len(standin.requests()) == 4
