@@ -1,0 +1,72 @@
+"""Roofline math: achieved rates, fractions of peak, the binding bound, the above-peak flag."""
+
+import math
+
+import pytest
+
+from accelopt_mcp.backends.base import Roofline
+from accelopt_mcp.backends.roofline import (
+    TRN1,
+    TRN2,
+    HardwarePeak,
+    is_above_peak,
+    peak_counters,
+    peak_for,
+    percent_of_peak,
+)
+
+
+def test_trn1_figures_are_the_nkibench_ones() -> None:
+    assert TRN1.memory_bytes_per_s == 410 * 1024**3
+    assert TRN1.matmul_fp32_flops_per_s == 23.75e12
+    assert TRN1.vector_flops_per_s == 286.72e9
+
+
+def test_memory_bound_kernel_at_exactly_peak_bandwidth() -> None:
+    moved = 410 * 1024**3 * 1e-3  # what trn1 moves in 1 ms
+    report = percent_of_peak(1.0, Roofline(flops=1e6, bytes_moved=moved), "trn1")
+    assert report["bound"] == "memory"
+    assert math.isclose(float(report["memory_fraction"]), 1.0)
+    assert math.isclose(float(report["compute_fraction"]), 1e6 / 1e-3 / 23.75e12)
+    assert math.isclose(float(report["roofline_fraction"]), 1.0)
+    assert not is_above_peak(report)
+
+
+def test_compute_bound_kernel_at_half_peak() -> None:
+    flops = 23.75e12 * 2e-3 / 2  # half of what trn1 can do in 2 ms
+    report = percent_of_peak(2.0, Roofline(flops=flops, bytes_moved=1024), TRN1)
+    assert report["bound"] == "compute"
+    assert math.isclose(float(report["roofline_fraction"]), 0.5)
+    assert math.isclose(float(report["achieved_tflops_per_s"]), 23.75 / 2)
+
+
+def test_vector_unit_uses_the_vector_peak_and_trn2_has_none() -> None:
+    report = percent_of_peak(1.0, Roofline(flops=286.72e6, bytes_moved=0), "trn1", unit="vector")
+    assert math.isclose(float(report["compute_fraction"]), 1.0)
+    with pytest.raises(ValueError, match="no public vector-engine peak"):
+        percent_of_peak(1.0, Roofline(flops=1, bytes_moved=0), TRN2, unit="vector")
+
+
+def test_above_peak_is_flagged_and_counters_are_numeric() -> None:
+    report = percent_of_peak(1e-3, Roofline(flops=1e12, bytes_moved=0), "trn1")
+    assert is_above_peak(report)
+    counters = peak_counters(report)
+    assert counters["peak_roofline_fraction"] == report["roofline_fraction"]
+    assert "peak_bound" not in counters and all(isinstance(v, float) for v in counters.values())
+
+
+def test_gpu_names_resolve_and_unknown_hardware_is_a_clear_error() -> None:
+    assert peak_for("NVIDIA H200").name == "h200"
+    assert peak_for("NVIDIA H100 80GB HBM3").name == "h100"
+    custom = HardwarePeak(
+        name="x",
+        memory_bytes_per_s=1,
+        matmul_fp32_flops_per_s=1,
+        matmul_bf16_flops_per_s=1,
+        source="test",
+    )
+    assert peak_for(custom) is custom
+    with pytest.raises(ValueError, match="no peak figures for hardware 'tpu-v5'"):
+        peak_for("tpu-v5")
+    with pytest.raises(ValueError, match="latency_ms must be positive"):
+        percent_of_peak(0.0, Roofline(flops=1, bytes_moved=1), "trn1")
