@@ -172,12 +172,13 @@ class LlmClient:
             started = time.monotonic()
             outcome = await self._attempt(client, config, chat, api_key)
             latency = time.monotonic() - started
+            if outcome.reply is not None and self.budget is not None:
+                self.budget.charge(
+                    outcome.reply.tokens_in, outcome.reply.tokens_out, outcome.reply.cost_usd
+                )
             await self._record(role, config, outcome, latency)
             if outcome.reply is not None:
-                reply = outcome.reply.model_copy(update={"latency_s": latency, "attempts": attempt})
-                if self.budget is not None:
-                    self.budget.charge(reply.tokens_in, reply.tokens_out, reply.cost_usd)
-                return reply
+                return outcome.reply.model_copy(update={"latency_s": latency, "attempts": attempt})
             error = outcome.error or "unknown error"
             if not outcome.retryable or attempt == max_attempts:
                 why = "not retryable" if not outcome.retryable else "no retries left"
