@@ -1,0 +1,51 @@
+"""The `store` fixture: every contract test runs once per store, each on a fresh database."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from accelopt_mcp.store.base import KernelStore
+from accelopt_mcp.store.postgres import PostgresStore
+from accelopt_mcp.store.sqlite import SqliteStore
+from tests.pg_server import create_database
+
+STORE_KINDS = [
+    "sqlite",
+    pytest.param("postgres", marks=pytest.mark.postgres),
+    pytest.param("supabase", marks=pytest.mark.postgres),
+]
+
+
+def fresh_database(admin_dsn: str) -> str:
+    """DSN of a new, empty database on the test server."""
+    return create_database(admin_dsn, f"store_{uuid.uuid4().hex[:16]}")
+
+
+def open_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> KernelStore:
+    if kind == "sqlite":
+        return SqliteStore(tmp_path / "k.db")
+    admin_dsn = request.getfixturevalue("pg_admin_dsn")
+    if kind == "postgres":
+        return PostgresStore(fresh_database(admin_dsn), init_schema=True)
+    from tests.store.supabase_fixture import make_supabase_store
+
+    return make_supabase_store(admin_dsn, request)
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KernelStore]:
+    opened = open_store(request.param, request, tmp_path)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.fixture
+def pg_dsn(pg_admin_dsn: str) -> str:
+    """A fresh, empty PostgreSQL database (no schema)."""
+    return fresh_database(pg_admin_dsn)

@@ -1,0 +1,568 @@
+"""The contract every kernel store keeps (SQLite, PostgreSQL, Supabase): one suite, per store."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+
+import pydantic
+import pytest
+
+from accelopt_mcp import hashing
+from accelopt_mcp.store.base import (
+    ConflictError,
+    ExperienceIn,
+    KernelStore,
+    LlmCallIn,
+    RunRecord,
+    RunUpdate,
+    UnknownReferenceError,
+)
+from tests.store.samples import (
+    make_definition,
+    make_evaluation,
+    make_solution,
+    make_workload,
+)
+
+DEF = "exp_f32"
+CONFIG = {"seeds": [0, 1], "iterations": 10}
+
+
+@pytest.fixture
+def seeded(store: KernelStore) -> KernelStore:
+    """A store holding one definition with one workload."""
+    store.upsert_definition(make_definition(DEF))
+    store.upsert_workload(DEF, make_workload(DEF, uuid_="w-1"))
+    return store
+
+
+def _is_utc(value: datetime | None) -> bool:
+    return value is not None and value.tzinfo is not None and value.utcoffset().total_seconds() == 0
+
+
+def _chain(store: KernelStore, length: int, tag: str = "k") -> list[str]:
+    ids: list[str] = []
+    for i in range(length):
+        parent = ids[-1] if ids else None
+        ids.append(store.upsert_solution(make_solution(DEF, f"# {tag} {i}\n"), parent_id=parent))
+    return ids
+
+
+# --------------------------------------------------------------------------- definitions
+
+
+def test_definition_round_trip_and_replace(store: KernelStore) -> None:
+    definition = make_definition("gemm", description="first")
+    assert store.upsert_definition(definition) == "gemm"
+    stored = store.get_definition("gemm")
+    assert stored is not None
+    assert stored.definition == definition
+    assert _is_utc(stored.created_at)
+
+    replaced = make_definition("gemm", description="second")
+    assert store.upsert_definition(replaced) == "gemm"
+    assert store.get_definition("gemm").definition.description == "second"
+    assert [d.name for d in store.list_definitions()] == ["gemm"]
+    assert store.stats().counts["definitions"] == 1
+
+
+def test_definitions_listed_by_name_and_unknown_is_none(store: KernelStore) -> None:
+    for name in ("zeta", "alpha", "mid"):
+        store.upsert_definition(make_definition(name))
+    assert [d.name for d in store.list_definitions()] == ["alpha", "mid", "zeta"]
+    assert store.get_definition("nope") is None
+
+
+# --------------------------------------------------------------------------- workloads
+
+
+def test_workload_round_trip_idempotent(seeded: KernelStore) -> None:
+    workload = make_workload(DEF, n=7, uuid_="w-2")
+    assert seeded.upsert_workload(DEF, workload) == "w-2"
+    assert seeded.upsert_workload(DEF, workload) == "w-2"
+    stored = seeded.get_workload("w-2")
+    assert stored is not None
+    assert (stored.workload, stored.definition_name) == (workload, DEF)
+    assert _is_utc(stored.created_at)
+    assert {w.uuid for w in seeded.list_workloads(DEF)} == {"w-1", "w-2"}
+    assert seeded.list_workloads("other") == []
+    assert seeded.stats().counts["workloads"] == 2
+    assert seeded.get_workload("missing") is None
+
+
+def test_workload_of_unknown_definition_is_refused(store: KernelStore) -> None:
+    with pytest.raises(UnknownReferenceError, match="ghost"):
+        store.upsert_workload("ghost", make_workload("ghost"))
+
+
+def test_workload_uuid_under_another_definition_conflicts(seeded: KernelStore) -> None:
+    seeded.upsert_definition(make_definition("other"))
+    with pytest.raises(ConflictError, match="w-1"):
+        seeded.upsert_workload("other", make_workload("other", uuid_="w-1"))
+    assert seeded.get_workload("w-1").definition_name == DEF
+
+
+# --------------------------------------------------------------------------- solutions
+
+
+def test_solution_round_trip(seeded: KernelStore) -> None:
+    parent = seeded.upsert_solution(make_solution(DEF, "# parent\n"))
+    solution = make_solution(DEF, "# child\n", author="planner-7", language="triton")
+    metadata = {"run_id": "r-9", "iteration": 3, "plan": {"title": "tile", "k": [1, 2]}}
+    sid = seeded.upsert_solution(solution, parent_id=parent, evolve_metadata=metadata)
+
+    stored = seeded.get_solution(sid)
+    assert stored is not None
+    assert stored.solution == solution
+    assert stored.id == sid
+    assert (stored.parent_id, stored.definition_name) == (parent, DEF)
+    assert stored.evolve_metadata == metadata
+    assert (stored.spec_language, stored.author) == ("triton", "planner-7")
+    assert stored.hash_version == hashing.CURRENT_HASH_VERSION
+    assert stored.solution_hash == hashing.solution_hash(solution)
+    assert _is_utc(stored.created_at)
+    assert seeded.find_solution(stored.solution_hash).id == sid
+    assert seeded.get_solution(sid.upper()).id == sid
+
+
+def test_same_source_returns_first_row_unchanged(seeded: KernelStore) -> None:
+    root = seeded.upsert_solution(make_solution(DEF, "# root\n"))
+    first = seeded.upsert_solution(
+        make_solution(DEF, "# same\n", name="first"), evolve_metadata={"run_id": "a"}
+    )
+    again = seeded.upsert_solution(
+        make_solution(DEF, "# same\n", name="second"),
+        parent_id=root,
+        evolve_metadata={"run_id": "b"},
+    )
+    assert again == first
+    stored = seeded.get_solution(first)
+    assert stored.solution.name == "first"
+    assert stored.parent_id is None
+    assert stored.evolve_metadata == {"run_id": "a"}
+    assert seeded.stats().counts["solutions"] == 2
+
+
+def test_same_source_under_another_definition_conflicts(seeded: KernelStore) -> None:
+    seeded.upsert_definition(make_definition("other"))
+    seeded.upsert_solution(make_solution(DEF, "# shared\n"))
+    with pytest.raises(ConflictError, match=DEF):
+        seeded.upsert_solution(make_solution("other", "# shared\n"))
+
+
+def test_solution_with_unknown_references_is_refused(seeded: KernelStore) -> None:
+    with pytest.raises(UnknownReferenceError, match="ghost"):
+        seeded.upsert_solution(make_solution("ghost", "# a\n"))
+    missing = "00000000-0000-4000-8000-000000000000"
+    with pytest.raises(UnknownReferenceError, match=missing):
+        seeded.upsert_solution(make_solution(DEF, "# b\n"), parent_id=missing)
+    with pytest.raises(UnknownReferenceError, match="not-a-uuid"):
+        seeded.upsert_solution(make_solution(DEF, "# c\n"), parent_id="not-a-uuid")
+    assert seeded.stats().counts["solutions"] == 0
+
+
+def test_unknown_ids_read_as_none(seeded: KernelStore) -> None:
+    assert seeded.get_solution("00000000-0000-4000-8000-000000000000") is None
+    assert seeded.get_solution("garbage") is None
+    assert seeded.get_profile("garbage") is None
+    assert seeded.find_solution("0" * 64) is None
+    assert seeded.ancestors("garbage") == []
+    assert seeded.descendants("00000000-0000-4000-8000-000000000000") == []
+
+
+def test_list_solutions_filters_and_pages_oldest_first(seeded: KernelStore) -> None:
+    seeded.upsert_definition(make_definition("other"))
+    ids = [
+        seeded.upsert_solution(
+            make_solution(DEF, f"# {i}\n", author="a" if i % 2 else "b"),
+            evolve_metadata={"run_id": "r1" if i < 3 else "r2"},
+        )
+        for i in range(6)
+    ]
+    other = seeded.upsert_solution(make_solution("other", "# o\n", language="cuda"))
+
+    assert [s.id for s in seeded.list_solutions(definition_name=DEF)] == ids
+    assert [s.id for s in seeded.list_solutions()] == [*ids, other]
+    assert [s.id for s in seeded.list_solutions(run_id="r1")] == ids[:3]
+    assert [s.id for s in seeded.list_solutions(author="a")] == ids[1::2]
+    assert [s.id for s in seeded.list_solutions(language="cuda")] == [other]
+    assert [s.id for s in seeded.list_solutions(definition_name=DEF, limit=2, offset=3)] == ids[3:5]
+    assert seeded.list_solutions(run_id="r2", author="b", definition_name=DEF)[0].id == ids[4]
+    assert seeded.list_solutions(definition_name=DEF, limit=0) == []
+
+
+# --------------------------------------------------------------------------- lineage
+
+
+def test_lineage_of_depth_50(seeded: KernelStore) -> None:
+    ids = _chain(seeded, 51)
+    assert [s.id for s in seeded.ancestors(ids[-1])] == ids[-2::-1]
+    assert [s.id for s in seeded.descendants(ids[0])] == ids[1:]
+    assert [s.id for s in seeded.ancestors(ids[25])] == ids[24::-1]
+    assert [s.id for s in seeded.descendants(ids[25])] == ids[26:]
+    assert seeded.ancestors(ids[0]) == []
+    assert seeded.descendants(ids[-1]) == []
+    assert seeded.ancestors(ids[-1])[0] == seeded.get_solution(ids[-2])
+
+
+def test_descendants_are_breadth_first(seeded: KernelStore) -> None:
+    root = seeded.upsert_solution(make_solution(DEF, "# root\n"))
+    c1 = seeded.upsert_solution(make_solution(DEF, "# c1\n"), parent_id=root)
+    c2 = seeded.upsert_solution(make_solution(DEF, "# c2\n"), parent_id=root)
+    g1 = seeded.upsert_solution(make_solution(DEF, "# g1\n"), parent_id=c1)
+    g2 = seeded.upsert_solution(make_solution(DEF, "# g2\n"), parent_id=c2)
+    g3 = seeded.upsert_solution(make_solution(DEF, "# g3\n"), parent_id=c1)
+    h = seeded.upsert_solution(make_solution(DEF, "# h\n"), parent_id=g2)
+    assert [s.id for s in seeded.descendants(root)] == [c1, c2, g1, g2, g3, h]
+    assert [s.id for s in seeded.descendants(c1)] == [g1, g3]
+    assert [s.id for s in seeded.ancestors(h)] == [g2, c2, root]
+
+
+# --------------------------------------------------------------------------- profiles
+
+
+def test_profile_round_trip_and_promoted_columns(seeded: KernelStore) -> None:
+    sid = seeded.upsert_solution(make_solution(DEF, "# k\n"))
+    evaluation = make_evaluation("PASSED", latency_ms=0.5, reference_latency_ms=2.0)
+    pid = seeded.upsert_profile("w-1", sid, evaluation, CONFIG)
+    stored = seeded.get_profile(pid)
+    assert stored is not None
+    assert stored.evaluation == evaluation
+    assert (stored.workload_uuid, stored.solution_id) == ("w-1", sid)
+    assert stored.benchmark_config == CONFIG
+    assert stored.benchmark_config_hash == hashing.benchmark_config_hash(CONFIG)
+    assert (stored.eval_status, stored.eval_hardware) == ("PASSED", "cpu/x86_64")
+    assert stored.latency_ms == pytest.approx(0.5)
+    assert stored.reference_latency_ms == pytest.approx(2.0)
+    assert stored.speedup == pytest.approx(4.0)  # from flashinfer's speedup_factor
+    assert _is_utc(stored.created_at)
+
+    failed = seeded.upsert_profile(
+        "w-1", sid, make_evaluation("COMPILE_ERROR", hardware="other-hw"), CONFIG
+    )
+    row = seeded.get_profile(failed)
+    assert row.eval_status == "COMPILE_ERROR"
+    assert (row.latency_ms, row.reference_latency_ms, row.speedup) == (None, None, None)
+
+
+def test_profile_key_replaces_evaluation(seeded: KernelStore) -> None:
+    sid = seeded.upsert_solution(make_solution(DEF, "# k\n"))
+    first = seeded.upsert_profile("w-1", sid, make_evaluation(latency_ms=3.0), CONFIG)
+    again = seeded.upsert_profile("w-1", sid, make_evaluation(latency_ms=1.5), dict(CONFIG))
+    assert again == first
+    assert seeded.get_profile(first).latency_ms == pytest.approx(1.5)
+    other_config = seeded.upsert_profile(
+        "w-1", sid, make_evaluation(latency_ms=9.0), {**CONFIG, "iterations": 20}
+    )
+    other_hw = seeded.upsert_profile(
+        "w-1", sid, make_evaluation(latency_ms=9.0, hardware="trn1"), CONFIG
+    )
+    assert len({first, other_config, other_hw}) == 3
+    assert seeded.stats().counts["profiles"] == 3
+
+
+def test_profile_with_unknown_references_is_refused(seeded: KernelStore) -> None:
+    sid = seeded.upsert_solution(make_solution(DEF, "# k\n"))
+    with pytest.raises(UnknownReferenceError, match="w-missing"):
+        seeded.upsert_profile("w-missing", sid, make_evaluation(), CONFIG)
+    ghost = "00000000-0000-4000-8000-000000000000"
+    with pytest.raises(UnknownReferenceError, match=ghost):
+        seeded.upsert_profile("w-1", ghost, make_evaluation(), CONFIG)
+    assert seeded.stats().counts["profiles"] == 0
+
+
+def test_list_profiles_filters(seeded: KernelStore) -> None:
+    seeded.upsert_workload(DEF, make_workload(DEF, uuid_="w-2"))
+    a = seeded.upsert_solution(make_solution(DEF, "# a\n"), evolve_metadata={"run_id": "r1"})
+    b = seeded.upsert_solution(make_solution(DEF, "# b\n"), evolve_metadata={"run_id": "r2"})
+    p1 = seeded.upsert_profile("w-1", a, make_evaluation(latency_ms=1.0), CONFIG)
+    p2 = seeded.upsert_profile("w-2", a, make_evaluation("RUNTIME_ERROR"), CONFIG)
+    p3 = seeded.upsert_profile("w-1", b, make_evaluation(latency_ms=2.0, hardware="trn1"), CONFIG)
+
+    assert [p.id for p in seeded.list_profiles()] == [p1, p2, p3]
+    assert [p.id for p in seeded.list_profiles(solution_id=a)] == [p1, p2]
+    assert [p.id for p in seeded.list_profiles(workload_uuid="w-1")] == [p1, p3]
+    assert [p.id for p in seeded.list_profiles(run_id="r2")] == [p3]
+    assert [p.id for p in seeded.list_profiles(hardware="trn1")] == [p3]
+    assert [p.id for p in seeded.list_profiles(status="RUNTIME_ERROR")] == [p2]
+    assert [p.id for p in seeded.list_profiles(limit=1, offset=1)] == [p2]
+    assert seeded.list_profiles(solution_id="garbage") == []
+
+
+# --------------------------------------------------------------------------- best solutions
+
+
+def test_best_solutions_rank_passed_profiles(seeded: KernelStore) -> None:
+    seeded.upsert_workload(DEF, make_workload(DEF, uuid_="w-2"))
+    seeded.upsert_definition(make_definition("other"))
+    seeded.upsert_workload("other", make_workload("other", uuid_="w-o"))
+    slow = seeded.upsert_solution(make_solution(DEF, "# slow\n"))
+    fast = seeded.upsert_solution(make_solution(DEF, "# fast\n"))
+    broken = seeded.upsert_solution(make_solution(DEF, "# broken\n"))
+    foreign = seeded.upsert_solution(make_solution("other", "# foreign\n"))
+
+    seeded.upsert_profile("w-1", slow, make_evaluation(latency_ms=5.0), CONFIG)
+    seeded.upsert_profile("w-2", slow, make_evaluation(latency_ms=4.0), CONFIG)
+    seeded.upsert_profile("w-1", fast, make_evaluation(latency_ms=2.0), CONFIG)
+    best_fast = seeded.upsert_profile("w-2", fast, make_evaluation(latency_ms=1.0), CONFIG)
+    seeded.upsert_profile("w-1", fast, make_evaluation(latency_ms=0.1, hardware="trn1"), CONFIG)
+    seeded.upsert_profile("w-1", broken, make_evaluation("INCORRECT_NUMERICAL"), CONFIG)
+    seeded.upsert_profile("w-1", broken, make_evaluation("TIMEOUT", hardware="x"), CONFIG)
+    seeded.upsert_profile("w-o", foreign, make_evaluation(latency_ms=0.01), CONFIG)
+
+    cpu = seeded.best_solutions(DEF, hardware="cpu/x86_64")
+    assert [(r.solution.id, r.profile.latency_ms) for r in cpu] == [(fast, 1.0), (slow, 4.0)]
+    assert cpu[0].profile.id == best_fast
+    assert cpu[0].solution == seeded.get_solution(fast)
+    assert cpu[0].profile == seeded.get_profile(best_fast)
+
+    anywhere = seeded.best_solutions(DEF)
+    assert [(r.solution.id, r.profile.latency_ms) for r in anywhere] == [(fast, 0.1), (slow, 4.0)]
+    assert [r.solution.id for r in seeded.best_solutions(DEF, hardware="trn1")] == [fast]
+    on_w1 = seeded.best_solutions(DEF, hardware="cpu/x86_64", workload_uuid="w-1")
+    assert [(r.solution.id, r.profile.latency_ms) for r in on_w1] == [(fast, 2.0), (slow, 5.0)]
+    assert [r.solution.id for r in seeded.best_solutions(DEF, limit=1)] == [fast]
+    assert seeded.best_solutions(DEF, hardware="x") == []
+    assert seeded.best_solutions("nothing-here") == []
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def test_run_create_get_update(seeded: KernelStore) -> None:
+    sid = seeded.upsert_solution(make_solution(DEF, "# init\n"))
+    run = RunRecord(
+        id="run-1",
+        definition_name=DEF,
+        config={"iterations": 4, "beam": 2},
+        initial_solution_id=sid,
+    )
+    assert seeded.create_run(run) == "run-1"
+    stored = seeded.get_run("run-1")
+    assert stored.model_dump(exclude={"created_at", "updated_at"}) == run.model_dump(
+        exclude={"created_at", "updated_at"}
+    )
+    assert _is_utc(stored.created_at) and _is_utc(stored.updated_at)
+
+    updated = seeded.update_run(
+        "run-1",
+        RunUpdate(
+            status="running", current_iteration=2, best_solution_id=sid, best_latency_ms=1.25
+        ),
+    )
+    assert (updated.status, updated.current_iteration) == ("running", 2)
+    assert (updated.best_solution_id, updated.best_latency_ms) == (sid, 1.25)
+    assert updated.config == {"iterations": 4, "beam": 2}  # None fields leave values as they were
+    assert updated.updated_at >= stored.updated_at
+    assert seeded.get_run("run-1") == updated
+
+    final = seeded.update_run(
+        "run-1", RunUpdate(status="failed", error="boom", tokens_in=10, cost_usd=0.5)
+    )
+    assert (final.status, final.error, final.tokens_in, final.cost_usd) == (
+        "failed",
+        "boom",
+        10,
+        0.5,
+    )
+    assert final.current_iteration == 2
+    assert seeded.get_run("missing") is None
+
+
+def test_run_errors(seeded: KernelStore) -> None:
+    seeded.create_run(RunRecord(id="run-1", definition_name=DEF))
+    with pytest.raises(ConflictError, match="run-1"):
+        seeded.create_run(RunRecord(id="run-1", definition_name=DEF))
+    with pytest.raises(UnknownReferenceError, match="ghost"):
+        seeded.create_run(RunRecord(id="run-2", definition_name="ghost"))
+    with pytest.raises(UnknownReferenceError, match="missing"):
+        seeded.update_run("missing", RunUpdate(status="running"))
+    with pytest.raises(UnknownReferenceError, match="best_solution_id"):
+        seeded.update_run("run-1", RunUpdate(best_solution_id="nope"))
+    assert seeded.get_run("run-1").status == "pending"
+
+
+def test_list_runs_newest_first(seeded: KernelStore) -> None:
+    seeded.upsert_definition(make_definition("other"))
+    for i in range(4):
+        seeded.create_run(RunRecord(id=f"r{i}", definition_name=DEF if i < 3 else "other"))
+    seeded.update_run("r1", RunUpdate(status="completed"))
+    assert [r.id for r in seeded.list_runs()] == ["r3", "r2", "r1", "r0"]
+    assert [r.id for r in seeded.list_runs(definition_name=DEF)] == ["r2", "r1", "r0"]
+    assert [r.id for r in seeded.list_runs(status="completed")] == ["r1"]
+    assert [r.id for r in seeded.list_runs(limit=2)] == ["r3", "r2"]
+
+
+# --------------------------------------------------------------------------- experiences
+
+
+def _experience(i: int, **fields: object) -> ExperienceIn:
+    return ExperienceIn(definition_name=DEF, title=f"title {i}", strategy=f"strategy {i}", **fields)
+
+
+def test_experience_round_trip(seeded: KernelStore) -> None:
+    slow = seeded.upsert_solution(make_solution(DEF, "# slow\n"))
+    fast = seeded.upsert_solution(make_solution(DEF, "# fast\n"))
+    seeded.create_run(RunRecord(id="run-1", definition_name=DEF))
+    item = ExperienceIn(
+        definition_name=DEF,
+        title="Fuse the loops",
+        strategy="One pass over x instead of two",
+        pseudocode="for i: y[i] = f(g(x[i]))",
+        run_id="run-1",
+        namespace="cpu/x86_64",
+        slow_solution_id=slow,
+        fast_solution_id=fast,
+        speedup=1.8,
+        iteration=2,
+    )
+    eid = seeded.add_experience(item)
+    stored = seeded.get_experience(eid)
+    assert stored.model_dump(include=set(ExperienceIn.model_fields)) == item.model_dump()
+    assert (stored.id, stored.removed) == (eid, False)
+    assert _is_utc(stored.created_at)
+    assert seeded.get_experience("missing") is None
+
+
+def test_recent_experiences_is_a_queue(seeded: KernelStore) -> None:
+    seeded.create_run(RunRecord(id="run-1", definition_name=DEF))
+    ids = [
+        seeded.add_experience(_experience(i, run_id="run-1" if i % 2 else None, namespace="ns"))
+        for i in range(6)
+    ]
+    assert [e.id for e in seeded.recent_experiences(limit=3)] == ids[3:]
+    assert [e.id for e in seeded.recent_experiences(limit=10)] == ids
+    assert [e.id for e in seeded.recent_experiences(run_id="run-1", limit=2)] == [ids[3], ids[5]]
+    assert seeded.recent_experiences(namespace="other", limit=5) == []
+
+    assert seeded.remove_experience(ids[4]) is True
+    assert seeded.remove_experience(ids[4]) is False
+    assert seeded.remove_experience("missing") is False
+    assert [e.id for e in seeded.recent_experiences(namespace="ns", limit=3)] == [
+        ids[2],
+        ids[3],
+        ids[5],
+    ]
+    assert seeded.get_experience(ids[4]).removed is True  # kept as history
+    assert seeded.stats().counts["experiences"] == 6
+
+
+def test_search_experiences(seeded: KernelStore) -> None:
+    a = seeded.add_experience(
+        ExperienceIn(definition_name=DEF, title="Vectorize the EXP", strategy="use SIMD")
+    )
+    b = seeded.add_experience(
+        ExperienceIn(definition_name=DEF, title="Tile", strategy="blocks of 128", pseudocode="exp")
+    )
+    c = seeded.add_experience(
+        ExperienceIn(definition_name="other", title="t", strategy="Exponent trick", namespace="n2")
+    )
+    seeded.add_experience(ExperienceIn(definition_name=DEF, title="unrelated", strategy="x"))
+    assert [e.id for e in seeded.search_experiences(text="eXp")] == [c, b, a]
+    assert [e.id for e in seeded.search_experiences(text="exp", definition_name=DEF)] == [b, a]
+    assert [e.id for e in seeded.search_experiences(text="exp", namespace="n2")] == [c]
+    assert [e.id for e in seeded.search_experiences(text="exp", limit=1)] == [c]
+    assert seeded.search_experiences(text="50%_") == []
+    seeded.remove_experience(b)
+    assert [e.id for e in seeded.search_experiences(text="exp")] == [c, a]
+    assert [e.id for e in seeded.search_experiences(text="exp", include_removed=True)] == [c, b, a]
+    assert len(seeded.search_experiences()) == 3
+
+
+def test_experience_with_unknown_references_is_refused(seeded: KernelStore) -> None:
+    with pytest.raises(UnknownReferenceError, match="no-run"):
+        seeded.add_experience(_experience(1, run_id="no-run"))
+    with pytest.raises(UnknownReferenceError, match="fast_solution_id"):
+        seeded.add_experience(_experience(1, fast_solution_id="nope"))
+    assert seeded.stats().counts["experiences"] == 0
+
+
+# --------------------------------------------------------------------------- llm ledger
+
+
+def test_llm_totals_per_role(seeded: KernelStore) -> None:
+    for run_id in ("run-1", "run-2"):
+        seeded.create_run(RunRecord(id=run_id, definition_name=DEF))
+    calls = [
+        LlmCallIn(run_id="run-1", role="planner", model="m", tokens_in=100, tokens_out=10,
+                  latency_s=1.5, cost_usd=0.01),
+        LlmCallIn(run_id="run-1", role="executor", model="m", tokens_in=7, tokens_out=3,
+                  latency_s=0.5, cost_usd=0.002, ok=False, error="timeout"),
+        LlmCallIn(run_id="run-1", role="planner", model="m2", tokens_in=50, tokens_out=5,
+                  latency_s=0.25, cost_usd=0.005),
+        LlmCallIn(run_id="run-2", role="planner", model="m", tokens_in=1000),
+    ]  # fmt: skip
+    ids = {seeded.add_llm_call(call) for call in calls}
+    assert len(ids) == 4
+    totals = seeded.llm_totals("run-1")
+    assert [t.role for t in totals] == ["executor", "planner"]
+    planner = totals[1]
+    assert (planner.calls, planner.tokens_in, planner.tokens_out) == (2, 150, 15)
+    assert planner.latency_s == pytest.approx(1.75)
+    assert planner.cost_usd == pytest.approx(0.015)
+    assert (totals[0].calls, totals[0].tokens_in) == (1, 7)
+    assert seeded.llm_totals("nothing") == []
+    with pytest.raises(UnknownReferenceError, match="no-run"):
+        seeded.add_llm_call(LlmCallIn(run_id="no-run", role="planner", model="m"))
+    seeded.add_llm_call(LlmCallIn(role="summarizer", model="m"))  # outside any run
+    assert seeded.stats().counts["llm_calls"] == 5
+
+
+# --------------------------------------------------------------------------- stats, bad input
+
+
+def test_stats_counts_every_table(seeded: KernelStore) -> None:
+    sid = seeded.upsert_solution(make_solution(DEF, "# k\n"))
+    seeded.upsert_profile("w-1", sid, make_evaluation(), CONFIG)
+    seeded.create_run(RunRecord(id="r", definition_name=DEF))
+    seeded.add_experience(_experience(0))
+    seeded.add_llm_call(LlmCallIn(run_id="r", role="planner", model="m"))
+    stats = seeded.stats()
+    assert stats.backend == seeded.backend
+    assert stats.counts == {
+        "definitions": 1,
+        "workloads": 1,
+        "solutions": 1,
+        "profiles": 1,
+        "runs": 1,
+        "experiences": 1,
+        "llm_calls": 1,
+    }
+    assert stats.location
+
+
+def test_dicts_instead_of_records_are_refused(seeded: KernelStore) -> None:
+    raw = make_solution(DEF, "# k\n").model_dump()
+    with pytest.raises(TypeError, match=r"Solution\.model_validate"):
+        seeded.upsert_solution(raw)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Definition"):
+        seeded.upsert_definition(make_definition("x").model_dump())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Workload"):
+        seeded.upsert_workload(DEF, {"uuid": "w"})  # type: ignore[arg-type]
+    sid = seeded.upsert_solution(make_solution(DEF, "# k\n"))
+    with pytest.raises(TypeError, match="Evaluation"):
+        seeded.upsert_profile("w-1", sid, {"status": "PASSED"}, CONFIG)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="benchmark_config"):
+        seeded.upsert_profile("w-1", sid, make_evaluation(), ["x"])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="ExperienceIn"):
+        seeded.add_experience({"title": "t"})  # type: ignore[arg-type]
+    with pytest.raises(pydantic.ValidationError, match="title"):
+        ExperienceIn(definition_name=DEF, title="", strategy="s")
+
+
+def test_non_json_metadata_is_refused(seeded: KernelStore) -> None:
+    with pytest.raises(TypeError, match="evolve_metadata"):
+        seeded.upsert_solution(make_solution(DEF, "# a\n"), evolve_metadata={"x": math.nan})
+    with pytest.raises(TypeError, match="evolve_metadata"):
+        seeded.upsert_solution(make_solution(DEF, "# a\n"), evolve_metadata={"x": object()})
+    with pytest.raises(ValueError, match="limit"):
+        seeded.list_solutions(limit=-1)
+    assert seeded.stats().counts["solutions"] == 0
+
+
+def test_timestamps_are_recent_utc(seeded: KernelStore) -> None:
+    before = datetime.now(UTC).timestamp()
+    sid = seeded.upsert_solution(make_solution(DEF, "# t\n"))
+    created = seeded.get_solution(sid).created_at
+    assert abs(created.timestamp() - before) < 60
