@@ -1,0 +1,163 @@
+"""schema_v2.txt is plain SQL that psql applies cleanly, twice, and that the stores agree with."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from accelopt_mcp.store.base import LlmCallIn, RunRecord, StoreUnavailableError
+from accelopt_mcp.store.postgres import PostgresStore, mask_dsn, schema_v2
+from accelopt_mcp.store.sqlite import SqliteStore
+from tests.store.samples import make_definition, make_evaluation, make_solution, make_workload
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = ROOT / "schema_v2.txt"
+TABLES = {"definitions", "workloads", "solutions", "profiles", "runs", "experiences", "llm_calls"}
+
+
+def _psql() -> str:
+    for candidate in sorted(Path("/usr/lib/postgresql").glob("*/bin/psql"), reverse=True):
+        return str(candidate)
+    found = shutil.which("psql")
+    if found is None:
+        pytest.fail("psql not found: apt-get install -y postgresql-client (scripts/test.sh does)")
+    return found
+
+
+def test_package_copy_is_identical() -> None:
+    assert schema_v2() == SCHEMA.read_text("utf-8")
+
+
+@pytest.mark.postgres
+def test_psql_applies_schema_twice(pg_dsn: str) -> None:
+    for attempt in (1, 2):
+        done = subprocess.run(
+            [_psql(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", str(SCHEMA), pg_dsn],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, f"attempt {attempt}: {done.stderr}"
+        assert "ERROR" not in done.stderr
+    with psycopg.connect(pg_dsn) as conn:
+        tables = {
+            r[0]
+            for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        }
+        views = {
+            r[0] for r in conn.execute("SELECT viewname FROM pg_views WHERE schemaname = 'public'")
+        }
+        functions = {
+            r[0]
+            for r in conn.execute("SELECT proname FROM pg_proc WHERE proname LIKE 'solution_%'")
+        }
+    assert tables == TABLES
+    assert "solution_profiles" in views
+    assert {"solution_ancestors", "solution_descendants"} <= functions
+    # A store opened without init finds the schema psql applied.
+    with PostgresStore(pg_dsn) as store:
+        assert store.stats().counts == dict.fromkeys(TABLES, 0)
+
+
+@pytest.mark.postgres
+def test_view_and_functions_agree_with_the_store(pg_dsn: str) -> None:
+    with PostgresStore(pg_dsn, init_schema=True) as store:
+        store.upsert_definition(make_definition("d"))
+        store.upsert_workload("d", make_workload("d", uuid_="w"))
+        root = store.upsert_solution(make_solution("d", "# 0\n"), evolve_metadata={"run_id": "r"})
+        child = store.upsert_solution(make_solution("d", "# 1\n"), parent_id=root)
+        pid = store.upsert_profile("w", child, make_evaluation(latency_ms=2.0), {})
+    with psycopg.connect(pg_dsn) as conn:
+        row = conn.execute(
+            "SELECT id::text, definition_name, run_id, spec_language, latency_ms, speedup "
+            "FROM solution_profiles"
+        ).fetchone()
+        assert row == (pid, "d", None, "python", 2.0, 1.0)
+        up = conn.execute("SELECT id::text FROM solution_ancestors(%s)", (child,)).fetchall()
+        down = conn.execute("SELECT id::text FROM solution_descendants(%s)", (root,)).fetchall()
+        assert (up, down) == ([(root,)], [(child,)])
+
+
+@pytest.mark.postgres
+def test_deleting_a_definition_cascades(pg_dsn: str) -> None:
+    with PostgresStore(pg_dsn, init_schema=True) as store:
+        _fill(store)
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute("DELETE FROM solutions WHERE parent_id IS NULL")
+        assert conn.execute("SELECT parent_id FROM solutions").fetchall() == [(None,)]
+        conn.execute("DELETE FROM definitions")
+        counts = [conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in sorted(TABLES)]
+    assert counts == [0] * len(TABLES)
+
+
+def test_sqlite_deleting_a_definition_cascades(tmp_path: Path) -> None:
+    path = tmp_path / "k.db"
+    with SqliteStore(path) as store:
+        _fill(store)
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("DELETE FROM solutions WHERE parent_id IS NULL")
+        assert conn.execute("SELECT parent_id FROM solutions").fetchall() == [(None,)]
+        conn.execute("DELETE FROM definitions")
+        counts = [conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in sorted(TABLES)]
+        conn.commit()
+    finally:
+        conn.close()
+    assert counts == [0] * len(TABLES)
+
+
+def _fill(store: PostgresStore | SqliteStore) -> None:
+    """A definition with a workload, a parent and child kernel, a profile, a run, an LLM call."""
+    store.upsert_definition(make_definition("d"))
+    store.upsert_workload("d", make_workload("d", uuid_="w"))
+    root = store.upsert_solution(make_solution("d", "# 0\n"))
+    store.upsert_solution(make_solution("d", "# 1\n"), parent_id=root)
+    store.upsert_profile("w", root, make_evaluation(), {})
+    store.create_run(RunRecord(id="r", definition_name="d", initial_solution_id=root))
+    store.add_llm_call(LlmCallIn(run_id="r", role="planner", model="m"))
+
+
+# --------------------------------------------------------------------------- opening errors
+
+
+@pytest.mark.postgres
+def test_missing_schema_says_how_to_apply_it(pg_dsn: str) -> None:
+    with pytest.raises(StoreUnavailableError, match=r"schema_v2\.txt") as caught:
+        PostgresStore(pg_dsn)
+    assert "accelopt db init" in str(caught.value)
+
+
+@pytest.mark.postgres
+def test_missing_database_is_named(pg_admin_dsn: str) -> None:
+    dsn = pg_admin_dsn.rsplit("/", 1)[0] + "/no_such_db"
+    with pytest.raises(StoreUnavailableError, match="does not exist") as caught:
+        PostgresStore(dsn)
+    assert "no_such_db" in str(caught.value)
+
+
+def test_unreachable_server_fails_fast_without_the_password() -> None:
+    import socket
+    import time
+
+    with socket.socket() as sock:  # a port that nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dsn = f"postgresql://alice:s3cret-pw@127.0.0.1:{port}/kernels"
+    began = time.monotonic()
+    with pytest.raises(StoreUnavailableError, match="not reachable") as caught:
+        PostgresStore(dsn)
+    assert time.monotonic() - began < 10
+    assert "s3cret-pw" not in str(caught.value)
+    assert f"alice@127.0.0.1:{port}/kernels" in str(caught.value)
+
+
+def test_mask_dsn_drops_the_password() -> None:
+    assert mask_dsn("postgresql://u:pw@h:6543/db?sslmode=require") == "postgresql://u@h:6543/db"
+    assert mask_dsn("host=h user=u password=pw dbname=db") == "postgresql://u@h:5432/db"
+    assert "pw" not in mask_dsn("postgresql://u:pw@[bad")
