@@ -1,0 +1,127 @@
+"""FlashInfer-Bench files: definition JSON, workload JSON/JSONL, solution JSON, trace-set dirs.
+
+A trace-set directory holds `definitions/`, `solutions/`, `workloads/` and `traces/`, each
+searched recursively (flashinfer-bench groups files in per-op-type subfolders; we do not rely
+on that). Workload files hold one JSON value per line (JSONL) or one JSON value / list; each
+value is a bare Workload or a workload Trace `{"definition": ..., "workload": {...}}`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError
+
+from accelopt_mcp.models import Definition, Solution, Trace, Workload
+
+
+class TaskFileError(ValueError):
+    """A task, workload or solution file is missing or malformed; the message names the file."""
+
+
+def read_json(path: Path, what: str) -> Any:
+    if not path.is_file():
+        raise TaskFileError(f"{what} file {str(path)!r} does not exist")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise TaskFileError(f"{what} file {str(path)!r} is not valid JSON: {exc}") from exc
+
+
+def _validate(model: type[BaseModel], data: Any, path: Path, what: str) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise TaskFileError(f"{what} file {str(path)!r} is not a valid {what}:\n{exc}") from exc
+
+
+def load_definition(path: Path) -> Definition:
+    return _validate(Definition, read_json(path, "definition"), path, "definition")
+
+
+def load_solution_json(path: Path) -> Solution:
+    return _validate(Solution, read_json(path, "solution"), path, "solution")
+
+
+def _workload_values(path: Path) -> list[Any]:
+    if not path.is_file():
+        raise TaskFileError(f"workload file {str(path)!r} does not exist")
+    text = path.read_text()
+    if path.suffix == ".jsonl":
+        values = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                try:
+                    values.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise TaskFileError(
+                        f"workload file {str(path)!r} line {number} is not valid JSON: {exc}"
+                    ) from exc
+        return values
+    data = read_json(path, "workload")
+    return data if isinstance(data, list) else [data]
+
+
+def load_workloads(path: Path, definition: str | None = None) -> list[Workload]:
+    """The workloads in a file; trace entries naming another definition are skipped."""
+    workloads = []
+    for value in _workload_values(path):
+        if isinstance(value, dict) and "workload" in value:
+            trace = _validate(Trace, value, path, "workload trace")
+            if definition is not None and trace.definition != definition:
+                continue
+            workloads.append(trace.workload)
+        else:
+            workloads.append(_validate(Workload, value, path, "workload"))
+    return workloads
+
+
+class TraceSet(BaseModel):
+    """Everything in a FlashInfer trace-set directory, keyed by definition name."""
+
+    root: Path
+    definitions: dict[str, Definition] = Field(default_factory=dict)
+    definition_files: dict[str, Path] = Field(default_factory=dict)
+    workloads: dict[str, list[Workload]] = Field(default_factory=dict)
+    solutions: dict[str, list[Solution]] = Field(default_factory=dict)
+
+
+def is_trace_set(root: Path) -> bool:
+    return (root / "definitions").is_dir()
+
+
+def load_trace_set(root: Path) -> TraceSet:
+    if not is_trace_set(root):
+        raise TaskFileError(
+            f"{str(root)!r} is not a FlashInfer trace-set directory (it has no definitions/ "
+            "folder; expected definitions/, workloads/, solutions/)"
+        )
+    trace_set = TraceSet(root=root)
+    for path in sorted((root / "definitions").rglob("*.json")):
+        definition = load_definition(path)
+        if definition.name in trace_set.definitions:
+            raise TaskFileError(
+                f"definition {definition.name!r} is defined twice: "
+                f"{trace_set.definition_files[definition.name]} and {path}"
+            )
+        trace_set.definitions[definition.name] = definition
+        trace_set.definition_files[definition.name] = path
+    for folder in ("workloads", "traces"):
+        for path in sorted((root / folder).rglob("*.json*")):
+            if path.suffix not in (".json", ".jsonl"):
+                continue
+            for value in _workload_values(path):
+                if not isinstance(value, dict) or "workload" not in value:
+                    continue  # a bare workload names no definition: only usable via its own file
+                trace = _validate(Trace, value, path, "workload trace")
+                if folder == "traces" and not trace.is_workload_trace:
+                    continue
+                known = trace_set.workloads.setdefault(trace.definition, [])
+                if all(w.uuid != trace.workload.uuid for w in known):
+                    known.append(trace.workload)
+    for path in sorted((root / "solutions").rglob("*.json")):
+        solution = load_solution_json(path)
+        trace_set.solutions.setdefault(solution.definition, []).append(solution)
+    return trace_set

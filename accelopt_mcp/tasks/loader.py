@@ -1,0 +1,175 @@
+"""The two entry points the CLI and the MCP server call: a task from a path, a solution from a
+path. Formats are told apart by content, not by where the files sit.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from accelopt_mcp.backends.base import Task
+from accelopt_mcp.models import BuildSpec, Definition, Language, Solution, SourceFile, Workload
+from accelopt_mcp.tasks.flashinfer_format import (
+    TaskFileError,
+    is_trace_set,
+    load_definition,
+    load_solution_json,
+    load_trace_set,
+    load_workloads,
+)
+from accelopt_mcp.tasks.nkibench import default_workload, definition_from_task, is_nkibench_task
+
+ENTRY_SYMBOLS = ("kernel", "optimized_kernel", "run")
+NKI_MODULES = ("neuronxcc", "nki")
+
+
+def load_task(path: Path, *, workload: str | None = None) -> Task:
+    """A task from a definition .json, an NKIBench task .py, or a directory holding one of
+    those (a FlashInfer trace-set directory with a single definition counts).
+
+    workload: a workload uuid or its index among the definition's workloads; default the first.
+    """
+    path = Path(path)
+    if path.is_dir():
+        return _task_from_dir(path, workload)
+    if not path.exists():
+        raise TaskFileError(f"task path {str(path)!r} does not exist")
+    if path.suffix == ".json":
+        definition = load_definition(path)
+        return Task(definition=definition, workload=_pick(definition, path, workload))
+    if path.suffix == ".py":
+        definition = definition_from_task(path)
+        return Task(definition=definition, workload=_pick(definition, None, workload))
+    raise TaskFileError(
+        f"task path {str(path)!r} is neither a definition .json, an NKIBench task .py nor a "
+        "directory holding one"
+    )
+
+
+def _task_from_dir(root: Path, workload: str | None) -> Task:
+    if is_trace_set(root):
+        trace_set = load_trace_set(root)
+        if len(trace_set.definitions) != 1:
+            raise TaskFileError(
+                f"trace set {str(root)!r} holds {len(trace_set.definitions)} definitions "
+                f"({sorted(trace_set.definitions)}); give the path of one definitions/*.json"
+            )
+        ((name, definition),) = trace_set.definitions.items()
+        return Task(
+            definition=definition,
+            workload=_choose(definition, trace_set.workloads.get(name, []), workload),
+        )
+    candidates = [p for p in sorted(root.glob("*.json")) if _looks_like_definition(p)]
+    candidates += [p for p in sorted(root.glob("*.py")) if is_nkibench_task(p.read_text())]
+    if len(candidates) != 1:
+        found = [p.name for p in candidates] or "none"
+        raise TaskFileError(
+            f"directory {str(root)!r} must hold exactly one definition .json or NKIBench task "
+            f".py (found: {found}); give the file's path instead"
+        )
+    return load_task(candidates[0], workload=workload)
+
+
+def _looks_like_definition(path: Path) -> bool:
+    try:
+        text = path.read_text()
+    except OSError:
+        return False
+    return '"reference"' in text and '"axes"' in text
+
+
+def _pick(definition: Definition, definition_file: Path | None, workload: str | None) -> Workload:
+    """Workloads for a definition file: those of its trace set (when it sits in one), else the
+    single default workload of an all-const definition."""
+    known: list[Workload] = []
+    if definition_file is not None:
+        for parent in list(definition_file.parents)[:4]:
+            if is_trace_set(parent):
+                known = load_trace_set(parent).workloads.get(definition.name, [])
+                break
+    return _choose(definition, known, workload)
+
+
+def _choose(definition: Definition, known: list[Workload], selector: str | None) -> Workload:
+    if not known:
+        known = [default_workload(definition)]
+    if selector is None:
+        return known[0]
+    for item in known:
+        if item.uuid == selector:
+            return item
+    if selector.isdigit() and int(selector) < len(known):
+        return known[int(selector)]
+    raise TaskFileError(
+        f"definition {definition.name!r} has no workload {selector!r}; it has "
+        f"{len(known)}: indices 0..{len(known) - 1}, uuids {[w.uuid for w in known][:10]}"
+    )
+
+
+def load_workload_file(path: Path, definition: Definition, selector: str | None = None) -> Workload:
+    """A workload from a separate workload JSON/JSONL file."""
+    return _choose(definition, load_workloads(Path(path), definition.name), selector)
+
+
+def load_solution(
+    path: Path, task: Task, *, name: str | None = None, author: str = "user"
+) -> Solution:
+    """A solution from a solution .json, or from a kernel .py file (python, or nki when it
+    imports neuronxcc / nki; entry `kernel`, else `optimized_kernel`, else `run`)."""
+    path = Path(path)
+    if path.suffix == ".json":
+        solution = load_solution_json(path)
+        if solution.definition != task.definition.name:
+            raise TaskFileError(
+                f"solution {str(path)!r} is for definition {solution.definition!r}, not "
+                f"{task.definition.name!r}"
+            )
+        return solution.model_copy(update={"name": name}) if name else solution
+    if path.suffix == ".py":
+        return solution_from_kernel_file(path, task.definition.name, name=name, author=author)
+    raise TaskFileError(f"solution path {str(path)!r} must be a solution .json or a kernel .py")
+
+
+def solution_from_kernel_file(
+    path: Path, definition: str, *, name: str | None = None, author: str = "user"
+) -> Solution:
+    if not path.is_file():
+        raise TaskFileError(f"kernel file {str(path)!r} does not exist")
+    source = path.read_text()
+    if not source.strip():
+        raise TaskFileError(f"kernel file {str(path)!r} is empty")
+    try:
+        module = ast.parse(source)
+    except SyntaxError as exc:
+        raise TaskFileError(f"kernel file {str(path)!r} is not valid Python: {exc}") from exc
+    functions = {
+        n.name for n in module.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+    entry = next((symbol for symbol in ENTRY_SYMBOLS if symbol in functions), None)
+    if entry is None:
+        raise TaskFileError(
+            f"kernel file {str(path)!r} defines none of the entry functions {list(ENTRY_SYMBOLS)} "
+            f"(top-level functions: {sorted(functions) or 'none'}); name the kernel `kernel`"
+        )
+    language = Language.NKI if _imports_any(module, NKI_MODULES) else Language.PYTHON
+    return Solution(
+        name=name or path.stem,
+        definition=definition,
+        author=author,
+        spec=BuildSpec(
+            language=language,
+            target_hardware=["trainium"] if language == Language.NKI else ["cpu"],
+            entry_point=f"{path.name}::{entry}",
+            destination_passing_style=False,
+        ),
+        sources=[SourceFile(path=path.name, content=source)],
+    )
+
+
+def _imports_any(module: ast.Module, roots: tuple[str, ...]) -> bool:
+    for node in ast.walk(module):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] in roots for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in roots:
+            return True
+    return False
