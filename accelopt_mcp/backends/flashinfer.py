@@ -1,0 +1,286 @@
+"""The `flashinfer` backend: Triton/CUDA/Python kernels on NVIDIA GPUs through flashinfer-bench.
+
+flashinfer-bench 0.1.2 (the optional extra `accelopt-mcp[flashinfer]`) does the work: our
+Definition/Workload/Solution are written as a FlashInfer-Trace directory, its Benchmark runs in a
+sandboxed child process, and its Evaluation (the same schema as ours) comes back with roofline
+counters added. It needs torch and CUDA; without a GPU the backend says so and refuses to run.
+
+Tolerances and timing follow flashinfer-bench's defaults (element-wise rtol/atol 1e-2, 10 warm-up
+runs, 50 iterations, 3 trials) unless the BenchmarkConfig sets them explicitly.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from accelopt_mcp.backends.base import (
+    Availability,
+    Backend,
+    BackendUnavailableError,
+    BenchmarkConfig,
+    Task,
+)
+from accelopt_mcp.backends.flashinfer_runner import FlashInferRunResult, FlashInferSettings
+from accelopt_mcp.backends.roofline import is_above_peak, peak_counters, peak_for, percent_of_peak
+from accelopt_mcp.backends.sandbox import run_sandboxed
+from accelopt_mcp.models import (
+    Environment,
+    Evaluation,
+    EvaluationStatus,
+    Language,
+    Solution,
+    Trace,
+)
+
+INSTALL_HINT = "pip install 'accelopt-mcp[flashinfer]' on a host with an NVIDIA GPU and CUDA"
+NO_CUDA = "flashinfer-bench needs CUDA: No CUDA devices available on this host"
+FLASHINFER_LANGUAGES = frozenset(
+    {Language.PYTHON, Language.TRITON, Language.CPP, Language.CUDA, Language.TILELANG}
+)
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+_PROBE = """
+import importlib.util, json
+found = {m: importlib.util.find_spec(m) is not None for m in ("torch", "flashinfer_bench")}
+report = {"found": found, "cuda": False, "devices": [], "versions": {}}
+if all(found.values()):
+    import torch
+    from importlib.metadata import version
+    report["versions"] = {"torch": torch.__version__,
+                          "flashinfer-bench": version("flashinfer-bench")}
+    report["cuda"] = torch.cuda.is_available()
+    if report["cuda"]:
+        count = torch.cuda.device_count()
+        report["devices"] = [torch.cuda.get_device_name(i) for i in range(count)]
+print(json.dumps(report))
+"""
+
+
+class _Probe(BaseModel):
+    found: dict[str, bool]
+    cuda: bool
+    devices: list[str]
+    versions: dict[str, str]
+
+
+def map_status(value: str) -> EvaluationStatus:
+    """flashinfer-bench's status names are ours; anything else is a version mismatch."""
+    try:
+        return EvaluationStatus(value)
+    except ValueError:
+        known = ", ".join(s.value for s in EvaluationStatus)
+        raise ValueError(
+            f"flashinfer-bench returned status {value!r}, unknown to accelopt-mcp ({known}); "
+            "is flashinfer-bench 0.1.2 installed?"
+        ) from None
+
+
+def write_trace_set(root: Path, task: Task, solution: Solution) -> dict[str, Path]:
+    """Lay out one definition, its workload and a solution as flashinfer-bench reads them."""
+    if solution.spec.language not in FLASHINFER_LANGUAGES:
+        raise ValueError(
+            f"solution {solution.name!r} is written in {solution.spec.language.value!r}; "
+            f"flashinfer-bench runs {sorted(lang.value for lang in FLASHINFER_LANGUAGES)}"
+        )
+    if solution.definition != task.definition.name:
+        raise ValueError(
+            f"solution {solution.name!r} implements {solution.definition!r}, "
+            f"not the task's definition {task.definition.name!r}"
+        )
+    definition = task.definition
+    group = _file_name(definition.op_type)
+    stem = _file_name(definition.name)
+    paths = {
+        "definition": root / "definitions" / group / f"{stem}.json",
+        "workload": root / "workloads" / group / f"{stem}.jsonl",
+        "solution": root / "solutions" / group / stem / f"{_file_name(solution.name)}.json",
+    }
+    for path in paths.values():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    paths["definition"].write_text(definition.to_json(), encoding="utf-8")
+    workload_trace = Trace(definition=definition.name, workload=task.workload)
+    paths["workload"].write_text(
+        workload_trace.model_dump_json(exclude_unset=True) + "\n", encoding="utf-8"
+    )
+    paths["solution"].write_text(solution.to_json(), encoding="utf-8")
+    return paths
+
+
+class FlashInferBackend(Backend):
+    name = "flashinfer"
+
+    def __init__(
+        self,
+        device: str = "cuda:0",
+        *,
+        python: str = sys.executable,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
+        """device: the GPU this backend runs on ('cuda:N'); the child sees only that GPU.
+        python: interpreter of the child (one with torch and flashinfer-bench installed)."""
+        match = re.fullmatch(r"cuda:(\d+)", device)
+        if match is None:
+            raise ValueError(f"device must look like 'cuda:0', got {device!r}")
+        self.device = device
+        self.gpu_index = int(match.group(1))
+        self.python = python
+        self.extra_env = dict(extra_env or {})
+        self._probe: _Probe | None = None
+
+    def availability(self) -> Availability:
+        probe = self._host_probe()
+        missing = [name for name, ok in probe.found.items() if not ok]
+        if missing:
+            what = " and ".join(
+                "flashinfer-bench" if m == "flashinfer_bench" else m for m in missing
+            )
+            return Availability(
+                name=self.name, usable=False, reason=f"{what} not installed: {INSTALL_HINT}"
+            )
+        if not probe.cuda:
+            return Availability(name=self.name, usable=False, reason=NO_CUDA)
+        if self.gpu_index >= len(probe.devices):
+            return Availability(
+                name=self.name,
+                usable=False,
+                reason=f"{self.device} does not exist: this host has {len(probe.devices)} GPU(s)",
+            )
+        versions = ", ".join(f"{k} {v}" for k, v in probe.versions.items())
+        return Availability(
+            name=self.name,
+            usable=True,
+            hardware=probe.devices[self.gpu_index],
+            reason=f"{probe.devices[self.gpu_index]} ({self.device}); {versions}",
+        )
+
+    def _host_probe(self) -> _Probe:
+        if self._probe is None:
+            done = run_sandboxed(
+                [self.python, "-c", _PROBE],
+                timeout_s=120,
+                memory_limit_mb=16384,
+                env=self._child_env(),
+            )
+            if not done.ok:
+                raise BackendUnavailableError(
+                    f"could not probe for flashinfer-bench ({done.describe()}): "
+                    f"{done.stderr.strip()[-1000:]}"
+                )
+            self._probe = _Probe.model_validate_json(done.stdout.strip().splitlines()[-1])
+        return self._probe
+
+    def evaluate(
+        self, task: Task, solution: Solution, config: BenchmarkConfig | None = None
+    ) -> Evaluation:
+        availability = self.availability()
+        if not availability.usable:
+            raise BackendUnavailableError(availability.reason)
+        config = config or BenchmarkConfig()
+        with tempfile.TemporaryDirectory(prefix="accelopt-flashinfer-") as scratch:
+            work = Path(scratch)
+            root = work / "traces"
+            write_trace_set(root, task, solution)
+            settings = FlashInferSettings(
+                definition=task.definition.name,
+                solution=solution.name,
+                workload_uuid=task.workload.uuid,
+                benchmark=benchmark_settings(config),
+            )
+            settings_file, result_file = work / "settings.json", work / "result.json"
+            settings_file.write_text(settings.model_dump_json(), encoding="utf-8")
+            # flashinfer-bench enforces its own per-solution timeout; ours bounds the whole run
+            # (baseline, build, trials), so it is generous.
+            sandbox = run_sandboxed(
+                [
+                    self.python,
+                    "-m",
+                    "accelopt_mcp.backends.flashinfer_runner",
+                    str(root),
+                    str(settings_file),
+                    str(result_file),
+                ],
+                timeout_s=max(600.0, 3 * config.timeout_seconds),
+                memory_limit_mb=max(config.memory_limit_mb, 32768),
+                cwd=work,
+                env=self._child_env(),
+                max_processes=None,
+            )
+            if not result_file.is_file():
+                environment = Environment(hardware=availability.hardware or self.device)
+                return Evaluation(
+                    status=EvaluationStatus.TIMEOUT
+                    if sandbox.timed_out
+                    else EvaluationStatus.RUNTIME_ERROR,
+                    environment=environment,
+                    timestamp=_now(),
+                    log=f"flashinfer-bench's process {sandbox.describe()}:\n"
+                    f"{sandbox.stderr[-4000:]}",
+                )
+            result = FlashInferRunResult.model_validate_json(result_file.read_text("utf-8"))
+        if result.evaluation is not None:
+            return to_evaluation(result.evaluation, task)
+        error = result.error or "no result"
+        if error.startswith(("flashinfer-bench not installed", "No CUDA")):
+            raise BackendUnavailableError(f"flashinfer backend: {error}. {INSTALL_HINT}")
+        return Evaluation(
+            status=EvaluationStatus.RUNTIME_ERROR,
+            environment=Environment(hardware=availability.hardware or self.device),
+            timestamp=_now(),
+            log=error,
+            flags=["backend_error"],
+        )
+
+    def _child_env(self) -> dict[str, str]:
+        # Only the chosen GPU is visible, so flashinfer-bench (which uses every GPU it sees)
+        # stays on it.
+        return {"CUDA_VISIBLE_DEVICES": str(self.gpu_index), **self.extra_env}
+
+
+def benchmark_settings(config: BenchmarkConfig) -> dict[str, float | int]:
+    """flashinfer-bench BenchmarkConfig arguments: only what the caller set explicitly."""
+    explicit = config.model_fields_set
+    settings: dict[str, float | int] = {}
+    if "warmup_runs" in explicit:
+        settings["warmup_runs"] = config.warmup_runs
+    if "iterations" in explicit:
+        settings["iterations"] = config.iterations
+    if "seeds" in explicit:
+        settings["num_trials"] = len(config.seeds)
+    if "rtol" in explicit:
+        settings["rtol"] = float(config.rtol)
+    if "atol" in explicit:
+        settings["atol"] = float(config.atol) if config.atol > 0 else 1e-8
+    if "timeout_seconds" in explicit:
+        settings["timeout_seconds"] = max(1, round(config.timeout_seconds))
+    return settings
+
+
+def to_evaluation(raw: dict, task: Task) -> Evaluation:
+    """flashinfer-bench's Evaluation as ours, with roofline counters when the task has work
+    figures and the GPU is in the peak table."""
+    evaluation = Evaluation.model_validate({**raw, "status": map_status(str(raw.get("status")))})
+    performance = evaluation.performance
+    if task.roofline is None or performance is None or performance.latency_ms <= 0:
+        return evaluation
+    try:
+        peak = peak_for(evaluation.environment.hardware)
+    except ValueError:
+        return evaluation
+    report = percent_of_peak(performance.latency_ms, task.roofline, peak)
+    flags = [*evaluation.flags, *(["above_peak"] if is_above_peak(report) else [])]
+    return evaluation.model_copy(
+        update={"hardware_counters": peak_counters(report), "flags": flags}
+    )
+
+
+def _file_name(name: str) -> str:
+    return _SAFE_NAME.sub("_", name).strip("_") or "unnamed"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()

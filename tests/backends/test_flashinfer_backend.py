@@ -1,0 +1,273 @@
+"""The flashinfer backend without a GPU: availability reasons from a real probe child, our JSON
+laid out as flashinfer-bench reads it (checked with flashinfer-bench's own models in a
+subprocess), status and result mapping. The real GPU run is skipped where CUDA is absent."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from accelopt_mcp.backends.base import BackendUnavailableError, BenchmarkConfig, Roofline, Task
+from accelopt_mcp.backends.flashinfer import (
+    INSTALL_HINT,
+    NO_CUDA,
+    FlashInferBackend,
+    benchmark_settings,
+    map_status,
+    to_evaluation,
+    write_trace_set,
+)
+from accelopt_mcp.models import (
+    BuildSpec,
+    Definition,
+    EvaluationStatus,
+    Language,
+    Solution,
+    Trace,
+)
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "flashinfer"
+FIB_SITE = Path(os.environ.get("FLASHINFER_BENCH_SITE", "/tmp/fib/lib/python3.11/site-packages"))
+FIB_PYTHON = Path("/tmp/fib/bin/python")
+
+
+def example_task(batch_index: int = 0, roofline: Roofline | None = None) -> Task:
+    definition = Definition.model_validate_json(
+        (EXAMPLE / "definitions" / "rmsnorm" / "rmsnorm_h512.json").read_text()
+    )
+    lines = (EXAMPLE / "workloads" / "rmsnorm" / "rmsnorm_h512.jsonl").read_text().splitlines()
+    workload = Trace.model_validate_json(lines[batch_index]).workload
+    return Task(definition=definition, workload=workload, roofline=roofline)
+
+
+def example_solution(name: str) -> Solution:
+    path = EXAMPLE / "solutions" / "rmsnorm" / "rmsnorm_h512" / f"{name}.json"
+    return Solution.model_validate_json(path.read_text())
+
+
+# --------------------------------------------------------------------------- availability
+
+
+def test_availability_names_what_is_missing_on_this_host() -> None:
+    backend = FlashInferBackend()
+    availability = backend.availability()
+    if availability.usable:
+        pytest.skip(f"a usable GPU is present ({availability.reason}); covered by the GPU test")
+    assert availability.reason.endswith(INSTALL_HINT) or availability.reason == NO_CUDA
+    if "not installed" in availability.reason:
+        assert "flashinfer-bench" in availability.reason or "torch" in availability.reason
+    with pytest.raises(BackendUnavailableError) as raised:
+        backend.evaluate(example_task(), example_solution("rmsnorm_h512_python_rows"))
+    assert str(raised.value) == availability.reason
+
+
+@pytest.mark.skipif(not FIB_PYTHON.exists(), reason="no flashinfer-bench copy at /tmp/fib")
+def test_interpreter_with_flashinfer_bench_but_no_torch_says_torch_is_missing() -> None:
+    # /tmp/fib holds flashinfer-bench 0.1.2 without torch: the probe runs there for real.
+    availability = FlashInferBackend(python=str(FIB_PYTHON)).availability()
+    assert not availability.usable
+    assert availability.reason == f"torch not installed: {INSTALL_HINT}"
+
+
+def test_device_must_be_a_cuda_index() -> None:
+    with pytest.raises(ValueError, match="device must look like 'cuda:0'"):
+        FlashInferBackend("gpu0")
+    assert FlashInferBackend("cuda:3").gpu_index == 3
+
+
+# --------------------------------------------------------------------------- layout
+
+
+def test_trace_set_layout_round_trips_through_our_models(tmp_path: Path) -> None:
+    task = example_task(1)
+    solution = example_solution("rmsnorm_h512_triton_rows")
+    paths = write_trace_set(tmp_path, task, solution)
+    assert paths["definition"] == tmp_path / "definitions/rmsnorm/rmsnorm_h512.json"
+    assert paths["workload"] == tmp_path / "workloads/rmsnorm/rmsnorm_h512.jsonl"
+    assert paths["solution"] == (
+        tmp_path / "solutions/rmsnorm/rmsnorm_h512/rmsnorm_h512_triton_rows.json"
+    )
+    assert Definition.model_validate_json(paths["definition"].read_text()) == task.definition
+    (line,) = paths["workload"].read_text().splitlines()
+    trace = Trace.model_validate_json(line)
+    assert trace.is_workload_trace and trace.workload == task.workload
+    assert Solution.model_validate_json(paths["solution"].read_text()) == solution
+
+
+_FIB_LOADER = """
+import json, sys, types
+from pathlib import Path
+
+site, root = Path(sys.argv[1]), Path(sys.argv[2])
+# flashinfer_bench/__init__.py and data/__init__.py import torch (for TraceSet's tensor blobs);
+# the record models themselves do not, so the packages are entered without their __init__.
+for name, path in (("flashinfer_bench", site / "flashinfer_bench"),
+                   ("flashinfer_bench.data", site / "flashinfer_bench" / "data")):
+    module = types.ModuleType(name)
+    module.__path__ = [str(path)]
+    sys.modules[name] = module
+from flashinfer_bench.data.definition import Definition
+from flashinfer_bench.data.json_utils import load_json_file, load_jsonl_file
+from flashinfer_bench.data.solution import Solution
+from flashinfer_bench.data.trace import Trace
+
+# The same walk as TraceSet.from_path.
+loaded = {
+    "definitions": [load_json_file(Definition, p).name
+                    for p in sorted((root / "definitions").rglob("*.json"))],
+    "solutions": [[s.name, s.definition, s.spec.language.value, s.spec.entry_point]
+                  for s in (load_json_file(Solution, p)
+                            for p in sorted((root / "solutions").rglob("*.json")))],
+    "workloads": [[t.definition, t.workload.uuid, t.workload.axes, t.is_workload_trace()]
+                  for p in sorted((root / "workloads").rglob("*.jsonl"))
+                  for t in load_jsonl_file(Trace, p)],
+}
+print(json.dumps(loaded))
+"""
+
+
+@pytest.mark.skipif(
+    not (FIB_SITE / "flashinfer_bench" / "data" / "definition.py").is_file(),
+    reason="flashinfer-bench 0.1.2 sources not found (set FLASHINFER_BENCH_SITE)",
+)
+def test_trace_set_layout_loads_in_flashinfer_bench(tmp_path: Path) -> None:
+    task = example_task(0)
+    for name in ("rmsnorm_h512_python_rows", "rmsnorm_h512_triton_rows"):
+        write_trace_set(tmp_path, task, example_solution(name))
+    done = subprocess.run(
+        [sys.executable, "-c", _FIB_LOADER, str(FIB_SITE), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout)
+    assert loaded["definitions"] == ["rmsnorm_h512"]
+    assert loaded["solutions"] == [
+        ["rmsnorm_h512_python_rows", "rmsnorm_h512", "python", "main.py::run"],
+        ["rmsnorm_h512_triton_rows", "rmsnorm_h512", "triton", "main.py::run"],
+    ]
+    assert loaded["workloads"] == [["rmsnorm_h512", "rmsnorm_h512-b64", {"batch_size": 64}, True]]
+
+
+def test_solutions_flashinfer_cannot_run_are_refused(tmp_path: Path) -> None:
+    task = example_task()
+    python = example_solution("rmsnorm_h512_python_rows")
+    nki = python.model_copy(
+        update={
+            "spec": BuildSpec(
+                language=Language.NKI, target_hardware=["trn1"], entry_point="main.py::run"
+            )
+        }
+    )
+    with pytest.raises(ValueError, match="flashinfer-bench runs"):
+        write_trace_set(tmp_path, task, nki)
+    other = python.model_copy(update={"definition": "softmax_h512"})
+    with pytest.raises(ValueError, match="not the task's definition 'rmsnorm_h512'"):
+        write_trace_set(tmp_path, task, other)
+
+
+# --------------------------------------------------------------------------- mapping
+
+
+def test_every_status_maps_and_unknown_ones_are_errors() -> None:
+    for status in EvaluationStatus:
+        assert map_status(status.value) is status
+    with pytest.raises(ValueError, match="'SEGFAULT', unknown to accelopt-mcp"):
+        map_status("SEGFAULT")
+
+
+@pytest.mark.skipif(
+    not (FIB_SITE / "flashinfer_bench" / "data" / "trace.py").is_file(),
+    reason="flashinfer-bench 0.1.2 sources not found (set FLASHINFER_BENCH_SITE)",
+)
+def test_our_statuses_are_exactly_flashinfer_benchs() -> None:
+    source = (FIB_SITE / "flashinfer_bench" / "data" / "trace.py").read_text()
+    enum_body = source.split("class EvaluationStatus")[1].split("\nclass ")[0]
+    theirs = {
+        line.split("=")[0].strip()
+        for line in enum_body.splitlines()
+        if line.startswith("    ") and "=" in line and line.strip()[0].isupper()
+    }
+    assert theirs == {s.value for s in EvaluationStatus}
+
+
+def _their_evaluation(latency_ms: float) -> dict:
+    return {
+        "status": "PASSED",
+        "environment": {"hardware": "NVIDIA H200", "libs": {"torch": "2.8.0"}},
+        "timestamp": "2026-01-01T00:00:00",
+        "log": "",
+        "correctness": {"max_relative_error": 1e-6, "max_absolute_error": 1e-7},
+        "performance": {
+            "latency_ms": latency_ms,
+            "reference_latency_ms": 4 * latency_ms,
+            "speedup_factor": 4.0,
+        },
+    }
+
+
+def test_passed_result_gets_roofline_counters_for_the_gpu() -> None:
+    batch, hidden = 1024, 512
+    moved = 4.0 * (2 * batch * hidden + hidden)
+    task = example_task(1, Roofline(flops=4.0 * batch * hidden, bytes_moved=moved))
+    evaluation = to_evaluation(_their_evaluation(0.01), task)
+    assert evaluation.status == EvaluationStatus.PASSED
+    assert evaluation.performance is not None and evaluation.performance.speedup_factor == 4.0
+    expected = moved / 0.01e-3 / 4.8e12
+    assert evaluation.hardware_counters["peak_memory_fraction"] == pytest.approx(expected)
+    assert evaluation.flags == []
+    impossible = to_evaluation(_their_evaluation(1e-5), task)
+    assert "above_peak" in impossible.flags
+
+
+def test_failed_results_keep_their_shape_and_unknown_gpus_get_no_counters() -> None:
+    numerical = {
+        **_their_evaluation(1.0),
+        "status": "INCORRECT_NUMERICAL",
+        "performance": None,
+        "correctness": {"max_relative_error": "NaN", "max_absolute_error": "Infinity"},
+    }
+    evaluation = to_evaluation(numerical, example_task(0, Roofline(flops=1, bytes_moved=1)))
+    assert evaluation.status == EvaluationStatus.INCORRECT_NUMERICAL
+    assert evaluation.correctness is not None
+    assert math.isnan(evaluation.correctness.max_relative_error)
+    assert evaluation.hardware_counters == {}
+    unknown_gpu = {**_their_evaluation(1.0), "environment": {"hardware": "NVIDIA L4"}}
+    passed = to_evaluation(unknown_gpu, example_task(0, Roofline(flops=1, bytes_moved=1)))
+    assert passed.passed and passed.hardware_counters == {}
+
+
+def test_only_explicit_settings_reach_flashinfer_bench() -> None:
+    assert benchmark_settings(BenchmarkConfig()) == {}
+    explicit = BenchmarkConfig(warmup_runs=3, iterations=20, rtol=1e-3, seeds=[1, 2])
+    assert benchmark_settings(explicit) == {
+        "warmup_runs": 3,
+        "iterations": 20,
+        "rtol": 1e-3,
+        "num_trials": 2,
+    }
+
+
+# --------------------------------------------------------------------------- real GPU
+
+
+def test_real_gpu_run_of_the_triton_example() -> None:
+    backend = FlashInferBackend()
+    availability = backend.availability()
+    if not availability.usable:
+        detail = "" if availability.reason == NO_CUDA else f" ({availability.reason})"
+        pytest.skip(NO_CUDA + detail)
+    config = BenchmarkConfig(warmup_runs=3, iterations=10)
+    evaluation = backend.evaluate(
+        example_task(1), example_solution("rmsnorm_h512_triton_rows"), config
+    )
+    assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
+    assert evaluation.performance is not None and evaluation.performance.latency_ms > 0
