@@ -1,0 +1,750 @@
+"""The kernel database in a Supabase project, through the official `supabase` client (PostgREST).
+
+Same tables as the PostgreSQL store (schema_v2.txt, applied once in the project), same semantics.
+Opening checks the project first (`check_supabase`) and stops with what is wrong and how to fix
+it: nothing listening, key rejected, schema not applied, not a Supabase URL. It never falls back
+to another store. Requests time out in seconds, not the client's default two minutes.
+
+Supabase caps a response at `max_rows` rows (1000 by default), so reads without a limit fetch
+page after page; `page_size` must not exceed the project's max_rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from postgrest.exceptions import APIError
+from pydantic import BaseModel
+from supabase import Client, ClientOptions, create_client
+
+from accelopt_mcp import hashing
+from accelopt_mcp.models import Definition, Evaluation, Solution, Workload
+from accelopt_mcp.store import _rows
+from accelopt_mcp.store.base import (
+    ConflictError,
+    ExperienceIn,
+    ExperienceRecord,
+    KernelStore,
+    LlmCallIn,
+    LlmTotals,
+    RankedSolution,
+    RunRecord,
+    RunUpdate,
+    StoredDefinition,
+    StoredProfile,
+    StoredSolution,
+    StoredWorkload,
+    StoreError,
+    StoreStats,
+    StoreUnavailableError,
+    UnknownReferenceError,
+)
+from accelopt_mcp.store.detect import (
+    SUPABASE_KEY_ENV,
+    SUPABASE_URL_ENV,
+    check_supabase,
+    project_url,
+)
+
+Row = dict[str, Any]
+Query = Any
+"""A postgrest-py request builder (select/insert/update/... chains); untyped upstream."""
+
+PROFILE_KEY = "workload_uuid,solution_id,benchmark_config_hash,eval_hardware"
+_SCHEMA_CODES = {"PGRST205", "42P01", "PGRST202", "42883", "PGRST204", "42703"}
+_KEY_CODES = {"PGRST301", "PGRST302", "PGRST303"}
+
+
+def _doc(record: BaseModel) -> Any:
+    """A record as the JSON value stored in a JSONB column (every field, defaults included)."""
+    return json.loads(_rows.record_json(record))
+
+
+def _check_limit(limit: int | None, offset: int = 0) -> None:
+    if limit is not None and (not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit must be a non-negative integer or None, got {limit!r}")
+    if not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"offset must be a non-negative integer, got {offset!r}")
+
+
+def _regex_literal(text: str) -> str:
+    """`text` as a PostgreSQL regular expression matching it literally: a backslash before a
+    non-alphanumeric character makes it literal (before a letter it would be an escape)."""
+    return "".join(c if c.isalnum() else "\\" + c for c in text)
+
+
+def _quoted(value: str) -> str:
+    """A value inside PostgREST's `or=(...)`: double-quoted, with `\\` and `"` escaped."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+class SupabaseStore(KernelStore):
+    """KernelStore on a Supabase project (URL and key default to $SUPABASE_URL / $SUPABASE_KEY)."""
+
+    backend = "supabase"
+    page_size = 1000
+
+    def __init__(
+        self, url: str | None = None, *, key: str | None = None, timeout_s: float = 10
+    ) -> None:
+        url = url or os.environ.get(SUPABASE_URL_ENV)
+        if not url:
+            raise StoreUnavailableError(
+                f"no Supabase project URL: pass one (https://<project-ref>.supabase.co) or set "
+                f"{SUPABASE_URL_ENV}; it is shown under Project Settings -> API in the dashboard"
+            )
+        key = key or os.environ.get(SUPABASE_KEY_ENV)
+        if not key:
+            raise StoreUnavailableError(
+                f"no Supabase API key: set {SUPABASE_KEY_ENV} to the project's anon key (or "
+                "service_role key if row level security is on), found in the Supabase dashboard "
+                "under Project Settings -> API (`supabase status` for a local project)"
+            )
+        self._key = key
+        self.timeout_s = timeout_s
+        check = check_supabase(url, key=key, timeout_s=timeout_s, count_rows=False)
+        if not check.ok:
+            raise StoreUnavailableError(check.explain())
+        self.location = check.location
+        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s))
+        options = ClientOptions(
+            httpx_client=self._http, auto_refresh_token=False, persist_session=False
+        )
+        self._client: Client = create_client(project_url(url), key, options=options)
+
+    # ------------------------------------------------------------------ plumbing
+    def _table(self, name: str) -> Any:
+        return self._client.postgrest.from_(name)
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self._key, "***")
+
+    def _run(
+        self, query: Query, *, on_missing_reference: Callable[[str], str] | None = None
+    ) -> Any:
+        """Execute one request; translate what goes wrong into the store's errors."""
+        try:
+            return query.execute()
+        except APIError as exc:
+            raise self._translate(exc, on_missing_reference) from None
+        except httpx.TimeoutException:
+            raise StoreUnavailableError(
+                f"Supabase at {self.location} did not answer within {self.timeout_s:g} s; "
+                "check the project is running (not paused) and reachable"
+            ) from None
+        except httpx.TransportError as exc:
+            raise StoreUnavailableError(
+                f"lost the connection to Supabase at {self.location} "
+                f"({self._scrub(str(exc) or type(exc).__name__)})"
+            ) from None
+
+    def _translate(
+        self, exc: APIError, on_missing_reference: Callable[[str], str] | None
+    ) -> StoreError:
+        code = exc.code or ""
+        text = self._scrub(" ".join(str(p) for p in (exc.message, exc.details) if p))
+        if code == "23503":
+            detail = str(exc.details or exc.message or "")
+            if on_missing_reference is not None:
+                return UnknownReferenceError(on_missing_reference(detail))
+            return UnknownReferenceError(f"a referenced record is not stored ({text})")
+        if code == "23505":
+            return ConflictError(f"the record collides with a stored one ({text})")
+        if code in _SCHEMA_CODES:
+            return StoreUnavailableError(
+                f"the kernel database schema is incomplete in Supabase at {self.location} "
+                f"({code}: {text}); apply schema_v2.txt in the project's SQL editor, then run "
+                "`accelopt db check`"
+            )
+        if code in _KEY_CODES or code == "401" or "api key" in text.lower():
+            return StoreUnavailableError(
+                f"Supabase at {self.location} rejected the API key ({text}); copy it again from "
+                f"Project Settings -> API into {SUPABASE_KEY_ENV}"
+            )
+        return StoreError(f"Supabase error {code}: {text}")
+
+    def _rows(self, query: Query, **kwargs: Any) -> list[Row]:
+        return list(self._run(query, **kwargs).data)
+
+    def _first(self, query: Query) -> Row | None:
+        rows = self._rows(query.limit(1))
+        return rows[0] if rows else None
+
+    def _paged(self, make: Callable[[], Query], limit: int | None, offset: int = 0) -> list[Row]:
+        """All rows of an ordered query (from `offset`, at most `limit`), page by page."""
+        rows: list[Row] = []
+        while True:
+            want = self.page_size if limit is None else min(self.page_size, limit - len(rows))
+            if want <= 0:
+                return rows
+            start = offset + len(rows)
+            page = self._rows(make().range(start, start + want - 1))
+            rows += page
+            if len(page) < want:
+                return rows
+
+    def _solution_exists(self, solution_id: str) -> bool:
+        return self._first(self._table("solutions").select("id").eq("id", solution_id)) is not None
+
+    @staticmethod
+    def _canonical_solution(solution_id: str | None, role: str) -> str | None:
+        if solution_id is None:
+            return None
+        canonical = _rows.canonical_uuid(solution_id)
+        if canonical is None:
+            raise UnknownReferenceError(_rows.unknown_solution(str(solution_id), role))
+        return canonical
+
+    # ------------------------------------------------------------------ definitions
+    def upsert_definition(self, definition: Definition) -> str:
+        definition = _rows.require(definition, Definition, "definition")
+        self._run(
+            self._table("definitions").upsert(
+                {"definition": _doc(definition)}, on_conflict="name", returning="minimal"
+            )
+        )
+        return definition.name
+
+    def get_definition(self, name: str) -> StoredDefinition | None:
+        row = self._first(
+            self._table("definitions").select(",".join(_rows.DEFINITION_COLUMNS)).eq("name", name)
+        )
+        return None if row is None else _rows.definition_from_row(row)
+
+    def list_definitions(self) -> list[StoredDefinition]:
+        columns = ",".join(_rows.DEFINITION_COLUMNS)
+        rows = self._paged(lambda: self._table("definitions").select(columns).order("name"), None)
+        return [_rows.definition_from_row(r) for r in rows]
+
+    # ------------------------------------------------------------------ workloads
+    def upsert_workload(self, definition_name: str, workload: Workload) -> str:
+        _rows.require_str(definition_name, "definition_name")
+        workload = _rows.require(workload, Workload, "workload")
+        stored = self._first(
+            self._table("workloads").select("definition_name").eq("uuid", workload.uuid)
+        )
+        if stored is not None and stored["definition_name"] != definition_name:
+            raise ConflictError(
+                f"workload {workload.uuid!r} is stored under definition "
+                f"{stored['definition_name']!r}, not {definition_name!r}; a workload uuid "
+                "names one workload of one definition, so give this one a new uuid"
+            )
+        trace = json.loads(_rows.workload_trace_json(definition_name, workload))
+        self._run(
+            self._table("workloads").upsert(
+                {"definition_name": definition_name, "workload": trace},
+                on_conflict="uuid",
+                returning="minimal",
+            ),
+            on_missing_reference=lambda _: _rows.unknown_definition(definition_name),
+        )
+        return workload.uuid
+
+    def get_workload(self, uuid: str) -> StoredWorkload | None:
+        row = self._first(
+            self._table("workloads").select(",".join(_rows.WORKLOAD_COLUMNS)).eq("uuid", uuid)
+        )
+        return None if row is None else _rows.workload_from_row(row)
+
+    def list_workloads(self, definition_name: str) -> list[StoredWorkload]:
+        columns = ",".join(_rows.WORKLOAD_COLUMNS)
+        rows = self._paged(
+            lambda: (
+                self._table("workloads")
+                .select(columns)
+                .eq("definition_name", definition_name)
+                .order("created_at")
+                .order("uuid")
+            ),
+            None,
+        )
+        return [_rows.workload_from_row(r) for r in rows]
+
+    # ------------------------------------------------------------------ solutions
+    def _by_hash(self, digest: str, version: int) -> Query:
+        return (
+            self._table("solutions")
+            .select(",".join(_rows.SOLUTION_COLUMNS))
+            .eq("solution_hash", digest)
+            .eq("hash_version", version)
+        )
+
+    def upsert_solution(
+        self,
+        solution: Solution,
+        *,
+        parent_id: str | None = None,
+        evolve_metadata: dict[str, Any] | None = None,
+    ) -> str:
+        solution = _rows.require(solution, Solution, "solution")
+        metadata = json.loads(_rows.plain_json(evolve_metadata, "evolve_metadata"))
+        version = hashing.CURRENT_HASH_VERSION
+        digest = hashing.solution_hash(solution, version)
+        stored = self._first(self._by_hash(digest, version))
+        if stored is None:
+            parent = self._canonical_solution(parent_id, "parent_id")
+            row = {
+                "id": _rows.new_uuid(),
+                "definition_name": solution.definition,
+                "parent_id": parent,
+                "solution": _doc(solution),
+                "hash_version": version,
+                "solution_hash": digest,
+                "evolve_metadata": metadata,
+            }
+
+            def missing(detail: str) -> str:
+                if "parent_id" in detail:
+                    return _rows.unknown_solution(str(parent_id), "parent_id")
+                return _rows.unknown_definition(solution.definition)
+
+            # A concurrent writer may store the same source first: then nothing is inserted
+            # and the stored row is read back below.
+            inserted = self._rows(
+                self._table("solutions").upsert(
+                    row, on_conflict="solution_hash,hash_version", ignore_duplicates=True
+                ),
+                on_missing_reference=missing,
+            )
+            if inserted:
+                return str(inserted[0]["id"])
+            stored = self._first(self._by_hash(digest, version))
+            if stored is None:
+                raise ConflictError(f"solution hash {digest[:12]}... could not be stored; retry")
+        if stored["definition_name"] != solution.definition:
+            raise ConflictError(
+                _rows.hash_conflict(digest, stored["definition_name"], solution.definition)
+            )
+        return str(stored["id"])
+
+    def get_solution(self, solution_id: str) -> StoredSolution | None:
+        canonical = _rows.canonical_uuid(solution_id)
+        if canonical is None:
+            return None
+        row = self._first(
+            self._table("solutions").select(",".join(_rows.SOLUTION_COLUMNS)).eq("id", canonical)
+        )
+        return None if row is None else _rows.solution_from_row(row)
+
+    def find_solution(self, solution_hash: str, hash_version: int = 1) -> StoredSolution | None:
+        row = self._first(self._by_hash(solution_hash, hash_version))
+        return None if row is None else _rows.solution_from_row(row)
+
+    def list_solutions(
+        self,
+        *,
+        definition_name: str | None = None,
+        run_id: str | None = None,
+        language: str | None = None,
+        author: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[StoredSolution]:
+        _check_limit(limit, offset)
+        filters = {
+            "definition_name": definition_name,
+            "run_id": run_id,
+            "spec_language": language,
+            "author": author,
+        }
+        columns = ",".join(_rows.SOLUTION_COLUMNS)
+
+        def query() -> Query:
+            q = self._table("solutions").select(columns)
+            for column, value in filters.items():
+                if value is not None:
+                    q = q.eq(column, value)
+            return q.order("seq").order("id")
+
+        return [_rows.solution_from_row(r) for r in self._paged(query, limit, offset)]
+
+    def ancestors(self, solution_id: str) -> list[StoredSolution]:
+        return self._lineage("solution_ancestors", solution_id)
+
+    def descendants(self, solution_id: str) -> list[StoredSolution]:
+        return self._lineage("solution_descendants", solution_id)
+
+    def _lineage(self, function: str, solution_id: str) -> list[StoredSolution]:
+        canonical = _rows.canonical_uuid(solution_id)
+        if canonical is None:
+            return []
+        rows = self._rows(
+            self._client.rpc(function, {"sid": canonical}).select(",".join(_rows.SOLUTION_COLUMNS))
+        )
+        return [_rows.solution_from_row(r) for r in rows]
+
+    # ------------------------------------------------------------------ profiles
+    def upsert_profile(
+        self,
+        workload_uuid: str,
+        solution_id: str,
+        evaluation: Evaluation,
+        benchmark_config: dict[str, Any],
+    ) -> str:
+        _rows.require_str(workload_uuid, "workload_uuid")
+        evaluation = _rows.require(evaluation, Evaluation, "evaluation")
+        config = json.loads(_rows.plain_json(benchmark_config, "benchmark_config"))
+        config_hash = hashing.benchmark_config_hash(dict(benchmark_config or {}))
+        solution = self._canonical_solution(solution_id, "solution_id")
+
+        def missing(detail: str) -> str:
+            if "solution_id" in detail:
+                return _rows.unknown_solution(str(solution_id), "solution_id")
+            return _rows.unknown_workload(workload_uuid)
+
+        # No id in the payload: on a conflict the stored row keeps its id (PostgREST would
+        # overwrite every column it is sent).
+        rows = self._rows(
+            self._table("profiles").upsert(
+                {
+                    "workload_uuid": workload_uuid,
+                    "solution_id": solution,
+                    "evaluation": _doc(evaluation),
+                    "benchmark_config": config,
+                    "benchmark_config_hash": config_hash,
+                },
+                on_conflict=PROFILE_KEY,
+            ),
+            on_missing_reference=missing,
+        )
+        return str(rows[0]["id"])
+
+    def get_profile(self, profile_id: str) -> StoredProfile | None:
+        canonical = _rows.canonical_uuid(profile_id)
+        if canonical is None:
+            return None
+        row = self._first(
+            self._table("profiles").select(",".join(_rows.PROFILE_COLUMNS)).eq("id", canonical)
+        )
+        return None if row is None else _rows.profile_from_row(row)
+
+    def list_profiles(
+        self,
+        *,
+        solution_id: str | None = None,
+        workload_uuid: str | None = None,
+        run_id: str | None = None,
+        hardware: str | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[StoredProfile]:
+        _check_limit(limit, offset)
+        if solution_id is not None:
+            solution_id = _rows.canonical_uuid(solution_id)
+            if solution_id is None:
+                return []
+        filters = {
+            "solution_id": solution_id,
+            "workload_uuid": workload_uuid,
+            "run_id": run_id,
+            "eval_hardware": hardware,
+            "eval_status": status,
+        }
+        columns = ",".join(_rows.PROFILE_COLUMNS)
+
+        def query() -> Query:
+            q = self._table("solution_profiles").select(columns)
+            for column, value in filters.items():
+                if value is not None:
+                    q = q.eq(column, value)
+            return q.order("created_at").order("id")
+
+        return [_rows.profile_from_row(r) for r in self._paged(query, limit, offset)]
+
+    def best_solutions(
+        self,
+        definition_name: str,
+        *,
+        hardware: str | None = None,
+        workload_uuid: str | None = None,
+        limit: int = 10,
+    ) -> list[RankedSolution]:
+        _check_limit(limit)
+        if limit == 0:
+            return []
+        columns = ",".join(_rows.PROFILE_COLUMNS)
+
+        def query() -> Query:
+            q = (
+                self._table("solution_profiles")
+                .select(columns)
+                .eq("definition_name", definition_name)
+                .eq("eval_status", "PASSED")
+                .not_.is_("latency_ms", None)
+            )
+            if hardware is not None:
+                q = q.eq("eval_hardware", hardware)
+            if workload_uuid is not None:
+                q = q.eq("workload_uuid", workload_uuid)
+            return q.order("latency_ms").order("created_at").order("id")
+
+        # Profiles come fastest first, so a solution's first profile is its best one. Read
+        # until `limit` solutions are found and the next profile is slower than the last of
+        # them (ties at the cut are ranked by solution order below, as the SQL stores do).
+        best: dict[str, Row] = {}
+        offset = 0
+        while True:
+            page = self._rows(query().range(offset, offset + self.page_size - 1))
+            offset += len(page)
+            cut_reached = False
+            for row in page:
+                if len(best) >= limit and row["latency_ms"] > _cut(best, limit):
+                    cut_reached = True
+                    break
+                best.setdefault(str(row["solution_id"]), row)
+            if cut_reached or len(page) < self.page_size:
+                break
+        if not best:
+            return []
+        solutions = {
+            str(r["id"]): r
+            for r in self._rows(
+                self._table("solutions")
+                .select(",".join((*_rows.SOLUTION_COLUMNS, "seq")))
+                .in_("id", list(best))
+            )
+        }
+        ranked = sorted(
+            best.items(),
+            key=lambda item: (item[1]["latency_ms"], solutions[item[0]]["seq"], item[0]),
+        )[:limit]
+        return [
+            RankedSolution(
+                solution=_rows.solution_from_row(solutions[sid]),
+                profile=_rows.profile_from_row(profile),
+            )
+            for sid, profile in ranked
+        ]
+
+    # ------------------------------------------------------------------ runs
+    def _run_missing(self, run: RunRecord | RunUpdate, definition_name: str | None) -> Callable:
+        def missing(detail: str) -> str:
+            for role in ("initial_solution_id", "best_solution_id"):
+                if role in detail:
+                    return _rows.unknown_solution(str(getattr(run, role)), role)
+            return _rows.unknown_definition(str(definition_name))
+
+        return missing
+
+    def create_run(self, run: RunRecord) -> str:
+        run = _rows.require(run, RunRecord, "run")
+        _rows.require_str(run.id, "run.id")
+        config = json.loads(_rows.plain_json(run.config, "run.config"))
+        if self._first(self._table("runs").select("id").eq("id", run.id)) is not None:
+            raise ConflictError(
+                f"run {run.id!r} exists already; resume it with update_run, or create the "
+                "run under a new id"
+            )
+        row = {
+            "id": run.id,
+            "definition_name": run.definition_name,
+            "status": run.status,
+            "config": config,
+            "current_iteration": run.current_iteration,
+            "initial_solution_id": self._canonical_solution(
+                run.initial_solution_id, "initial_solution_id"
+            ),
+            "best_solution_id": self._canonical_solution(run.best_solution_id, "best_solution_id"),
+            "best_latency_ms": run.best_latency_ms,
+            "tokens_in": run.tokens_in,
+            "tokens_out": run.tokens_out,
+            "cost_usd": run.cost_usd,
+            "error": run.error,
+        }
+        self._run(
+            self._table("runs").insert(row, returning="minimal"),
+            on_missing_reference=self._run_missing(run, run.definition_name),
+        )
+        return run.id
+
+    def update_run(self, run_id: str, update: RunUpdate) -> RunRecord:
+        update = _rows.require(update, RunUpdate, "update")
+        changes: dict[str, Any] = {k: v for k, v in update.model_dump().items() if v is not None}
+        for role in ("initial_solution_id", "best_solution_id"):
+            if role in changes:
+                changes[role] = self._canonical_solution(changes[role], role)
+        if "config" in changes:
+            changes["config"] = json.loads(_rows.plain_json(changes["config"], "config"))
+        # An UPDATE always runs, even with nothing to change, so the trigger stamps updated_at.
+        rows = self._rows(
+            self._table("runs")
+            .update(changes or {"id": run_id})
+            .eq("id", run_id)
+            .select(",".join(_rows.RUN_COLUMNS)),
+            on_missing_reference=self._run_missing(update, None),
+        )
+        if not rows:
+            raise UnknownReferenceError(_rows.unknown_run(run_id))
+        return _rows.run_from_row(rows[0])
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        row = self._first(self._table("runs").select(",".join(_rows.RUN_COLUMNS)).eq("id", run_id))
+        return None if row is None else _rows.run_from_row(row)
+
+    def list_runs(
+        self, *, definition_name: str | None = None, status: str | None = None, limit: int = 50
+    ) -> list[RunRecord]:
+        _check_limit(limit)
+
+        def query() -> Query:
+            q = self._table("runs").select(",".join(_rows.RUN_COLUMNS))
+            if definition_name is not None:
+                q = q.eq("definition_name", definition_name)
+            if status is not None:
+                q = q.eq("status", status)
+            return q.order("created_at", desc=True).order("id", desc=True)
+
+        return [_rows.run_from_row(r) for r in self._paged(query, limit)]
+
+    # ------------------------------------------------------------------ optimization memory
+    def add_experience(self, item: ExperienceIn) -> str:
+        item = _rows.require(item, ExperienceIn, "experience")
+        experience_id = _rows.new_text_id()
+        row = {
+            "id": experience_id,
+            "run_id": item.run_id,
+            "namespace": item.namespace,
+            "definition_name": item.definition_name,
+            "slow_solution_id": self._canonical_solution(item.slow_solution_id, "slow_solution_id"),
+            "fast_solution_id": self._canonical_solution(item.fast_solution_id, "fast_solution_id"),
+            "speedup": item.speedup,
+            "title": item.title,
+            "strategy": item.strategy,
+            "pseudocode": item.pseudocode,
+            "iteration": item.iteration,
+        }
+
+        def missing(detail: str) -> str:
+            for role in ("slow_solution_id", "fast_solution_id"):
+                if role in detail:
+                    return _rows.unknown_solution(str(getattr(item, role)), role)
+            return _rows.unknown_run(str(item.run_id))
+
+        self._run(
+            self._table("experiences").insert(row, returning="minimal"),
+            on_missing_reference=missing,
+        )
+        return experience_id
+
+    def get_experience(self, experience_id: str) -> ExperienceRecord | None:
+        row = self._first(
+            self._table("experiences")
+            .select(",".join(_rows.EXPERIENCE_COLUMNS))
+            .eq("id", experience_id)
+        )
+        return None if row is None else _rows.experience_from_row(row)
+
+    def recent_experiences(
+        self, *, run_id: str | None = None, namespace: str | None = None, limit: int
+    ) -> list[ExperienceRecord]:
+        _check_limit(limit)
+
+        def query() -> Query:
+            q = (
+                self._table("experiences")
+                .select(",".join(_rows.EXPERIENCE_COLUMNS))
+                .eq("removed", False)
+            )
+            if run_id is not None:
+                q = q.eq("run_id", run_id)
+            if namespace is not None:
+                q = q.eq("namespace", namespace)
+            return q.order("seq", desc=True)
+
+        rows = self._paged(query, limit)
+        return [_rows.experience_from_row(r) for r in reversed(rows)]
+
+    def search_experiences(
+        self,
+        *,
+        text: str | None = None,
+        definition_name: str | None = None,
+        namespace: str | None = None,
+        include_removed: bool = False,
+        limit: int = 50,
+    ) -> list[ExperienceRecord]:
+        _check_limit(limit)
+
+        def query() -> Query:
+            q = self._table("experiences").select(",".join(_rows.EXPERIENCE_COLUMNS))
+            if text:
+                # imatch with a literal pattern: ilike would read `*`, `%` and `_` as wildcards.
+                pattern = _quoted(_regex_literal(text))
+                q = q.or_(",".join(f"{c}.imatch.{pattern}" for c in _SEARCHED_FIELDS))
+            if definition_name is not None:
+                q = q.eq("definition_name", definition_name)
+            if namespace is not None:
+                q = q.eq("namespace", namespace)
+            if not include_removed:
+                q = q.eq("removed", False)
+            return q.order("seq", desc=True)
+
+        return [_rows.experience_from_row(r) for r in self._paged(query, limit)]
+
+    def remove_experience(self, experience_id: str) -> bool:
+        rows = self._rows(
+            self._table("experiences")
+            .update({"removed": True})
+            .eq("id", experience_id)
+            .eq("removed", False)
+            .select("id")
+        )
+        return bool(rows)
+
+    # ------------------------------------------------------------------ llm ledger
+    def add_llm_call(self, call: LlmCallIn) -> str:
+        call = _rows.require(call, LlmCallIn, "llm call")
+        call_id = _rows.new_text_id()
+        self._run(
+            self._table("llm_calls").insert(
+                {"id": call_id, **call.model_dump(mode="json")}, returning="minimal"
+            ),
+            on_missing_reference=lambda _: _rows.unknown_run(str(call.run_id)),
+        )
+        return call_id
+
+    def llm_totals(self, run_id: str) -> list[LlmTotals]:
+        rows = self._paged(
+            lambda: (
+                self._table("llm_calls")
+                .select("role,tokens_in,tokens_out,latency_s,cost_usd")
+                .eq("run_id", run_id)
+                .order("created_at")
+                .order("id")
+            ),
+            None,
+        )
+        totals: dict[str, dict[str, Any]] = defaultdict(
+            lambda: {"calls": 0, "tokens_in": 0, "tokens_out": 0, "latency_s": 0.0, "cost_usd": 0.0}
+        )
+        for row in rows:
+            total = totals[row["role"]]
+            total["calls"] += 1
+            for field in ("tokens_in", "tokens_out", "latency_s", "cost_usd"):
+                total[field] += row[field]
+        return [LlmTotals(role=role, **totals[role]) for role in sorted(totals)]
+
+    # ------------------------------------------------------------------ housekeeping
+    def stats(self) -> StoreStats:
+        counts: dict[str, int] = {}
+        for table in _rows.TABLES:
+            response = self._run(self._table(table).select("*", count="exact", head=True))
+            counts[table] = int(response.count or 0)
+        return StoreStats(backend=self.backend, location=self.location, counts=counts)
+
+    def close(self) -> None:
+        self._http.close()
+
+
+_SEARCHED_FIELDS = ("title", "strategy", "pseudocode")
+
+
+def _cut(best: dict[str, Row], limit: int) -> float:
+    """The latency of the `limit`-th fastest solution found so far."""
+    return sorted(r["latency_ms"] for r in best.values())[limit - 1]
