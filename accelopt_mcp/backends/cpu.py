@@ -157,12 +157,13 @@ class CpuBackend(Backend):
         self, task: Task, solution: Solution, config: BenchmarkConfig | None = None
     ) -> Evaluation:
         config = config or BenchmarkConfig()
-        if solution.spec.language != Language.PYTHON:
+        language = Language(solution.spec.language)
+        if language != Language.PYTHON:
             return self._evaluation(
                 EvaluationStatus.COMPILE_ERROR,
                 f"the cpu backend runs Python kernels; this solution's language is "
-                f"{solution.spec.language.value!r}: profile it with the "
-                f"{'nki' if solution.spec.language == Language.NKI else 'flashinfer'} backend",
+                f"{language.value!r}: profile it with the "
+                f"{'nki' if language == Language.NKI else 'flashinfer'} backend",
             )
         with tempfile.TemporaryDirectory(prefix="accelopt-cpu-") as tmp:
             work = Path(tmp)

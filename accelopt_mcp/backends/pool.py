@@ -1,0 +1,167 @@
+"""A pool of devices (CPU cores, NeuronCores, GPUs), each running one evaluation at a time.
+
+Evaluations are blocking (a child process per candidate), so each runs on a worker thread that
+holds one device slot for its whole duration; there are exactly as many workers as slots. The
+engine submits every attempt as soon as it is generated (`await pool.evaluate(...)`); scripts
+use `pool.map(...)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from accelopt_mcp.backends.base import Backend, BenchmarkConfig, Task
+from accelopt_mcp.models import Evaluation, Solution
+
+BackendFactory = Callable[..., Backend]
+
+
+class DeviceSlot(BaseModel):
+    """One device; `backend_kwargs` are passed to the backend constructor for it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["cpu", "neuron", "gpu"]
+    id: str
+    backend_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+class PooledEvaluation(BaseModel):
+    """An evaluation and where/when it ran (monotonic clock seconds)."""
+
+    evaluation: Evaluation
+    device: str
+    started_at: float
+    finished_at: float
+
+
+class DevicePool:
+    def __init__(self, devices: Sequence[DeviceSlot]) -> None:
+        if not devices:
+            raise ValueError("a device pool needs at least one device")
+        ids = [d.id for d in devices]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"device ids must be unique, got {ids}")
+        self.devices = list(devices)
+        self._free: queue.Queue[DeviceSlot] = queue.Queue()
+        for device in self.devices:
+            self._free.put(device)
+        self._executor = ThreadPoolExecutor(
+            max_workers=len(self.devices), thread_name_prefix="accelopt-device"
+        )
+        # One backend per (factory, device), reused so per-backend caches (reference timings)
+        # survive between candidates; a device is used by one thread at a time.
+        self._backends: dict[tuple[int, str], Backend] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ constructors
+
+    @classmethod
+    def for_cpu(cls, workers: int | None = None) -> DevicePool:
+        """`workers` slots, each pinned to its own core(s); default one per usable core."""
+        cores = sorted(os.sched_getaffinity(0))
+        workers = workers or len(cores)
+        if not 1 <= workers <= len(cores):
+            raise ValueError(
+                f"workers must be between 1 and the {len(cores)} usable cores, got {workers}"
+            )
+        groups = [cores[i::workers] for i in range(workers)]
+        return cls(
+            [
+                DeviceSlot(
+                    kind="cpu", id=f"cpu{','.join(map(str, g))}", backend_kwargs={"cpus": set(g)}
+                )
+                for g in groups
+            ]
+        )
+
+    @classmethod
+    def for_neuron_cores(cls, core_ids: Sequence[int]) -> DevicePool:
+        return cls(
+            [
+                DeviceSlot(kind="neuron", id=f"nc{i}", backend_kwargs={"neuron_core": i})
+                for i in core_ids
+            ]
+        )
+
+    @classmethod
+    def for_gpus(cls, gpu_ids: Sequence[int]) -> DevicePool:
+        return cls(
+            [DeviceSlot(kind="gpu", id=f"cuda:{i}", backend_kwargs={"gpu": i}) for i in gpu_ids]
+        )
+
+    # ------------------------------------------------------------------ running
+
+    def submit(
+        self,
+        backend_factory: BackendFactory,
+        task: Task,
+        solution: Solution,
+        config: BenchmarkConfig | None = None,
+    ) -> Future[PooledEvaluation]:
+        return self._executor.submit(self._run, backend_factory, task, solution, config)
+
+    async def evaluate(
+        self,
+        backend_factory: BackendFactory,
+        task: Task,
+        solution: Solution,
+        config: BenchmarkConfig | None = None,
+    ) -> PooledEvaluation:
+        return await asyncio.wrap_future(self.submit(backend_factory, task, solution, config))
+
+    def map(
+        self,
+        backend_factory: BackendFactory,
+        jobs: Sequence[tuple[Task, Solution]],
+        config: BenchmarkConfig | None = None,
+    ) -> list[PooledEvaluation]:
+        """Evaluate every (task, solution), in parallel over the devices; results in order."""
+        futures = [self.submit(backend_factory, task, sol, config) for task, sol in jobs]
+        return [future.result() for future in futures]
+
+    def _backend(self, factory: BackendFactory, device: DeviceSlot) -> Backend:
+        key = (id(factory), device.id)
+        with self._lock:
+            backend = self._backends.get(key)
+            if backend is None:
+                backend = factory(**device.backend_kwargs)
+                self._backends[key] = backend
+            return backend
+
+    def _run(
+        self,
+        factory: BackendFactory,
+        task: Task,
+        solution: Solution,
+        config: BenchmarkConfig | None,
+    ) -> PooledEvaluation:
+        device = self._free.get()
+        try:
+            backend = self._backend(factory, device)
+            started = time.monotonic()
+            evaluation = backend.evaluate(task, solution, config)
+            finished = time.monotonic()
+        finally:
+            self._free.put(device)
+        return PooledEvaluation(
+            evaluation=evaluation, device=device.id, started_at=started, finished_at=finished
+        )
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> DevicePool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

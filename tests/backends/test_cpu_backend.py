@@ -1,0 +1,284 @@
+"""The cpu backend end to end: real sandboxed children, real kernels that misbehave."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+
+import pytest
+
+from accelopt_mcp.backends.base import BenchmarkConfig, Roofline, Task
+from accelopt_mcp.backends.cpu import CpuBackend, host_hardware
+from accelopt_mcp.models import (
+    AxisConst,
+    AxisVar,
+    BuildSpec,
+    Definition,
+    EvaluationStatus,
+    RandomInput,
+    ScalarInput,
+    Solution,
+    SourceFile,
+    TensorSpec,
+    Workload,
+)
+
+FAST = BenchmarkConfig(warmup_runs=1, iterations=5, max_measurement_rounds=2, timeout_seconds=20)
+
+# A reference that is slow on purpose (a Python loop), so a vectorized kernel beats it.
+SLOW_REFERENCE = textwrap.dedent(
+    """
+    import numpy as np
+
+    def run(x, scale):
+        out = np.empty_like(x)
+        for i in range(x.shape[0]):
+            out[i] = x[i] * np.float32(scale) + np.float32(1.0)
+        return out
+    """
+)
+
+
+def scale_task(reference: str = SLOW_REFERENCE) -> Task:
+    definition = Definition(
+        name="scale_add",
+        op_type="elementwise",
+        axes={"M": AxisVar(), "N": AxisConst(value=64)},
+        inputs={
+            "x": TensorSpec(shape=["M", "N"], dtype="float32"),
+            "scale": TensorSpec(shape=None, dtype="float32"),
+        },
+        outputs={"y": TensorSpec(shape=["M", "N"], dtype="float32")},
+        reference=reference,
+    )
+    workload = Workload(
+        axes={"M": 256}, inputs={"x": RandomInput(), "scale": ScalarInput(value=2.5)}, uuid="w1"
+    )
+    return Task(definition=definition, workload=workload)
+
+
+def python_solution(code: str, *, entry: str = "run", dps: bool = False) -> Solution:
+    return Solution(
+        name="candidate",
+        definition="scale_add",
+        author="test",
+        spec=BuildSpec(
+            language="python",
+            target_hardware=["cpu"],
+            entry_point=f"main.py::{entry}",
+            destination_passing_style=dps,
+        ),
+        sources=[SourceFile(path="main.py", content=textwrap.dedent(code))],
+    )
+
+
+VECTORIZED = """
+import numpy as np
+
+def run(x, scale):
+    return x * np.float32(scale) + np.float32(1.0)
+"""
+
+
+@pytest.fixture(scope="module")
+def backend() -> CpuBackend:
+    return CpuBackend()
+
+
+def evaluate(backend: CpuBackend, code: str, config: BenchmarkConfig = FAST, **kw):
+    return backend.evaluate(scale_task(), python_solution(code, **kw), config)
+
+
+def test_fast_kernel_passes_with_speedup(backend: CpuBackend) -> None:
+    evaluation = evaluate(backend, VECTORIZED)
+    assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
+    assert evaluation.performance is not None and evaluation.latency_stats is not None
+    assert evaluation.performance.speedup_factor > 1.0
+    assert evaluation.performance.latency_ms == pytest.approx(evaluation.latency_stats.median_ms)
+    stats = evaluation.latency_stats
+    assert stats.min_ms <= stats.median_ms <= stats.max_ms
+    assert evaluation.hardware_counters["l2_rel_error"] == 0.0
+    assert evaluation.environment.hardware == host_hardware()
+    assert evaluation.environment.hardware.startswith("cpu/")
+
+
+def test_destination_passing_style(backend: CpuBackend) -> None:
+    code = """
+    import numpy as np
+
+    def run(x, scale, y):
+        np.multiply(x, np.float32(scale), out=y)
+        y += np.float32(1.0)
+    """
+    evaluation = evaluate(backend, code, dps=True)
+    assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        ("return x * np.float32(scale)", EvaluationStatus.INCORRECT_NUMERICAL, "L2-relative"),
+        ("return (x * np.float32(scale) + 1)[:5]", EvaluationStatus.INCORRECT_SHAPE, "shape"),
+        ("return (x * scale + 1).astype(np.float64)", EvaluationStatus.INCORRECT_DTYPE, "float64"),
+        (
+            "y = x * np.float32(scale) + 1; y[0, 0] = np.nan; return y",
+            EvaluationStatus.INCORRECT_NUMERICAL,
+            "NaN",
+        ),
+        ("raise ValueError('kernel exploded')", EvaluationStatus.RUNTIME_ERROR, "kernel exploded"),
+        ("import os; os._exit(3)", EvaluationStatus.RUNTIME_ERROR, "code 3"),
+        ("import ctypes; ctypes.string_at(0)", EvaluationStatus.RUNTIME_ERROR, "segmentation"),
+        ("x = bytearray(8 * 1024**3); return x", EvaluationStatus.RUNTIME_ERROR, "memory"),
+    ],
+)
+def test_failures_are_classified(backend: CpuBackend, body: str, status, message: str) -> None:
+    code = f"import numpy as np\n\ndef run(x, scale):\n    {body}\n"
+    evaluation = evaluate(backend, code)
+    assert evaluation.status == status, evaluation.log
+    assert message in evaluation.log
+    if status == EvaluationStatus.INCORRECT_NUMERICAL:
+        assert evaluation.correctness is not None and evaluation.performance is None
+
+
+def test_syntax_and_import_errors_are_compile_errors(backend: CpuBackend) -> None:
+    syntax = evaluate(backend, "def run(x, scale):\n    return (\n")
+    assert syntax.status == EvaluationStatus.COMPILE_ERROR
+    assert "syntax error" in syntax.log and "main.py" in syntax.log
+    missing = evaluate(backend, "import no_such_module_anywhere\n\ndef run(x, scale):\n    pass\n")
+    assert missing.status == EvaluationStatus.COMPILE_ERROR
+    assert "no_such_module_anywhere" in missing.log
+    no_entry = evaluate(backend, "def helper():\n    pass\n")
+    assert no_entry.status == EvaluationStatus.COMPILE_ERROR
+    assert "defines no function `run`" in no_entry.log
+
+
+def test_infinite_loop_times_out_within_the_limit(backend: CpuBackend) -> None:
+    config = FAST.model_copy(update={"timeout_seconds": 2.0})
+    started = time.monotonic()
+    evaluation = evaluate(backend, "def run(x, scale):\n    while True:\n        pass\n", config)
+    assert evaluation.status == EvaluationStatus.TIMEOUT
+    assert time.monotonic() - started < 6
+    assert "timed out after 2 s" in evaluation.log
+
+
+def test_fork_bomb_is_contained(backend: CpuBackend) -> None:
+    code = "import os\n\ndef run(x, scale):\n    while True:\n        os.fork()\n"
+    config = FAST.model_copy(update={"timeout_seconds": 5.0})
+    started = time.monotonic()
+    evaluation = evaluate(backend, code, config)
+    assert evaluation.status in (EvaluationStatus.RUNTIME_ERROR, EvaluationStatus.TIMEOUT)
+    assert time.monotonic() - started < 20
+    if evaluation.status == EvaluationStatus.RUNTIME_ERROR:
+        assert "process limit" in evaluation.log
+
+
+def test_megabytes_of_prints_give_a_capped_log(backend: CpuBackend) -> None:
+    code = """
+    def run(x, scale):
+        for _ in range(200000):
+            print('spam' * 20)
+        raise RuntimeError('after the spam')
+    """
+    evaluation = evaluate(backend, textwrap.dedent(code))
+    assert evaluation.status == EvaluationStatus.RUNTIME_ERROR
+    assert "after the spam" in evaluation.log
+    assert len(evaluation.log) <= 17_000
+
+
+def test_kernel_cannot_see_parent_secrets(
+    backend: CpuBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ACCELOPT_TEST_SECRET_KEY", "do-not-leak")
+    # Correct only when the secret is invisible: a visible secret makes the output wrong.
+    code = """
+    import os
+    import numpy as np
+
+    def run(x, scale):
+        leaked = "ACCELOPT_TEST_SECRET_KEY" in os.environ
+        return x * np.float32(scale) + np.float32(1.0) + np.float32(100.0 * leaked)
+    """
+    evaluation = evaluate(backend, code)
+    assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
+    assert "do-not-leak" not in evaluation.log
+
+
+def test_constant_output_cheat_is_flagged(backend: CpuBackend) -> None:
+    code = """
+    import numpy as np
+    _cache = []
+
+    def run(x, scale):
+        if not _cache:
+            _cache.append(x * np.float32(scale) + np.float32(1.0))
+        return _cache[0]
+    """
+    evaluation = evaluate(backend, code)
+    assert evaluation.status == EvaluationStatus.INCORRECT_NUMERICAL
+    assert "constant_output" in evaluation.flags
+    assert "same output for different inputs" in evaluation.log
+
+
+def test_correct_first_then_wrong_is_caught_while_timing(backend: CpuBackend) -> None:
+    code = """
+    import numpy as np
+    calls = [0]
+
+    def run(x, scale):
+        calls[0] += 1
+        y = x * np.float32(scale) + np.float32(1.0)
+        return y if calls[0] <= 5 else y * np.float32(1.5)
+    """
+    evaluation = evaluate(backend, code)
+    assert evaluation.status == EvaluationStatus.INCORRECT_NUMERICAL
+    assert "timed_output_mismatch" in evaluation.flags
+    assert "while being timed" in evaluation.log
+
+
+def test_roofline_counters_and_above_peak_flag(backend: CpuBackend) -> None:
+    task = scale_task()
+    honest = task.model_copy(
+        update={"roofline": Roofline(flops=2 * 256 * 64, bytes_moved=2 * 4 * 256 * 64)}
+    )
+    evaluation = backend.evaluate(honest, python_solution(VECTORIZED), FAST)
+    assert evaluation.passed
+    assert evaluation.hardware_counters["gflops"] > 0
+    assert "above_peak" not in evaluation.flags
+    absurd = task.model_copy(update={"roofline": Roofline(flops=1e18, bytes_moved=1.0)})
+    flagged = backend.evaluate(absurd, python_solution(VECTORIZED), FAST)
+    assert "above_peak" in flagged.flags
+
+
+def test_non_python_solution_is_refused_clearly(backend: CpuBackend) -> None:
+    solution = python_solution(VECTORIZED)
+    nki = solution.model_copy(update={"spec": solution.spec.model_copy(update={"language": "nki"})})
+    evaluation = backend.evaluate(scale_task(), nki, FAST)
+    assert evaluation.status == EvaluationStatus.COMPILE_ERROR
+    assert "nki backend" in evaluation.log
+
+
+def test_broken_reference_is_reported_as_the_tasks_fault(backend: CpuBackend) -> None:
+    task = scale_task("def run(x, scale):\n    raise KeyError('reference bug')\n")
+    evaluation = backend.evaluate(task, python_solution(VECTORIZED), FAST)
+    assert evaluation.status == EvaluationStatus.RUNTIME_ERROR
+    assert "reference failed" in evaluation.log
+
+
+def test_torch_task_without_torch_says_how_to_install(backend: CpuBackend) -> None:
+    pytest.importorskip("numpy")
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("torch is installed here")
+    task = scale_task("import torch\n\ndef run(x, scale):\n    return x * scale + 1\n")
+    evaluation = backend.evaluate(task, python_solution(VECTORIZED), FAST)
+    assert evaluation.status == EvaluationStatus.RUNTIME_ERROR
+    assert "pip install torch" in evaluation.log
+
+
+def test_cpus_must_be_usable_cores() -> None:
+    with pytest.raises(ValueError, match="subset"):
+        CpuBackend(cpus={10_000})
+    assert CpuBackend().availability().usable
