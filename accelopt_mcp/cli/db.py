@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from accelopt_mcp.cli.common import (
@@ -67,9 +68,11 @@ def check(
         print_json(result)
     else:
         colour = "green" if result.ok else "red"
-        console.print(f"[{colour}]{result.message}[/]  ({result.kind}: {result.location})")
+        console.print(
+            f"[{colour}]{escape(result.message)}[/]  ({result.kind}: {escape(result.location)})"
+        )
         for step in result.next_steps:
-            console.print(f"  - {step}", highlight=False)
+            console.print(f"  - {escape(step)}", highlight=False)
         for table, count in (result.tables or {}).items():
             console.print(f"  {table}: {count}")
     raise typer.Exit(0 if result.ok else 1)

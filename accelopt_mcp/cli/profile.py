@@ -1,0 +1,129 @@
+"""`accelopt profile` and `accelopt backends`: measure one kernel; see which backends run here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from accelopt_mcp.backends.base import BackendUnavailableError, BenchmarkConfig
+from accelopt_mcp.cli.common import JsonOption, StoreOption, console, fail, opened_store, print_json
+from accelopt_mcp.models import Evaluation
+from accelopt_mcp.profiling import ProfileOutcome, profile_kernel
+from accelopt_mcp.tasks.flashinfer_format import TaskFileError
+from accelopt_mcp.tasks.loader import load_solution, load_task
+
+
+def profile(
+    kernel: Annotated[Path, typer.Argument(help="Kernel .py file or solution .json.")],
+    task: Annotated[
+        Path,
+        typer.Option(
+            "--task",
+            help="Definition .json, NKIBench task .py, or a directory holding one.",
+        ),
+    ],
+    backend: Annotated[str, typer.Option(help="cpu, nki or flashinfer.")] = "cpu",
+    workload: Annotated[
+        str | None, typer.Option(help="Workload uuid or index (default: the first).")
+    ] = None,
+    seeds: Annotated[int | None, typer.Option(min=1, help="Number of correctness seeds.")] = None,
+    iterations: Annotated[int | None, typer.Option(min=1, help="Timed runs per round.")] = None,
+    timeout: Annotated[float | None, typer.Option(min=1, help="Wall-clock limit, s.")] = None,
+    store: StoreOption = None,
+    no_store: Annotated[bool, typer.Option("--no-store", help="Do not record the result.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Check a kernel against its task's reference and time both; record the result."""
+    try:
+        loaded_task = load_task(task, workload=workload)
+        solution = load_solution(kernel, loaded_task)
+    except (TaskFileError, FileNotFoundError) as exc:
+        fail(str(exc))
+    config = BenchmarkConfig()
+    updates: dict[str, object] = {}
+    if seeds is not None:
+        updates["seeds"] = [21 * i for i in range(seeds)]
+    if iterations is not None:
+        updates["iterations"] = iterations
+    if timeout is not None:
+        updates["timeout_seconds"] = timeout
+    config = config.model_copy(update=updates)
+
+    def run(db: object | None) -> ProfileOutcome:
+        try:
+            return profile_kernel(loaded_task, solution, backend=backend, config=config, store=db)
+        except (BackendUnavailableError, ValueError) as exc:
+            fail(str(exc))
+
+    if no_store:
+        outcome = run(None)
+    else:
+        with opened_store(store) as db:
+            outcome = run(db)
+    if as_json:
+        print_json(outcome)
+    else:
+        _print_evaluation(outcome)
+    raise typer.Exit(0 if outcome.evaluation.passed else 1)
+
+
+def _print_evaluation(outcome: ProfileOutcome) -> None:
+    ev: Evaluation = outcome.evaluation
+    colour = "green" if ev.passed else "red"
+    console.print(
+        f"[bold]{escape(outcome.solution_name)}[/] on {escape(outcome.definition_name)} "
+        f"({escape(ev.environment.hardware)}): [{colour}]{ev.status.value}[/]"
+    )
+    if ev.performance is not None:
+        perf = ev.performance
+        console.print(
+            f"  latency {perf.latency_ms:.4f} ms   reference {perf.reference_latency_ms:.4f} ms   "
+            f"speedup {perf.speedup_factor:.2f}x"
+        )
+    if ev.latency_stats is not None:
+        s = ev.latency_stats
+        console.print(
+            f"  median {s.median_ms:.4f}  mean {s.mean_ms:.4f}  min {s.min_ms:.4f}  "
+            f"max {s.max_ms:.4f} ms  spread {s.relative_spread:.1%}  ({s.runs} runs, "
+            f"{s.measurement_rounds} rounds)"
+        )
+    if ev.correctness is not None:
+        console.print(
+            f"  max abs error {ev.correctness.max_absolute_error:.3g}   "
+            f"max rel error {ev.correctness.max_relative_error:.3g}"
+        )
+    if ev.hardware_counters:
+        table = Table(show_header=True, header_style="bold", box=None)
+        table.add_column("counter")
+        table.add_column("value", justify="right")
+        for name, value in sorted(ev.hardware_counters.items()):
+            table.add_row(name, f"{value:.6g}")
+        console.print(table)
+    for flag in ev.flags:
+        console.print(f"  [yellow]flag:[/] {escape(flag)}")
+    if ev.log and not ev.passed:
+        console.print(ev.log[-4000:], highlight=False, markup=False)
+    if outcome.solution_id:
+        console.print(f"  stored: solution {outcome.solution_id}, profile {outcome.profile_id}")
+
+
+def backends(as_json: JsonOption = False) -> None:
+    """Every backend and whether it can run on this host (and if not, why)."""
+    from accelopt_mcp.backends.registry import list_backends
+
+    found = list_backends()
+    if as_json:
+        print_json([b.model_dump() for b in found])
+        return
+    table = Table()
+    for column in ("backend", "usable", "hardware", "reason"):
+        table.add_column(column)
+    for b in found:
+        table.add_row(
+            b.name, "yes" if b.usable else "no", escape(b.hardware or "-"), escape(b.reason)
+        )
+    console.print(table)

@@ -1,0 +1,74 @@
+"""Profile a kernel and keep the result: the one path the CLI and the MCP server share."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from accelopt_mcp.backends.base import BenchmarkConfig, Task
+from accelopt_mcp.backends.registry import get_backend
+from accelopt_mcp.models import Evaluation, Solution
+from accelopt_mcp.store.base import KernelStore
+from accelopt_mcp.tasks.nkibench import import_nkibench_dir
+from accelopt_mcp.traceset import TransferCounts
+
+
+class ProfileOutcome(BaseModel):
+    evaluation: Evaluation
+    definition_name: str
+    workload_uuid: str
+    solution_name: str
+    solution_id: str | None = None
+    """Set when the result was stored."""
+    profile_id: str | None = None
+
+
+def profile_kernel(
+    task: Task,
+    solution: Solution,
+    *,
+    backend: str = "cpu",
+    config: BenchmarkConfig | None = None,
+    store: KernelStore | None = None,
+    parent_id: str | None = None,
+    evolve_metadata: dict[str, Any] | None = None,
+    backend_options: dict[str, Any] | None = None,
+) -> ProfileOutcome:
+    """Evaluate `solution` on `task` and, given a store, record the definition, workload,
+    solution and profile. The kernel runs in a child process; its failures come back as the
+    evaluation's status, never as an exception."""
+    config = config or BenchmarkConfig()
+    evaluation = get_backend(backend, **(backend_options or {})).evaluate(task, solution, config)
+    outcome = ProfileOutcome(
+        evaluation=evaluation,
+        definition_name=task.definition.name,
+        workload_uuid=task.workload.uuid,
+        solution_name=solution.name,
+    )
+    if store is not None:
+        store.upsert_definition(task.definition)
+        store.upsert_workload(task.definition.name, task.workload)
+        outcome.solution_id = store.upsert_solution(
+            solution, parent_id=parent_id, evolve_metadata=evolve_metadata
+        )
+        outcome.profile_id = store.upsert_profile(
+            task.workload.uuid, outcome.solution_id, evaluation, config.perf_fields()
+        )
+    return outcome
+
+
+def import_nkibench(store: KernelStore, root: Path) -> TransferCounts:
+    """Every case of an NKIBench-layout directory (summary.json) as definition, workload and
+    baseline solution. Idempotent."""
+    counts = TransferCounts()
+    for entry in import_nkibench_dir(Path(root)):
+        store.upsert_definition(entry.definition)
+        counts.definitions += 1
+        store.upsert_workload(entry.definition.name, entry.workload)
+        counts.workloads += 1
+        if entry.solution is not None:
+            store.upsert_solution(entry.solution)
+            counts.solutions += 1
+    return counts
