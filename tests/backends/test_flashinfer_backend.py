@@ -271,3 +271,17 @@ def test_real_gpu_run_of_the_triton_example() -> None:
     )
     assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
     assert evaluation.performance is not None and evaluation.performance.latency_ms > 0
+
+
+def test_python_example_solution_passes_on_the_cpu_backend() -> None:
+    # The same files the GPU path uses: the reference and the python solution are written with
+    # operations numpy and torch share, so the cpu backend runs them with numpy arrays.
+    from accelopt_mcp.backends.cpu import CpuBackend
+
+    config = BenchmarkConfig(warmup_runs=1, iterations=3, max_measurement_rounds=1)
+    evaluation = CpuBackend().evaluate(
+        example_task(0), example_solution("rmsnorm_h512_python_rows"), config
+    )
+    assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
+    assert evaluation.correctness is not None
+    assert evaluation.correctness.max_absolute_error < 1e-4

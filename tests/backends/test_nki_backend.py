@@ -310,3 +310,19 @@ def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
         backend.evaluate(flashinfer_style, nki_solution(KERNEL_SOURCE), FAST)
     with pytest.raises(ValueError, match="core_id"):
         NkiBackend(core_id=-1)
+
+
+def test_example_directory_loads_and_profiles_through_the_task_loaders(tmp_path: Path) -> None:
+    from accelopt_mcp.tasks.loader import load_solution, load_task
+    from accelopt_mcp.tasks.nkibench import import_nkibench_dir
+
+    entries = import_nkibench_dir(EXAMPLE)
+    assert [entry.definition.name for entry in entries] == ["silu_M256_N512"]
+    task = load_task(EXAMPLE / "reference" / "silu_M256_N512_numpy_0.py")
+    solution = load_solution(EXAMPLE / "kernels" / "silu_M256_N512_0.py", task)
+    assert solution.spec.language == Language.NKI
+    backend = make_backend(tmp_path, STANDIN_NKI_TOTAL_TIME_S="0.00025")
+    evaluation = backend.evaluate(task, solution, FAST)
+    assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
+    assert evaluation.performance is not None
+    assert evaluation.performance.latency_ms == pytest.approx(0.25)
