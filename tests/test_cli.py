@@ -1,0 +1,142 @@
+"""The `accelopt` command as a user runs it: the installed console script in a subprocess,
+against a real SQLite file and the session's real PostgreSQL server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.pg_server import create_database
+
+ROOT = Path(__file__).resolve().parents[1]
+NKIBENCH = ROOT / "examples" / "cpu" / "nkibench"
+TASK = NKIBENCH / "reference" / "rmsnorm_M256_N1024_numpy_0.py"
+SLOW = NKIBENCH / "kernels" / "rmsnorm_M256_N1024_0.py"
+FAST = NKIBENCH / "kernels" / "rmsnorm_M256_N1024_fast.py"
+ACCELOPT = str(Path(sys.executable).parent / "accelopt")
+
+
+def accelopt(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
+    full_env.pop("ACCELOPT_STORE", None)
+    if env and "ACCELOPT_STORE" in env:
+        full_env["ACCELOPT_STORE"] = env["ACCELOPT_STORE"]
+    return subprocess.run(
+        [ACCELOPT, *args], capture_output=True, text=True, timeout=180, env=full_env, cwd=ROOT
+    )
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return str(tmp_path / "kernels.db")
+
+
+def test_profile_stores_the_result_and_db_queries_find_it(sqlite_url: str) -> None:
+    slow = accelopt("profile", str(SLOW), "--task", str(TASK), "--store", sqlite_url, "--json")
+    assert slow.returncode == 0, slow.stderr
+    slow_out = json.loads(slow.stdout)
+    assert slow_out["evaluation"]["status"] == "PASSED"
+    fast = accelopt("profile", str(FAST), "--task", str(TASK), "--store", sqlite_url, "--json")
+    fast_out = json.loads(fast.stdout)
+    assert fast_out["evaluation"]["status"] == "PASSED"
+    assert (
+        fast_out["evaluation"]["performance"]["latency_ms"]
+        < slow_out["evaluation"]["performance"]["latency_ms"]
+    )
+
+    stats = json.loads(accelopt("db", "stats", "--store", sqlite_url, "--json").stdout)
+    assert stats["counts"]["solutions"] == 2 and stats["counts"]["profiles"] == 2
+
+    best = accelopt("db", "best", fast_out["definition_name"], "--store", sqlite_url, "--json")
+    ranked = json.loads(best.stdout)
+    assert [r["solution"]["id"] for r in ranked] == [
+        fast_out["solution_id"],
+        slow_out["solution_id"],
+    ]
+
+    # The human-readable form names the status and the speedup.
+    text = accelopt("profile", str(FAST), "--task", str(TASK), "--store", sqlite_url)
+    assert "PASSED" in text.stdout and "speedup" in text.stdout
+    lineage = accelopt("db", "lineage", fast_out["solution_id"], "--store", sqlite_url, "--json")
+    assert json.loads(lineage.stdout) == {"ancestors": [], "descendants": []}
+
+
+def test_profile_reports_a_wrong_kernel_with_exit_code_1(sqlite_url: str, tmp_path: Path) -> None:
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text("def kernel(x, w):\n    return x * 2.0\n")
+    result = accelopt("profile", str(wrong), "--task", str(TASK), "--no-store", "--json")
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["evaluation"]["status"].startswith("INCORRECT")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["profile", "missing.py", "--task", str(TASK), "--no-store"], "does not exist"),
+        (["profile", str(FAST), "--task", "nowhere.json", "--no-store"], "does not exist"),
+        (
+            ["profile", str(FAST), "--task", str(TASK), "--backend", "tpu", "--no-store"],
+            "unknown backend 'tpu'",
+        ),
+        (["db", "stats", "--store", "mysql:whatever"], "cannot tell which database"),
+        (["db", "best", "no_such_definition"], "no definition named"),
+        (["db", "import", "/nonexistent/dir"], "not a directory"),
+    ],
+)
+def test_bad_input_gets_a_clear_error(args: list[str], message: str, sqlite_url: str) -> None:
+    result = accelopt(*args, env={"ACCELOPT_STORE": sqlite_url})
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message in " ".join(result.stderr.split())
+    assert "Traceback" not in result.stderr
+
+
+def test_nkibench_import_then_export_import_into_postgres(
+    sqlite_url: str, pg_admin_dsn: str, tmp_path: Path
+) -> None:
+    imported = accelopt("import", "nkibench", str(NKIBENCH), "--store", sqlite_url)
+    assert imported.returncode == 0, imported.stderr
+    assert (
+        accelopt("profile", str(FAST), "--task", str(TASK), "--store", sqlite_url).returncode == 0
+    )
+    out = tmp_path / "traceset"
+    assert accelopt("db", "export", str(out), "--store", sqlite_url).returncode == 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        "definitions",
+        "solutions",
+        "traces",
+        "workloads",
+    ]
+
+    dsn = create_database(pg_admin_dsn, f"cli_{uuid.uuid4().hex[:8]}")
+    missing = accelopt("db", "check", dsn)
+    assert missing.returncode == 1 and "schema" in missing.stdout.lower()
+    assert accelopt("db", "init", "--store", dsn).returncode == 0
+    check = accelopt("db", "check", dsn, "--json")
+    assert check.returncode == 0, check.stdout
+    assert json.loads(check.stdout)["ok"] is True
+    assert accelopt("db", "import", str(out), "--store", dsn).returncode == 0
+
+    src = json.loads(accelopt("db", "stats", "--store", sqlite_url, "--json").stdout)["counts"]
+    dst = json.loads(accelopt("db", "stats", "--store", dsn, "--json").stdout)["counts"]
+    assert src == dst and dst["definitions"] == 5 and dst["profiles"] == 1
+
+
+def test_check_of_a_dead_postgres_says_so_without_the_password() -> None:
+    result = accelopt("db", "check", "postgresql://alice:s3cret-pw@127.0.0.1:1/db")
+    assert result.returncode == 1
+    assert "s3cret-pw" not in result.stdout + result.stderr
+    assert "127.0.0.1" in result.stdout
+
+
+def test_backends_lists_all_three() -> None:
+    found = json.loads(accelopt("backends", "--json").stdout)
+    by_name = {b["name"]: b for b in found}
+    assert set(by_name) == {"cpu", "nki", "flashinfer"}
+    assert by_name["cpu"]["usable"] is True
+    assert by_name["nki"]["usable"] is False and "neuronxcc" in by_name["nki"]["reason"]

@@ -1,0 +1,181 @@
+"""A FlashInfer-Trace directory moves into a store and between stores without loss."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from accelopt_mcp.models import Solution
+from accelopt_mcp.store.base import (
+    ExperienceIn,
+    KernelStore,
+    LlmCallIn,
+    RunRecord,
+    RunUpdate,
+)
+from accelopt_mcp.store.postgres import PostgresStore
+from accelopt_mcp.store.sqlite import SqliteStore
+from accelopt_mcp.traceset import TraceSetError, export_traceset, import_traceset
+from tests.pg_server import create_database
+
+TRACESET = Path(__file__).parent / "data" / "fib_traceset"
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> SqliteStore:
+    return SqliteStore(tmp_path / "k.db")
+
+
+@pytest.fixture
+def pg_store(pg_admin_dsn: str) -> PostgresStore:
+    dsn = create_database(pg_admin_dsn, f"traceset_{uuid.uuid4().hex[:8]}")
+    store = PostgresStore(dsn, init_schema=True)
+    yield store
+    store.close()
+
+
+def test_flashinfer_traceset_imports_once(sqlite_store: SqliteStore) -> None:
+    counts = import_traceset(sqlite_store, TRACESET)
+    assert (counts.definitions, counts.workloads, counts.solutions, counts.profiles) == (1, 3, 2, 3)
+    before = sqlite_store.stats().counts
+    import_traceset(sqlite_store, TRACESET)
+    assert sqlite_store.stats().counts == before
+
+    best = sqlite_store.best_solutions("rmsnorm_h128")
+    assert [b.solution.solution.name for b in best] == ["rmsnorm_h128_triton_v1"]
+    assert best[0].profile.latency_ms == pytest.approx(0.0123)
+    assert best[0].profile.speedup == pytest.approx(3.707)
+    assert best[0].profile.eval_hardware == "NVIDIA_H100"
+
+
+def _fill_engine_records(store: KernelStore) -> dict[str, str]:
+    import_traceset(store, TRACESET)
+    root = store.list_solutions(definition_name="rmsnorm_h128")[0]
+    ids = {"root": root.id}
+    parent = root.id
+    for depth in range(1, 4):
+        source = root.solution.sources[0].content + f"\n# generation {depth}\n"
+        child = root.solution.model_copy(
+            update={
+                "name": f"gen{depth}",
+                "sources": [root.solution.sources[0].model_copy(update={"content": source})],
+            }
+        )
+        parent = store.upsert_solution(
+            Solution.model_validate(child.model_dump()),
+            parent_id=parent,
+            evolve_metadata={"run_id": "run-1", "iteration": depth, "plan": f"plan {depth}"},
+        )
+        ids[f"gen{depth}"] = parent
+    store.create_run(RunRecord(id="run-1", definition_name="rmsnorm_h128", config={"beam": 2}))
+    store.update_run(
+        "run-1",
+        RunUpdate(
+            status="completed",
+            current_iteration=3,
+            initial_solution_id=root.id,
+            best_solution_id=parent,
+            best_latency_ms=0.01,
+            tokens_in=100,
+            tokens_out=50,
+            cost_usd=0.25,
+        ),
+    )
+    for n in range(3):
+        item = store.add_experience(
+            ExperienceIn(
+                definition_name="rmsnorm_h128",
+                run_id="run-1",
+                title=f"item {n}",
+                strategy=f"strategy {n}",
+                pseudocode="for row: ...",
+                slow_solution_id=root.id,
+                fast_solution_id=parent,
+                speedup=1.5 + n,
+                iteration=n,
+            )
+        )
+        if n == 1:
+            store.remove_experience(item)
+    store.add_llm_call(
+        LlmCallIn(run_id="run-1", role="planner", model="m", tokens_in=60, tokens_out=20)
+    )
+    store.add_llm_call(
+        LlmCallIn(run_id="run-1", role="executor", model="m", tokens_in=40, tokens_out=30)
+    )
+    return ids
+
+
+def test_export_then_import_moves_everything_between_stores(
+    sqlite_store: SqliteStore, pg_store: PostgresStore, tmp_path: Path
+) -> None:
+    ids = _fill_engine_records(sqlite_store)
+    out = tmp_path / "export"
+    exported = export_traceset(sqlite_store, out)
+    assert exported.solutions == 5 and exported.runs == 1 and exported.experiences == 3
+    assert exported.llm_calls == 2
+
+    imported = import_traceset(pg_store, out)
+    assert pg_store.stats().counts == sqlite_store.stats().counts
+    assert imported.profiles == 3
+
+    # Lineage and evolve metadata survive, although ids differ between stores.
+    src_leaf = sqlite_store.get_solution(ids["gen3"])
+    dst_leaf = pg_store.find_solution(src_leaf.solution_hash)
+    assert dst_leaf is not None and dst_leaf.evolve_metadata == src_leaf.evolve_metadata
+    assert [a.solution.name for a in pg_store.ancestors(dst_leaf.id)] == [
+        a.solution.name for a in sqlite_store.ancestors(ids["gen3"])
+    ]
+    run = pg_store.get_run("run-1")
+    assert run is not None and run.status == "completed" and run.cost_usd == pytest.approx(0.25)
+    assert run.best_solution_id == dst_leaf.id
+    memory = pg_store.recent_experiences(run_id="run-1", limit=10)
+    assert [m.title for m in memory] == ["item 0", "item 2"]  # removed item stays removed
+    assert memory[1].fast_solution_id == dst_leaf.id
+    totals = {t.role: t.tokens_in for t in pg_store.llm_totals("run-1")}
+    assert totals == {"executor": 40, "planner": 60}
+
+    # Importing the same directory again adds nothing.
+    before = pg_store.stats().counts
+    import_traceset(pg_store, out)
+    assert pg_store.stats().counts == before
+
+
+def test_exported_files_are_in_flashinfer_layout(sqlite_store: SqliteStore, tmp_path: Path) -> None:
+    _fill_engine_records(sqlite_store)
+    export_traceset(sqlite_store, tmp_path / "x")
+    definition = json.loads((tmp_path / "x/definitions/rmsnorm/rmsnorm_h128.json").read_text())
+    assert definition == json.loads(
+        (TRACESET / "definitions/rmsnorm/rmsnorm_h128.json").read_text()
+    )
+    solution_files = sorted((tmp_path / "x/solutions/rmsnorm/rmsnorm_h128").glob("*.json"))
+    assert len(solution_files) == 5
+    lines = (tmp_path / "x/traces/rmsnorm/rmsnorm_h128.jsonl").read_text().splitlines()
+    assert {json.loads(line)["solution"] for line in lines} == {
+        "rmsnorm_h128_triton_v1",
+        "rmsnorm_h128_python_ref",
+    }
+
+
+def test_bad_directories_get_clear_errors(sqlite_store: SqliteStore, tmp_path: Path) -> None:
+    with pytest.raises(TraceSetError, match="not a directory"):
+        import_traceset(sqlite_store, tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TraceSetError, match="no definitions/"):
+        import_traceset(sqlite_store, tmp_path / "empty")
+    bad = tmp_path / "bad"
+    (bad / "definitions").mkdir(parents=True)
+    (bad / "definitions" / "x.json").write_text("{not json")
+    with pytest.raises(TraceSetError, match=r"x\.json: not valid JSON"):
+        import_traceset(sqlite_store, bad)
+    orphan = tmp_path / "orphan"
+    (orphan / "solutions").mkdir(parents=True)
+    data = json.loads(
+        (TRACESET / "solutions/rmsnorm/rmsnorm_h128/rmsnorm_h128_triton_v1.json").read_text()
+    )
+    (orphan / "solutions" / "s.json").write_text(json.dumps(data))
+    with pytest.raises(TraceSetError, match="definition 'rmsnorm_h128'"):
+        import_traceset(sqlite_store, orphan)
