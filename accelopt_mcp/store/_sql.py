@@ -384,26 +384,35 @@ class SqlKernelStore(KernelStore, abc.ABC):
         if workload_uuid is not None:
             where.append("p.workload_uuid = ?")
             params.append(workload_uuid)
-        # One entry per solution: its fastest passing profile.
+        # Profiles in ranking order; the first row of each solution is its fastest profile.
+        # Reading in batches lets the database walk the latency index and stop early instead
+        # of ranking every profile of the definition.
         sql = (
             f"SELECT {_cols('s', _rows.SOLUTION_COLUMNS, 's_')}, "
-            f"{_cols('b', _rows.PROFILE_COLUMNS, 'p_')} FROM ("
-            f"SELECT {_cols('p', _rows.PROFILE_COLUMNS)}, ROW_NUMBER() OVER ("
-            f"PARTITION BY p.solution_id ORDER BY p.latency_ms, {self._order('profiles', 'p')}, "
-            f"p.id) AS rank_in_solution "
+            f"{_cols('p', _rows.PROFILE_COLUMNS, 'p_')} "
             f"FROM profiles p JOIN solutions s ON s.id = p.solution_id "
-            f"WHERE {' AND '.join(where)}) b "
-            "JOIN solutions s ON s.id = b.solution_id WHERE b.rank_in_solution = 1 "
-            f"ORDER BY b.latency_ms, {self._order('solutions', 's')}, s.id LIMIT ?"
+            f"WHERE {' AND '.join(where)} "
+            f"ORDER BY p.latency_ms, {self._order('solutions', 's')}, "
+            f"{self._order('profiles', 'p')}, p.id LIMIT ? OFFSET ?"
         )
+        batch = max(4 * limit, 64)
+        ranked: dict[str, RankedSolution] = {}
+        offset = 0
         with self._tx(write=False) as cur:
-            rows = cur.all(sql, (*params, limit))
-        return [
-            RankedSolution(
-                solution=_rows.solution_from_row(r, "s_"), profile=_rows.profile_from_row(r, "p_")
-            )
-            for r in rows
-        ]
+            while len(ranked) < limit:
+                rows = cur.all(sql, (*params, batch, offset))
+                for r in rows:
+                    solution_id = str(r["s_id"])
+                    if solution_id not in ranked and len(ranked) < limit:
+                        ranked[solution_id] = RankedSolution(
+                            solution=_rows.solution_from_row(r, "s_"),
+                            profile=_rows.profile_from_row(r, "p_"),
+                        )
+                if len(rows) < batch:
+                    break
+                offset += batch
+                batch *= 2
+        return list(ranked.values())
 
     # ------------------------------------------------------------------ runs
     def create_run(self, run: RunRecord) -> str:

@@ -65,6 +65,8 @@ CREATE INDEX IF NOT EXISTS profiles_solution_idx ON profiles (solution_id);
 CREATE INDEX IF NOT EXISTS profiles_workload_idx ON profiles (workload_uuid);
 CREATE INDEX IF NOT EXISTS profiles_passed_latency_idx
     ON profiles (eval_hardware, latency_ms) WHERE eval_status = 'PASSED';
+CREATE INDEX IF NOT EXISTS profiles_passed_any_hw_idx
+    ON profiles (latency_ms) WHERE eval_status = 'PASSED';
 
 CREATE TABLE IF NOT EXISTS runs (
     id                   TEXT PRIMARY KEY,
