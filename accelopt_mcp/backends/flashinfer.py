@@ -11,6 +11,7 @@ runs, 50 iterations, 3 trials) unless the BenchmarkConfig sets them explicitly.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import tempfile
@@ -43,6 +44,8 @@ NO_CUDA = "flashinfer-bench needs CUDA: No CUDA devices available on this host"
 FLASHINFER_LANGUAGES = frozenset(
     {Language.PYTHON, Language.TRITON, Language.CPP, Language.CUDA, Language.TILELANG}
 )
+_CUDA_PASSTHROUGH = ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "CC", "CXX")
+_CUDA_ADDRESS_SPACE_MB = 1 << 24  # 16 TiB
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 _PROBE = """
 import importlib.util, json
@@ -163,7 +166,7 @@ class FlashInferBackend(Backend):
             done = run_sandboxed(
                 [self.python, "-c", _PROBE],
                 timeout_s=120,
-                memory_limit_mb=16384,
+                memory_limit_mb=_CUDA_ADDRESS_SPACE_MB,
                 env=self._child_env(),
             )
             if not done.ok:
@@ -205,10 +208,12 @@ class FlashInferBackend(Backend):
                     str(result_file),
                 ],
                 timeout_s=max(600.0, 3 * config.timeout_seconds),
-                memory_limit_mb=max(config.memory_limit_mb, 32768),
+                # CUDA reserves virtual address space far beyond physical memory and fails to
+                # start under an address-space limit, so the limit here is effectively lifted.
+                memory_limit_mb=_CUDA_ADDRESS_SPACE_MB,
                 cwd=work,
                 env=self._child_env(),
-                max_processes=None,
+                max_processes=4096,  # torch and triton compile with pools of workers
             )
             if not result_file.is_file():
                 environment = Environment(hardware=availability.hardware or self.device)
@@ -238,7 +243,9 @@ class FlashInferBackend(Backend):
     def _child_env(self) -> dict[str, str]:
         # Only the chosen GPU is visible, so flashinfer-bench (which uses every GPU it sees)
         # stays on it.
-        return {"CUDA_VISIBLE_DEVICES": str(self.gpu_index), **self.extra_env}
+        # The sandbox's allowlist drops library paths, which CUDA installs outside the wheels need.
+        passed = {k: os.environ[k] for k in _CUDA_PASSTHROUGH if k in os.environ}
+        return {**passed, "CUDA_VISIBLE_DEVICES": str(self.gpu_index), **self.extra_env}
 
 
 def benchmark_settings(config: BenchmarkConfig) -> dict[str, float | int]:

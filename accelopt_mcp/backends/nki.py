@@ -11,6 +11,7 @@ Everything the kernel does runs in a sandboxed child process.
 from __future__ import annotations
 
 import glob
+import os
 import shutil
 import statistics
 import sys
@@ -334,6 +335,9 @@ class NkiBackend(Backend):
                 else _NKI_DEFAULT_MEMORY_MB,
                 cwd=work,
                 env=self._child_env(),
+                # neuronx-cc compiles with many threads and helper processes; 1024 still stops
+                # a fork bomb.
+                max_processes=1024,
             )
             if sandbox.timed_out or not result_file.is_file():
                 return None, sandbox
@@ -345,7 +349,10 @@ class NkiBackend(Backend):
         return result, sandbox
 
     def _child_env(self) -> dict[str, str]:
+        # The Neuron runtime's libraries live outside the Python environment on some installs.
+        passed = {k: os.environ[k] for k in ("LD_LIBRARY_PATH",) if k in os.environ}
         return {
+            **passed,
             # AccelOpt's settings: no automatic downcasting, one NeuronCore per evaluation.
             "NEURON_CC_FLAGS": "--auto-cast=none",
             "NEURON_RT_NUM_CORES": "1",
