@@ -428,7 +428,7 @@ def check_supabase(
         except httpx.TransportError as exc:
             return verdict(
                 "unreachable",
-                f"nothing is listening at {location} ({_reason(exc)})",
+                f"nothing answers at {location} ({_reason(exc)})",
                 _create_project_steps(),
             )
         problem = _classify(first)
