@@ -1,0 +1,66 @@
+"""The MCP server object: the SDK's MCPServer, with our errors turned into tool errors that tell
+the agent what to fix (the SDK hides the text of any exception it did not expect)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
+from mcp_types import CallToolResult, InputRequiredResult
+from pydantic import AnyUrl
+
+from accelopt_mcp.backends.base import BackendUnavailableError
+from accelopt_mcp.mcp_tools.state import ServerState
+from accelopt_mcp.store.base import StoreError
+
+log = logging.getLogger("accelopt_mcp.server")
+
+# Failures caused by the caller's input or the host's set-up: their messages name the problem
+# and the fix, and carry no secrets (stores and loaders scrub them).
+EXPECTED_ERRORS: tuple[type[BaseException], ...] = (
+    StoreError,
+    BackendUnavailableError,
+    ValueError,  # includes pydantic.ValidationError and TaskFileError
+    LookupError,
+    FileNotFoundError,
+    PermissionError,
+    IsADirectoryError,
+    NotADirectoryError,
+)
+
+
+class NotFoundError(ToolError):
+    """An id or name the database does not hold."""
+
+
+class AccelOptServer(MCPServer[Any]):
+    """The SDK's server plus the state every tool shares."""
+
+    def __init__(self, state: ServerState, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.state = state
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, EXPECTED_ERRORS):
+                raise ToolError(f"{name} failed: {cause}") from cause
+            raise
+
+    async def read_resource(
+        self, uri: AnyUrl | str, context: Context[Any, Any] | None = None
+    ) -> Iterable[Any]:
+        try:
+            return await super().read_resource(uri, context)
+        except ResourceError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, EXPECTED_ERRORS):
+                raise ResourceError(f"cannot read {uri}: {cause}") from cause
+            raise

@@ -1,0 +1,80 @@
+"""What every tool shares: the kernel database (opened on first use, so that a server pointed at
+a database that does not answer still starts and can say what is wrong) and the job manager."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from accelopt_mcp.store import describe_store_url, open_store
+from accelopt_mcp.store.base import KernelStore
+
+if TYPE_CHECKING:
+    from accelopt_mcp.engine.jobs import JobManager
+
+log = logging.getLogger("accelopt_mcp.server")
+
+
+class ServerState:
+    def __init__(
+        self,
+        store_url: str | None = None,
+        *,
+        jobs_output_dir: Path | None = None,
+        max_parallel_jobs: int = 1,
+    ) -> None:
+        self.store_url = store_url
+        self.jobs_output_dir = jobs_output_dir
+        self.max_parallel_jobs = max_parallel_jobs
+        self._store: KernelStore | None = None
+        self._jobs: JobManager | None = None
+        self._lock = threading.Lock()
+        self._resumed = False
+
+    def describe_store(self) -> tuple[str, str]:
+        return describe_store_url(self.store_url)
+
+    def store(self) -> KernelStore:
+        """The open store; raises StoreError (with set-up steps) when it cannot be opened, and
+        tries again on the next call."""
+        with self._lock:
+            if self._store is None:
+                self._store = open_store(self.store_url)
+            return self._store
+
+    def jobs(self) -> JobManager:
+        with self._lock:
+            if self._jobs is None:
+                from accelopt_mcp.engine.jobs import JobManager
+
+                self._jobs = JobManager(
+                    self.store_url,
+                    output_dir=self.jobs_output_dir,
+                    max_parallel_jobs=self.max_parallel_jobs,
+                )
+            return self._jobs
+
+    def resume_jobs(self) -> list[str]:
+        """Restart jobs that a previous server left unfinished; once per server."""
+        if self._resumed:
+            return []
+        self._resumed = True
+        try:
+            resumed = self.jobs().resume_interrupted()
+        except Exception as exc:  # a broken database must not keep the server from starting
+            log.warning("could not resume interrupted jobs: %s", exc)
+            return []
+        if resumed:
+            log.info("resumed %d interrupted job(s): %s", len(resumed), ", ".join(resumed))
+        return resumed
+
+    def close(self) -> None:
+        with self._lock:
+            if self._jobs is not None:
+                self._jobs.close()
+                self._jobs = None
+            if self._store is not None:
+                self._store.close()
+                self._store = None

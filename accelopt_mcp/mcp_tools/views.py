@@ -1,0 +1,228 @@
+"""What the tools return: compact summaries of stored records, pages with the offset of the next
+page, and text cut to a size an MCP client accepts (Claude Code rejects a tool result over about
+25k tokens, and the SDK sends each result twice: as structured content and as text)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from accelopt_mcp.store.base import (
+    ExperienceRecord,
+    RunRecord,
+    StoredDefinition,
+    StoredProfile,
+    StoredSolution,
+    StoredWorkload,
+)
+
+MAX_PAGE = 200
+DEFAULT_PAGE = 50
+SOURCE_CHARS = 16_000
+LOG_CHARS = 600
+
+
+class TextSlice(BaseModel):
+    text: str
+    offset: int
+    total_chars: int
+    truncated: bool = Field(description="True when more text follows; ask again with next_offset.")
+    next_offset: int | None = None
+
+
+def cut(text: str, offset: int = 0, limit: int = SOURCE_CHARS) -> TextSlice:
+    offset = max(0, min(offset, len(text)))
+    end = min(len(text), offset + limit)
+    return TextSlice(
+        text=text[offset:end],
+        offset=offset,
+        total_chars=len(text),
+        truncated=end < len(text),
+        next_offset=end if end < len(text) else None,
+    )
+
+
+def clip(text: str | None, limit: int = LOG_CHARS) -> str | None:
+    """The tail of a long text (errors sit at the end of a log), marked as clipped."""
+    if text is None or len(text) <= limit:
+        return text
+    return f"[... {len(text) - limit} chars clipped ...]\n" + text[-limit:]
+
+
+class PageInfo(BaseModel):
+    total: int
+    offset: int
+    limit: int
+    next_offset: int | None = Field(
+        default=None, description="Pass as `offset` to get the next page; null at the end."
+    )
+
+
+def page_info(total: int, offset: int, limit: int) -> PageInfo:
+    end = offset + limit
+    return PageInfo(
+        total=total, offset=offset, limit=limit, next_offset=end if end < total else None
+    )
+
+
+# --------------------------------------------------------------------------- records
+
+
+class DefinitionSummary(BaseModel):
+    name: str
+    op_type: str
+    description: str | None = None
+    tags: list[str] = Field(default_factory=list)
+    axes: dict[str, Any] = Field(description="Axis name -> its constant value, or 'var'.")
+    inputs: list[str]
+    outputs: list[str]
+
+
+def definition_summary(stored: StoredDefinition) -> DefinitionSummary:
+    d = stored.definition
+    return DefinitionSummary(
+        name=d.name,
+        op_type=d.op_type,
+        description=d.description,
+        tags=list(d.tags),
+        axes={n: getattr(a, "value", "var") for n, a in d.axes.items()},
+        inputs=list(d.inputs),
+        outputs=list(d.outputs),
+    )
+
+
+class WorkloadSummary(BaseModel):
+    uuid: str
+    axes: dict[str, int]
+
+
+def workload_summary(stored: StoredWorkload) -> WorkloadSummary:
+    return WorkloadSummary(uuid=stored.uuid, axes=dict(stored.workload.axes))
+
+
+class ProfileSummary(BaseModel):
+    id: str
+    solution_id: str
+    workload_uuid: str
+    status: str
+    hardware: str
+    latency_ms: float | None = None
+    reference_latency_ms: float | None = None
+    speedup: float | None = None
+    flags: list[str] = Field(default_factory=list)
+    hardware_counters: dict[str, float] = Field(default_factory=dict)
+    log: str | None = Field(default=None, description="The tail of the evaluation log.")
+    created_at: str | None = None
+
+
+def profile_summary(p: StoredProfile) -> ProfileSummary:
+    return ProfileSummary(
+        id=p.id,
+        solution_id=p.solution_id,
+        workload_uuid=p.workload_uuid,
+        status=p.eval_status,
+        hardware=p.eval_hardware,
+        latency_ms=p.latency_ms,
+        reference_latency_ms=p.reference_latency_ms,
+        speedup=p.speedup,
+        flags=list(p.evaluation.flags),
+        hardware_counters=dict(p.evaluation.hardware_counters),
+        log=clip(p.evaluation.log) or None,
+        created_at=p.created_at.isoformat() if p.created_at else None,
+    )
+
+
+class SolutionSummary(BaseModel):
+    id: str
+    name: str
+    definition_name: str
+    language: str
+    author: str
+    parent_id: str | None = None
+    run_id: str | None = None
+    description: str | None = None
+    best_latency_ms: float | None = Field(
+        default=None, description="Fastest correct latency; null when it never passed."
+    )
+    best_speedup: float | None = None
+    best_hardware: str | None = None
+    created_at: str | None = None
+
+
+def solution_summary(s: StoredSolution, best: StoredProfile | None = None) -> SolutionSummary:
+    run_id = s.evolve_metadata.get("run_id")
+    return SolutionSummary(
+        id=s.id,
+        name=s.solution.name,
+        definition_name=s.definition_name,
+        language=s.spec_language,
+        author=s.author,
+        parent_id=s.parent_id,
+        run_id=str(run_id) if run_id is not None else None,
+        description=s.solution.description,
+        best_latency_ms=best.latency_ms if best else None,
+        best_speedup=best.speedup if best else None,
+        best_hardware=best.eval_hardware if best else None,
+        created_at=s.created_at.isoformat() if s.created_at else None,
+    )
+
+
+class MemoryItem(BaseModel):
+    id: str
+    title: str
+    strategy: str
+    pseudocode: str
+    definition_name: str
+    namespace: str
+    run_id: str | None = None
+    iteration: int | None = None
+    speedup: float | None = None
+    slow_solution_id: str | None = None
+    fast_solution_id: str | None = None
+    removed: bool = False
+    created_at: str | None = None
+
+
+def memory_item(e: ExperienceRecord) -> MemoryItem:
+    return MemoryItem(
+        id=e.id,
+        title=e.title,
+        strategy=clip(e.strategy, 4000) or "",
+        pseudocode=clip(e.pseudocode, 4000) or "",
+        definition_name=e.definition_name,
+        namespace=e.namespace,
+        run_id=e.run_id,
+        iteration=e.iteration,
+        speedup=e.speedup,
+        slow_solution_id=e.slow_solution_id,
+        fast_solution_id=e.fast_solution_id,
+        removed=e.removed,
+        created_at=e.created_at.isoformat() if e.created_at else None,
+    )
+
+
+class RunSummary(BaseModel):
+    id: str
+    definition_name: str
+    status: str
+    current_iteration: int
+    best_solution_id: str | None = None
+    best_latency_ms: float | None = None
+    cost_usd: float = 0.0
+    error: str | None = None
+    created_at: str | None = None
+
+
+def run_summary(r: RunRecord) -> RunSummary:
+    return RunSummary(
+        id=r.id,
+        definition_name=r.definition_name,
+        status=r.status,
+        current_iteration=r.current_iteration,
+        best_solution_id=r.best_solution_id,
+        best_latency_ms=r.best_latency_ms,
+        cost_usd=r.cost_usd,
+        error=clip(r.error),
+        created_at=r.created_at.isoformat() if r.created_at else None,
+    )
