@@ -283,6 +283,10 @@ class CpuBackend(Backend):
             "relative_spread": kernel.relative_spread,
             "measurement_rounds": float(kernel.measurement_rounds),
             "max_rss_mb": run.max_rss_mb,
+            # Time inside the timed kernel calls, so the profiler's own overhead can be measured.
+            "timed_calls": float(result.get("kernel_timed_calls", 0)),
+            "timed_total_ms": result.get("kernel_timed_ns", 0) / 1e6,
+            "contended_samples_dropped": float(result.get("kernel_contended_samples", 0)),
         }
         cores = len(self.cpus) if self.cpus else len(os.sched_getaffinity(0))
         if task.roofline is not None and latency_ms > 0:

@@ -35,6 +35,7 @@ TORCH_HINT = "this task needs PyTorch: pip install torch==2.13.0"
 MAX_TRACEBACK_CHARS = 4000
 TARGET_SAMPLE_NS = 1_000_000
 MAX_BATCH = 32
+CLEAN_CPU_FRACTION = 0.9
 
 
 class StageError(Exception):
@@ -327,13 +328,17 @@ def _measure(
     job: dict[str, Any],
     make_call: Callable[[int], tuple[Callable[[], Any], Any]],
     check: Callable[[int, Any, Any], None] | None,
+    totals: dict[str, int],
 ) -> list[list[int]]:
-    """Rounds of timed samples; call i uses the inputs of seed i mod the number of seeds.
+    """Rounds of timed samples (ns per call); call i uses the inputs of seed i mod the number
+    of seeds.
 
     A sample is the mean of a batch of back-to-back calls, each on its own fresh inputs, sized
     so that a sample lasts about TARGET_SAMPLE_NS: one call of a microsecond kernel is mostly
-    timer and scheduler noise. Stops at the first round whose spread is within tolerance, or
-    after the last round."""
+    timer and scheduler noise. A sample during which this process got markedly less CPU time
+    than wall time was descheduled (another process had the core): it is dropped when enough
+    clean samples remain, since it measures the neighbour, not the kernel. Stops at the first
+    round whose spread is within tolerance, or after the last round."""
     per_call_ns = 0
     for i in range(max(job["warmup_runs"], 1)):
         call, _ = make_call(i)
@@ -345,22 +350,35 @@ def _measure(
     counter = 0
     for _ in range(job["max_measurement_rounds"]):
         samples: list[int] = []
+        clean: list[int] = []
         gc.collect()
         gc.disable()
         try:
             for _ in range(job["iterations"]):
                 calls = [make_call(counter + j) for j in range(batch)]
                 returned = [None] * batch
+                cpu_start = time.process_time_ns()
                 start = time.perf_counter_ns()
                 for j, (call, _) in enumerate(calls):
                     returned[j] = call()
-                samples.append((time.perf_counter_ns() - start) // batch)
+                elapsed = time.perf_counter_ns() - start
+                cpu = time.process_time_ns() - cpu_start
+                samples.append(elapsed // batch)
+                if cpu >= CLEAN_CPU_FRACTION * elapsed:
+                    clean.append(elapsed // batch)
+                totals["timed_ns"] = totals.get("timed_ns", 0) + elapsed
+                totals["timed_calls"] = totals.get("timed_calls", 0) + batch
                 if check is not None:
                     for j, (_, context) in enumerate(calls):
                         check(counter + j, returned[j], context)
                 counter += batch
         finally:
             gc.enable()
+        if len(clean) >= max(3, len(samples) // 2):
+            totals["contended_samples"] = (
+                totals.get("contended_samples", 0) + len(samples) - len(clean)
+            )
+            samples = clean
         rounds.append(samples)
         if _spread(samples) <= job["max_relative_spread"]:
             break
@@ -432,7 +450,7 @@ def evaluate(job: dict[str, Any], result: dict[str, Any]) -> None:
             return (lambda: harness.reference_fn(*args)), None
 
         try:
-            result["reference_rounds_ns"] = _measure(job, reference_call, None)
+            result["reference_rounds_ns"] = _measure(job, reference_call, None, {})
         except BaseException as exc:
             raise StageError(
                 "reference", f"the reference raised {exc!r} while being timed", _short_traceback()
@@ -459,7 +477,11 @@ def evaluate(job: dict[str, Any], result: dict[str, Any]) -> None:
             raise
 
     try:
-        result["kernel_rounds_ns"] = _measure(job, kernel_call, check_timed)
+        totals: dict[str, int] = {}
+        result["kernel_rounds_ns"] = _measure(job, kernel_call, check_timed, totals)
+        result["kernel_timed_ns"] = totals.get("timed_ns", 0)
+        result["kernel_timed_calls"] = totals.get("timed_calls", 0)
+        result["kernel_contended_samples"] = totals.get("contended_samples", 0)
     except (Verdict, StageError):
         raise
     except BaseException as exc:

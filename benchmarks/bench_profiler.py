@@ -1,0 +1,124 @@
+"""How good is the cpu profiler itself? One command, prints figures and whether targets are met.
+
+(a) overhead: wall time of one evaluation minus the time spent inside the kernel's timed
+    calls (reference timing already cached, as for every candidate after the first);
+    target < 300 ms.
+(b) precision: relative spread (max - min) / median of the median latencies of 10 repeated
+    evaluations of the same kernel; target < 5 %.
+(c) throughput: 20 evaluations on a 2-worker device pool vs a 1-worker pool; target >= 1.7x.
+
+    .venv/bin/python benchmarks/bench_profiler.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from pathlib import Path
+
+from accelopt_mcp.backends.base import BenchmarkConfig, Task
+from accelopt_mcp.backends.cpu import CpuBackend
+from accelopt_mcp.backends.pool import DevicePool
+from accelopt_mcp.models import Solution
+from accelopt_mcp.tasks.loader import load_solution, load_task
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "cpu" / "nkibench"
+CONFIG = BenchmarkConfig()
+
+
+def example(task_stem: str, kernel_stem: str) -> tuple[Task, Solution]:
+    task = load_task(EXAMPLES / "reference" / f"{task_stem}_numpy_0.py")
+    return task, load_solution(EXAMPLES / "kernels" / f"{kernel_stem}.py", task)
+
+
+def verdict(ok: bool) -> str:
+    return "MET" if ok else "NOT MET"
+
+
+def bench_overhead(repeats: int) -> float:
+    task, solution = example("softmax_M256_N1024", "softmax_M256_N1024_fast")
+    backend = CpuBackend()
+    backend.evaluate(task, solution, CONFIG)  # times (and caches) the reference
+    overheads = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        evaluation = backend.evaluate(task, solution, CONFIG)
+        wall_ms = (time.perf_counter() - started) * 1e3
+        assert evaluation.passed, evaluation.log
+        overheads.append(wall_ms - evaluation.hardware_counters["timed_total_ms"])
+    overhead = statistics.median(overheads)
+    print(
+        f"(a) overhead per evaluation: median {overhead:.0f} ms "
+        f"(min {min(overheads):.0f}, max {max(overheads):.0f}) over {repeats} runs "
+        f"-- target < 300 ms: {verdict(overhead < 300)}"
+    )
+    return overhead
+
+
+def bench_precision(repeats: int) -> dict[str, float]:
+    spreads = {}
+    for task_stem, kernel_stem in (
+        ("softmax_M256_N1024", "softmax_M256_N1024_fast"),
+        ("softmax_M256_N1024", "softmax_M256_N1024_0"),
+    ):
+        task, solution = example(task_stem, kernel_stem)
+        backend = CpuBackend()
+        medians = []
+        for _ in range(repeats):
+            evaluation = backend.evaluate(task, solution, CONFIG)
+            assert evaluation.passed, evaluation.log
+            medians.append(evaluation.performance.latency_ms)
+        spread = (max(medians) - min(medians)) / statistics.median(medians)
+        spreads[kernel_stem] = spread
+        print(
+            f"(b) precision, {kernel_stem}: medians {min(medians):.4f}..{max(medians):.4f} ms, "
+            f"spread {spread:.1%} over {repeats} evaluations "
+            f"-- target < 5 %: {verdict(spread < 0.05)}"
+        )
+    return spreads
+
+
+def bench_throughput(jobs_count: int) -> float:
+    pairs = [
+        ("rmsnorm_M256_N1024", "rmsnorm_M256_N1024_fast"),
+        ("softmax_M256_N1024", "softmax_M256_N1024_0"),
+        ("silu_M512_N1024", "silu_M512_N1024_0"),
+        ("matmul_bias_M128_K256_N256", "matmul_bias_M128_K256_N256_0"),
+        ("layernorm_M256_N1024", "layernorm_M256_N1024_0"),
+    ]
+    loaded = [example(*pair) for pair in pairs]
+    jobs = [loaded[i % len(loaded)] for i in range(jobs_count)]
+    walls = {}
+    for workers in (1, 2):
+        with DevicePool.for_cpu(workers=workers) as pool:
+            started = time.perf_counter()
+            results = pool.map(CpuBackend, jobs, CONFIG)
+            walls[workers] = time.perf_counter() - started
+        assert all(r.evaluation.passed for r in results)
+    ratio = walls[1] / walls[2]
+    print(
+        f"(c) throughput, {jobs_count} evaluations: 1 worker {walls[1]:.2f} s, "
+        f"2 workers {walls[2]:.2f} s, ratio {ratio:.2f}x -- target >= 1.7x: "
+        f"{verdict(ratio >= 1.7)}"
+    )
+    return ratio
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--jobs", type=int, default=20)
+    args = parser.parse_args()
+    print(f"host: {CpuBackend().hardware}, {len(os.sched_getaffinity(0))} usable cores")
+    bench_overhead(args.repeats)
+    bench_precision(args.repeats)
+    if len(os.sched_getaffinity(0)) >= 2:
+        bench_throughput(args.jobs)
+    else:
+        print("(c) throughput: skipped, needs at least 2 cores")
+
+
+if __name__ == "__main__":
+    main()
