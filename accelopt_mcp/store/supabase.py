@@ -58,6 +58,7 @@ Query = Any
 PROFILE_KEY = "workload_uuid,solution_id,benchmark_config_hash,eval_hardware"
 _SCHEMA_CODES = {"PGRST205", "42P01", "PGRST202", "42883", "PGRST204", "42703"}
 _KEY_CODES = {"PGRST301", "PGRST302", "PGRST303"}
+_DATABASE_DOWN_CODES = {"PGRST000", "PGRST001", "PGRST002", "503"}
 
 
 def _doc(record: BaseModel) -> Any:
@@ -116,10 +117,12 @@ class SupabaseStore(KernelStore):
             httpx_client=self._http, auto_refresh_token=False, persist_session=False
         )
         self._client: Client = create_client(project_url(url), key, options=options)
+        # Built now, not lazily on first use, so threads sharing the store share one client.
+        self._postgrest = self._client.postgrest
 
     # ------------------------------------------------------------------ plumbing
     def _table(self, name: str) -> Any:
-        return self._client.postgrest.from_(name)
+        return self._postgrest.from_(name)
 
     def _scrub(self, text: str) -> str:
         return text.replace(self._key, "***")
@@ -160,6 +163,17 @@ class SupabaseStore(KernelStore):
                 f"the kernel database schema is incomplete in Supabase at {self.location} "
                 f"({code}: {text}); apply schema_v2.txt in the project's SQL editor, then run "
                 "`accelopt db check`"
+            )
+        if code == "42501":
+            return StoreUnavailableError(
+                f"Supabase at {self.location} refused the write or read ({text}): row level "
+                "security or missing grants block this key; use the service_role key in "
+                f"{SUPABASE_KEY_ENV}, or add policies that allow it"
+            )
+        if code in _DATABASE_DOWN_CODES:
+            return StoreUnavailableError(
+                f"Supabase at {self.location} answers, but its database does not ({text}); a "
+                "paused project must be restored in the dashboard"
             )
         if code in _KEY_CODES or code == "401" or "api key" in text.lower():
             return StoreUnavailableError(
@@ -373,9 +387,8 @@ class SupabaseStore(KernelStore):
         canonical = _rows.canonical_uuid(solution_id)
         if canonical is None:
             return []
-        rows = self._rows(
-            self._client.rpc(function, {"sid": canonical}).select(",".join(_rows.SOLUTION_COLUMNS))
-        )
+        columns = ",".join(_rows.SOLUTION_COLUMNS)
+        rows = self._rows(self._postgrest.rpc(function, {"sid": canonical}).select(columns))
         return [_rows.solution_from_row(r) for r in rows]
 
     # ------------------------------------------------------------------ profiles
