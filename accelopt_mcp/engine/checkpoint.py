@@ -1,0 +1,99 @@
+"""What a run keeps in its row (runs.config) so that it can resume after any crash.
+
+Layout of runs.config: {"request": ..., "optimize": OptimizeConfig, "task": Task,
+"initial_solution": Solution, "checkpoint": Checkpoint}. The checkpoint is rewritten after every
+finished attempt and every planner reply; profiles, solutions and experiences are rows of their
+own, written before the checkpoint mentions them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from accelopt_mcp.backends.base import Task
+from accelopt_mcp.engine.config import OptimizeConfig
+from accelopt_mcp.engine.selection import AttemptRecord, BeamEntry
+from accelopt_mcp.models import Solution
+from accelopt_mcp.store.base import RunRecord
+
+FINAL_SLOT_STATES = frozenset(
+    {
+        "PASSED",
+        "INCORRECT_SHAPE",
+        "INCORRECT_NUMERICAL",
+        "INCORRECT_DTYPE",
+        "RUNTIME_ERROR",
+        "COMPILE_ERROR",
+        "TIMEOUT",
+        "NO_CODE",
+    }
+)
+"""Slot states a resumed run keeps. LLM_FAILED slots are tried again: nothing was stored."""
+
+
+class IterationSummary(BaseModel):
+    iteration: int
+    best_latency_ms: float | None
+    attempts: int
+    passed: int
+    failed: int
+    experiences_added: int
+    beam: list[str] = Field(default_factory=list)
+    wall_s: float = 0.0
+
+
+class Checkpoint(BaseModel):
+    completed_iteration: int = 0
+    initial: BeamEntry | None = None
+    beam: list[BeamEntry] = Field(default_factory=list)
+    seed_experience_ids: list[str] | None = None
+    """None until the run has chosen its seeds (possibly none)."""
+    plans: dict[str, list[str | None]] = Field(default_factory=dict)
+    """"iteration/beam_index" -> the N plans (None: the planner failed for that sample)."""
+    slots: dict[str, AttemptRecord] = Field(default_factory=dict)
+    history: list[IterationSummary] = Field(default_factory=list)
+    hardware: str | None = None
+    worker_pid: int | None = None
+    worker_host: str | None = None
+    stop_reason: str | None = None
+    output_dir: str | None = None
+    winning_kernel_path: str | None = None
+    started_at: float | None = None
+    """Unix time the current worker started; elapsed time adds up over resumes."""
+    elapsed_before_s: float = 0.0
+
+    def slots_of(self, iteration: int) -> list[AttemptRecord]:
+        return [s for s in self.slots.values() if s.iteration == iteration]
+
+
+class RunSpec(BaseModel):
+    """The parts of runs.config that never change after the run is created."""
+
+    optimize: OptimizeConfig
+    task: Task
+    initial_solution: Solution
+    request: dict[str, Any] = Field(default_factory=dict)
+
+
+def read_run(run: RunRecord) -> tuple[RunSpec, Checkpoint]:
+    config = dict(run.config)
+    if "optimize" not in config or "task" not in config:
+        raise ValueError(
+            f"run {run.id} was not created by the optimization engine (its config has no "
+            "optimize/task sections); it cannot be resumed"
+        )
+    spec = RunSpec.model_validate(
+        {
+            key: config[key]
+            for key in ("optimize", "task", "initial_solution", "request")
+            if key in config
+        }
+    )
+    checkpoint = Checkpoint.model_validate(config.get("checkpoint") or {})
+    return spec, checkpoint
+
+
+def run_config(spec: RunSpec, checkpoint: Checkpoint) -> dict[str, Any]:
+    return {**spec.model_dump(mode="json"), "checkpoint": checkpoint.model_dump(mode="json")}

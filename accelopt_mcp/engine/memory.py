@@ -1,0 +1,55 @@
+"""Optimization memory: a FIFO working set of at most ExpN experience items.
+
+Items are rows of the store's experiences table. A run's working set is the newest ExpN of
+(its seed items, then its own items), oldest first; older items fall out of the working set
+but stay in the table as history. Seeds are the newest ExpN items of a namespace when the run
+started, recorded by id in the run's checkpoint so a resumed run sees the same memory.
+"""
+
+from __future__ import annotations
+
+from accelopt_mcp.store.base import ExperienceIn, ExperienceRecord, KernelStore
+
+# Items beyond the working set are never read; this only caps one query's size.
+_MAX_SCAN = 100_000
+
+
+class OptimizationMemory:
+    def __init__(
+        self,
+        store: KernelStore,
+        *,
+        run_id: str,
+        namespace: str,
+        capacity: int,
+        seed_ids: list[str] | None = None,
+    ) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.namespace = namespace
+        self.capacity = capacity
+        self.seed_ids = list(seed_ids or [])
+
+    @staticmethod
+    def seeds_from_namespace(store: KernelStore, namespace: str, capacity: int) -> list[str]:
+        if capacity == 0:
+            return []
+        return [item.id for item in store.recent_experiences(namespace=namespace, limit=capacity)]
+
+    def working_set(self) -> list[ExperienceRecord]:
+        """What the planner sees: at most `capacity` items, oldest first."""
+        if self.capacity == 0:
+            return []
+        seeds = [self.store.get_experience(item_id) for item_id in self.seed_ids]
+        own = self.store.recent_experiences(run_id=self.run_id, limit=self.capacity)
+        live_seeds = [s for s in seeds if s is not None and not s.removed]
+        return (live_seeds + own)[-self.capacity :]
+
+    def add(self, item: ExperienceIn) -> str:
+        return self.store.add_experience(
+            item.model_copy(update={"run_id": self.run_id, "namespace": self.namespace})
+        )
+
+    def items_of_iteration(self, iteration: int) -> list[ExperienceRecord]:
+        own = self.store.recent_experiences(run_id=self.run_id, limit=_MAX_SCAN)
+        return [item for item in own if item.iteration == iteration]

@@ -1,0 +1,1 @@
+"""Prompt templates, one directory per backend family (cpu, nki, gpu); {{name}} placeholders."""

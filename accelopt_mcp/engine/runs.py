@@ -1,0 +1,125 @@
+"""Creating a run row and reading a run's progress back from the store."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from accelopt_mcp.backends.base import Task
+from accelopt_mcp.engine.checkpoint import Checkpoint, RunSpec, read_run, run_config
+from accelopt_mcp.engine.config import OptimizeConfig
+from accelopt_mcp.models import Solution
+from accelopt_mcp.store import default_sqlite_path
+from accelopt_mcp.store.base import KernelStore, RunRecord
+
+
+class RunNotFound(KeyError):
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "run not found"
+
+
+def default_output_dir() -> Path:
+    """Where run outputs (winning kernel, plot, events) go: next to the default database."""
+    return default_sqlite_path().parent / "runs"
+
+
+def prepare_run(
+    store: KernelStore,
+    task: Task,
+    initial_solution: Solution,
+    config: OptimizeConfig,
+    *,
+    request: dict[str, Any] | None = None,
+    run_id: str | None = None,
+) -> str:
+    """Store the task and a pending run row holding everything needed to (re)start it."""
+    if initial_solution.definition != task.definition.name:
+        raise ValueError(
+            f"the kernel is for definition {initial_solution.definition!r} but the task is "
+            f"{task.definition.name!r}; pass the kernel and task that belong together"
+        )
+    store.upsert_definition(task.definition)
+    store.upsert_workload(task.definition.name, task.workload)
+    spec = RunSpec(
+        optimize=config, task=task, initial_solution=initial_solution, request=request or {}
+    )
+    run = RunRecord(
+        id=run_id or str(uuid.uuid4()),
+        definition_name=task.definition.name,
+        status="pending",
+        config=run_config(spec, Checkpoint()),
+    )
+    return store.create_run(run)
+
+
+def load_run(store: KernelStore, run_id: str) -> tuple[RunRecord, RunSpec, Checkpoint]:
+    run = store.get_run(run_id)
+    if run is None:
+        raise RunNotFound(
+            f"no run {run_id!r} in {store.stats().location}; list runs with `accelopt runs list`"
+        )
+    spec, checkpoint = read_run(run)
+    return run, spec, checkpoint
+
+
+def process_start_token(pid: int) -> str | None:
+    """The kernel's start time of a process, so a recycled pid is not taken for the worker."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[19] if len(fields) > 19 else None
+
+
+def worker_token() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{process_start_token(os.getpid())}"
+
+
+def worker_alive(checkpoint: Checkpoint) -> bool:
+    """Is the process that last ran this run still running (on this host)?"""
+    if checkpoint.worker_pid is None or checkpoint.worker_host is None:
+        return False
+    host, _, start = checkpoint.worker_host.partition("|")
+    if host != socket.gethostname():
+        return True  # another host's worker: assume alive, it cannot be checked from here
+    token = process_start_token(checkpoint.worker_pid)
+    return token is not None and token == start
+
+
+class RunProgress(BaseModel):
+    attempts_done: int
+    attempts_passed: int
+    attempts_failed: int
+    iteration: int
+    iterations_total: int
+    progress: float
+    initial_latency_ms: float | None
+    elapsed_s: float
+
+
+def run_progress(spec: RunSpec, checkpoint: Checkpoint, *, running: bool) -> RunProgress:
+    cfg = spec.optimize
+    slots = list(checkpoint.slots.values())
+    passed = sum(1 for s in slots if s.passed)
+    current = [s for s in slots if s.iteration == checkpoint.completed_iteration + 1]
+    fraction = min(1.0, len(current) / max(1, cfg.attempts_per_iteration))
+    progress = min(1.0, (checkpoint.completed_iteration + fraction) / cfg.iterations)
+    elapsed = checkpoint.elapsed_before_s
+    if running and checkpoint.started_at is not None:
+        elapsed += max(0.0, time.time() - checkpoint.started_at)
+    return RunProgress(
+        attempts_done=len(slots),
+        attempts_passed=passed,
+        attempts_failed=len(slots) - passed,
+        iteration=checkpoint.completed_iteration,
+        iterations_total=cfg.iterations,
+        progress=progress,
+        initial_latency_ms=checkpoint.initial.latency_ms if checkpoint.initial else None,
+        elapsed_s=elapsed,
+    )

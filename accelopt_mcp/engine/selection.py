@@ -1,0 +1,138 @@
+"""Pure selection rules of the algorithm: which pairs become experience, which kernels form
+the next beam. No I/O here, so the rules are tested on their own."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+PASSED = "PASSED"
+NO_CODE = "NO_CODE"
+"""The executor's reply held no usable code block."""
+LLM_FAILED = "LLM_FAILED"
+"""The executor call failed for good (retries exhausted)."""
+
+
+class AttemptRecord(BaseModel):
+    """What became of one executor slot (iteration, beam kernel, plan, attempt)."""
+
+    iteration: int
+    beam_index: int
+    plan_index: int
+    attempt_index: int
+    parent_id: str
+    parent_latency_ms: float | None
+    status: str
+    """An EvaluationStatus value, NO_CODE or LLM_FAILED."""
+    solution_id: str | None = None
+    source_hash: str | None = None
+    latency_ms: float | None = None
+    error: str | None = None
+    reused_profile: bool = False
+    """The source was already profiled (same hash, same settings): its profile was reused."""
+
+    @property
+    def key(self) -> str:
+        return slot_key(self.iteration, self.beam_index, self.plan_index, self.attempt_index)
+
+    @property
+    def branch(self) -> str:
+        return f"{self.iteration}/{self.beam_index}/{self.plan_index}"
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASSED and self.latency_ms is not None and self.latency_ms > 0
+
+    @property
+    def speedup(self) -> float | None:
+        """Parent latency / own latency; None unless both are known and the attempt passed."""
+        if not self.passed or not self.parent_latency_ms:
+            return None
+        assert self.latency_ms is not None
+        return self.parent_latency_ms / self.latency_ms
+
+
+def slot_key(iteration: int, beam_index: int, plan_index: int, attempt_index: int) -> str:
+    return f"{iteration}/{beam_index}/{plan_index}/{attempt_index}"
+
+
+class Pair(BaseModel):
+    """A (parent, attempt) pair chosen for the summarizer."""
+
+    attempt: AttemptRecord
+    speedup: float
+    positive: bool
+
+
+def plan_representatives(attempts: list[AttemptRecord]) -> list[AttemptRecord]:
+    """Per plan: its best attempt when that beats the parent, else its worst. Attempts that did
+    not pass have no speedup and represent nothing."""
+    by_plan: dict[str, list[AttemptRecord]] = {}
+    for attempt in attempts:
+        if attempt.speedup is not None:
+            by_plan.setdefault(attempt.branch, []).append(attempt)
+    chosen = []
+    for group in by_plan.values():
+        best = max(group, key=lambda a: a.speedup or 0.0)
+        worst = min(group, key=lambda a: a.speedup or 0.0)
+        chosen.append(best if (best.speedup or 0.0) > 1.0 else worst)
+    return chosen
+
+
+def select_pairs(
+    attempts: list[AttemptRecord],
+    *,
+    topk: int,
+    positive_threshold: float,
+    negative_threshold: float,
+) -> list[Pair]:
+    """Up to topk // 2 positive pairs (speedup >= positive_threshold, best first), the rest of
+    the topk slots filled with negative pairs (speedup <= negative_threshold, worst first)."""
+    representatives = plan_representatives(attempts)
+    positives = sorted(
+        (a for a in representatives if (a.speedup or 0.0) >= positive_threshold),
+        key=lambda a: (-(a.speedup or 0.0), a.key),
+    )[: topk // 2]
+    negatives = sorted(
+        (a for a in representatives if (a.speedup or 0.0) <= negative_threshold),
+        key=lambda a: (a.speedup or 0.0, a.key),
+    )[: max(0, topk - len(positives))]
+    return [Pair(attempt=a, speedup=a.speedup or 0.0, positive=True) for a in positives] + [
+        Pair(attempt=a, speedup=a.speedup or 0.0, positive=False) for a in negatives
+    ]
+
+
+class BeamEntry(BaseModel):
+    solution_id: str
+    latency_ms: float
+    source_hash: str
+    branch: str
+    """The plan branch it came from ("initial" for the starting kernel)."""
+
+
+def next_beam(old: list[BeamEntry], attempts: list[AttemptRecord], width: int) -> list[BeamEntry]:
+    """The `width` fastest correct kernels among the old beam and the new attempts, one per
+    source hash and one per plan branch. Ties go to the old beam (it is known to be stable)."""
+    candidates = list(old) + [
+        BeamEntry(
+            solution_id=a.solution_id,
+            latency_ms=a.latency_ms,
+            source_hash=a.source_hash,
+            branch=a.branch,
+        )
+        for a in attempts
+        if a.passed and a.solution_id and a.source_hash and a.latency_ms is not None
+    ]
+    order = {id(entry): index for index, entry in enumerate(candidates)}
+    candidates.sort(key=lambda e: (e.latency_ms, order[id(e)]))
+    beam: list[BeamEntry] = []
+    hashes: set[str] = set()
+    branches: set[str] = set()
+    for entry in candidates:
+        if entry.source_hash in hashes or entry.branch in branches:
+            continue
+        beam.append(entry)
+        hashes.add(entry.source_hash)
+        branches.add(entry.branch)
+        if len(beam) == width:
+            break
+    return beam

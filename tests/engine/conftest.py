@@ -1,0 +1,166 @@
+"""Fixtures for engine tests: the silu CPU task, a scripted LLM stand-in, stores."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from accelopt_mcp.backends.base import BenchmarkConfig, Task
+from accelopt_mcp.models import Solution
+from accelopt_mcp.store.base import KernelStore
+from accelopt_mcp.store.postgres import PostgresStore
+from accelopt_mcp.store.sqlite import SqliteStore
+from accelopt_mcp.tasks.loader import load_solution, load_task
+from tests.engine import kernels
+from tests.llm_standin.process import StandinProcess
+from tests.llm_standin.script import StandinScript
+from tests.pg_server import create_database
+
+REPO = Path(__file__).resolve().parents[2]
+TASK_PATH = REPO / "examples/cpu/nkibench/reference/silu_M512_N1024_numpy_0.py"
+KERNEL_PATH = REPO / "examples/cpu/nkibench/kernels/silu_M512_N1024_0.py"
+KEY_ENV = "ACCELOPT_ENGINE_TEST_KEY"
+KEY = "standin-engine-key-5d2e"
+
+# Small and quick: two seeds, three timed runs, one round; a short timeout for the hang.
+FAST_BENCH = BenchmarkConfig(
+    seeds=[0, 1],
+    warmup_runs=1,
+    iterations=3,
+    max_measurement_rounds=1,
+    timeout_seconds=4.0,
+    memory_limit_mb=1024,
+)
+
+
+@pytest.fixture(scope="session")
+def silu_task() -> Task:
+    return load_task(TASK_PATH)
+
+
+@pytest.fixture(scope="session")
+def silu_baseline(silu_task: Task) -> Solution:
+    return load_solution(KERNEL_PATH, silu_task)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KernelStore]:
+    if request.param == "sqlite":
+        opened: KernelStore = SqliteStore(tmp_path / "kernels.db")
+    else:
+        admin = request.getfixturevalue("pg_admin_dsn")
+        opened = PostgresStore(create_database(admin, f"engine_{uuid.uuid4().hex[:10]}"))
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def text(reply: str, **extra: Any) -> dict[str, Any]:
+    return {"kind": "text", "text": reply, **extra}
+
+
+def executor_cycle() -> list[dict[str, Any]]:
+    """One of each behaviour; faster, slower, wrong, broken, hanging, no code."""
+    return [
+        text(kernels.reply(kernels.FAST)),
+        text(kernels.reply(kernels.SLOWER)),
+        text(kernels.reply(kernels.MEDIUM)),
+        text(kernels.reply(kernels.WRONG)),
+        text(kernels.reply(kernels.SYNTAX_ERROR)),
+        text(kernels.NO_CODE),
+        text(kernels.reply(kernels.CRASH)),
+        text(kernels.reply(kernels.SLOWER, " (second take)")),
+    ]
+
+
+def summary(n: int) -> dict[str, Any]:
+    item = {
+        "title": f"lesson {n}",
+        "strategy": f"strategy number {n}: avoid per-row Python work",
+        "pseudocode": "for row: f(row)  ->  f(all rows at once)",
+    }
+    return text(json.dumps(item))
+
+
+def build_script(
+    *,
+    plans: int = 40,
+    executor: list[dict[str, Any]] | None = None,
+    summaries: int = 40,
+    faults: bool = True,
+    latency_s: float = 0.0,
+) -> dict[str, Any]:
+    planner = [text(f"Plan {n}: vectorize the row loop and stay in float32.") for n in range(plans)]
+    executor_replies = executor or executor_cycle() * 6
+    summarizer = [summary(n) for n in range(summaries)]
+    if faults:
+        planner = [
+            {"kind": "status", "status": 429, "retry_after": "0"},
+            {"kind": "status", "status": 500},
+            {"kind": "garbage"},
+            *planner,
+        ]
+        executor_replies = [{"kind": "status", "status": 503}, *executor_replies]
+        summarizer = [text("no json here at all"), *summarizer]
+    return {
+        "api_key": KEY,
+        "latency_s": latency_s,
+        "roles": {
+            "planner": {"replies": planner, "when_exhausted": "repeat_last"},
+            "executor": {"replies": executor_replies, "when_exhausted": "repeat_last"},
+            "summarizer": {"replies": summarizer, "when_exhausted": "repeat_last"},
+        },
+    }
+
+
+def models_config(base_url: str, path: Path, **role_overrides: Any) -> Path:
+    config = {
+        "default": {
+            "base_url": base_url,
+            "api_key_env": KEY_ENV,
+            "max_retries": 3,
+            "retry_base_s": 0.01,
+            "retry_max_s": 0.05,
+            "timeout_s": 30,
+            "concurrency": 4,
+        },
+        "planner": {"model": "planner"},
+        "executor": {"model": "executor"},
+        "summarizer": {"model": "summarizer"},
+        "prices": {
+            "planner": {"input_per_mtok": 1.0, "output_per_mtok": 2.0},
+            "executor": {"input_per_mtok": 1.0, "output_per_mtok": 2.0},
+            "summarizer": {"input_per_mtok": 1.0, "output_per_mtok": 2.0},
+        },
+    }
+    for role, overrides in role_overrides.items():
+        config[role].update(overrides)
+    path.write_text(json.dumps(config))
+    return path
+
+
+@pytest.fixture
+def llm_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    return KEY
+
+
+@pytest.fixture
+def start_standin() -> Iterator[Callable[[dict[str, Any]], StandinProcess]]:
+    started: list[StandinProcess] = []
+
+    def start(script: dict[str, Any]) -> StandinProcess:
+        process = StandinProcess(StandinScript.model_validate(script))
+        process.start()
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
