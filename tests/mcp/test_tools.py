@@ -1,0 +1,366 @@
+"""Every tool through the SDK's in-process client, over both the legacy initialize handshake
+(what Claude Code speaks) and the 2026-07-28 protocol: good input, then bad input that must come
+back as a tool error telling the agent what to fix."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from accelopt_mcp.mcp_tools import ServerState, build_server
+from tests.mcp.conftest import MODES, NKIBENCH_DIR, SILU_FAST, SILU_SLOW, SILU_TASK, TRACE_DIR
+from tests.mcp.helpers import fails, ok
+
+pytestmark = pytest.mark.anyio
+
+EXPECTED_TOOLS = {
+    "list_backends",
+    "profile_kernel",
+    "check_database",
+    "list_definitions",
+    "get_definition",
+    "list_solutions",
+    "get_solution",
+    "solution_lineage",
+    "query_profiles",
+    "insert_definition",
+    "insert_workload",
+    "insert_solution",
+    "insert_profile",
+    "import_directory",
+    "list_memory",
+    "search_memory",
+    "add_memory",
+    "remove_memory",
+    "start_optimization",
+    "job_status",
+    "job_result",
+    "cancel_job",
+    "list_jobs",
+    "wait_for_job",
+}
+
+
+async def connect(url: str, mode: str, tmp_path: Path) -> AsyncIterator[Client]:
+    state = ServerState(url, jobs_output_dir=tmp_path / "jobs")
+    server = build_server(state)
+    try:
+        async with Client(server, mode=mode) as client:
+            yield client
+    finally:
+        state.close()
+
+
+@pytest.fixture(params=MODES)
+async def client(request: pytest.FixtureRequest, sqlite_url: str, tmp_path: Path):
+    async for c in connect(sqlite_url, request.param, tmp_path):
+        yield c
+
+
+@pytest.fixture(
+    params=[pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+async def db_client(request: pytest.FixtureRequest, tmp_path: Path):
+    url = request.getfixturevalue(f"{request.param}_url")
+    # The protocol is covered by `client`; here the store varies, over the legacy handshake.
+    async for c in connect(url, "legacy", tmp_path):
+        yield c
+
+
+def evaluation(latency_ms: float, hardware: str = "cpu/test") -> dict[str, Any]:
+    return {
+        "status": "PASSED",
+        "environment": {"hardware": hardware},
+        "timestamp": "2026-01-01T00:00:00Z",
+        "correctness": {"max_relative_error": 0.0, "max_absolute_error": 0.0},
+        "performance": {
+            "latency_ms": latency_ms,
+            "reference_latency_ms": 2.0,
+            "speedup_factor": 2.0 / latency_ms,
+        },
+        "log": "x" * 5000,
+    }
+
+
+# --------------------------------------------------------------------------- catalogue
+
+
+async def test_every_tool_is_listed_with_schemas(client: Client) -> None:
+    listed = (await client.list_tools()).tools
+    names = {t.name for t in listed}
+    assert names == EXPECTED_TOOLS
+    for tool in listed:
+        assert tool.description and len(tool.description) > 30, tool.name
+        assert tool.input_schema["type"] == "object", tool.name
+        assert tool.output_schema is not None, f"{tool.name} has no structured output"
+
+
+async def test_unknown_tool_and_wrong_arguments_are_tool_errors(client: Client) -> None:
+    await fails(client, "no_such_tool", {}, "Unknown tool")
+    await fails(client, "list_definitions", {"limit": 0}, "limit")
+    await fails(client, "list_definitions", {"limit": "many"}, "limit")
+    # The server is still there.
+    assert (await ok(client, "list_definitions"))["page"]["total"] == 0
+
+
+# --------------------------------------------------------------------------- kernel database
+
+
+async def test_import_and_browse(db_client: Client, tmp_path: Path) -> None:
+    c = db_client
+    imported = await ok(c, "import_directory", {"path": str(TRACE_DIR)})
+    assert imported["format"] == "flashinfer-trace"
+    assert imported["counts"]["definitions"] == 5 and imported["counts"]["solutions"] == 8
+    nki = await ok(c, "import_directory", {"path": str(NKIBENCH_DIR), "format": "nkibench"})
+    assert nki["counts"]["definitions"] == 5
+    again = await ok(c, "import_directory", {"path": str(TRACE_DIR)})  # idempotent
+    assert again["counts"]["definitions"] == 5
+    await fails(c, "import_directory", {"path": str(tmp_path / "missing")}, "not a directory")
+    await fails(c, "import_directory", {"path": str(tmp_path)}, "neither a FlashInfer-Trace")
+    await fails(c, "import_directory", {"path": str(TRACE_DIR), "format": "zip"}, "format")
+
+    first = await ok(c, "list_definitions", {"limit": 4})
+    assert first["page"] == {"total": 10, "offset": 0, "limit": 4, "next_offset": 4}
+    rest = await ok(c, "list_definitions", {"offset": 4, "limit": 50})
+    names = [d["name"] for d in first["items"] + rest["items"]]
+    assert len(set(names)) == 10 and rest["page"]["next_offset"] is None
+    silu = await ok(c, "list_definitions", {"name_contains": "SILU"})
+    assert {d["name"] for d in silu["items"]} == {"silu_n1024", "silu_M512_N1024"}
+
+    detail = await ok(c, "get_definition", {"name": "silu_n1024"})
+    assert detail["definition"]["op_type"] == "silu"
+    assert detail["workloads_total"] == 1 and detail["solutions_total"] == 2
+    await fails(
+        c, "get_definition", {"name": "nope"}, "no definition named 'nope'", "list_definitions"
+    )
+
+    check = await ok(c, "check_database")
+    assert check["ok"] is True and check["tables"]["definitions"] == 10
+    down = await ok(c, "check_database", {"url": "http://127.0.0.1:9"})
+    assert down["ok"] is False and down["problem"] == "unreachable"
+    assert any("supabase start" in step for step in down["next_steps"])
+    bad = await ok(c, "check_database", {"url": "ftp:thing"})
+    assert bad["ok"] is False and bad["problem"] == "bad_url"
+
+
+async def test_insert_rank_source_lineage_profiles(db_client: Client) -> None:
+    c = db_client
+    definition = json.loads(SILU_TASK.read_text())
+    assert (await ok(c, "insert_definition", {"definition": definition}))["id"] == "silu_n1024"
+    broken = {**definition, "reference": "def not_run(x):\n    return x\n"}
+    await fails(c, "insert_definition", {"definition": broken}, "run")
+
+    workload = {"axes": {"M": 64}, "inputs": {"x": {"type": "random"}}, "uuid": "w-64"}
+    args = {"definition_name": "silu_n1024", "workload": workload}
+    assert (await ok(c, "insert_workload", args))["id"] == "w-64"
+    await fails(c, "insert_workload", {**args, "definition_name": "nope"}, "no definition")
+
+    slow = json.loads(SILU_SLOW.read_text())
+    parent = (await ok(c, "insert_solution", {"solution": slow}))["id"]
+    assert (await ok(c, "insert_solution", {"solution": slow}))["id"] == parent  # idempotent
+    fast = json.loads(SILU_FAST.read_text())
+    child = (await ok(c, "insert_solution", {"solution": fast, "parent_id": parent}))["id"]
+    await fails(c, "insert_solution", {"solution": fast, "parent_id": "nope"}, "no solution")
+    await fails(c, "insert_solution", {"solution": {**fast, "definition": "nope"}}, "no definition")
+    await fails(c, "insert_solution", {"solution": {**fast, "sources": []}}, "sources")
+
+    for solution_id, latency in ((parent, 1.5), (child, 0.5)):
+        profile = {
+            "workload_uuid": "w-64",
+            "solution_id": solution_id,
+            "evaluation": evaluation(latency),
+            "benchmark_config": {"iterations": 10},
+        }
+        assert (await ok(c, "insert_profile", profile))["id"]
+    await fails(c, "insert_profile", {**profile, "workload_uuid": "nope"}, "no workload")
+    await fails(c, "insert_profile", {**profile, "solution_id": "nope"}, "no solution")
+    bad_eval = {**evaluation(1.0), "performance": None}
+    await fails(c, "insert_profile", {**profile, "evaluation": bad_eval}, "PASSED")
+
+    ranked = await ok(c, "list_solutions", {"definition_name": "silu_n1024"})
+    assert [s["id"] for s in ranked["items"]] == [child, parent]
+    assert ranked["items"][0]["best_latency_ms"] == 0.5
+    only = await ok(c, "list_solutions", {"definition_name": "silu_n1024", "limit": 1, "offset": 1})
+    assert [s["id"] for s in only["items"]] == [parent] and only["page"]["next_offset"] is None
+    other_hw = await ok(c, "list_solutions", {"definition_name": "silu_n1024", "hardware": "gpu"})
+    assert all(s["best_latency_ms"] is None for s in other_hw["items"])
+    nki = await ok(c, "list_solutions", {"definition_name": "silu_n1024", "language": "nki"})
+    assert nki["items"] == []
+    await fails(c, "list_solutions", {"definition_name": "nope"}, "no definition")
+
+    detail = await ok(c, "get_solution", {"solution_id": child, "source_limit": 20})
+    source = detail["sources"][0]["content"]
+    assert len(source["text"]) == 20 and source["truncated"] and source["next_offset"] == 20
+    full = fast["sources"][0]["content"]
+    assert source["total_chars"] == len(full)
+    tail = await ok(c, "get_solution", {"solution_id": child, "source_offset": 20})
+    assert source["text"] + tail["sources"][0]["content"]["text"] == full
+    assert detail["profiles_total"] == 1 and detail["summary"]["best_latency_ms"] == 0.5
+    assert len(detail["profiles"][0]["log"]) < 1000  # logs are clipped
+    await fails(c, "get_solution", {"solution_id": "nope"}, "no solution with id 'nope'")
+
+    lineage = await ok(c, "solution_lineage", {"solution_id": child})
+    assert [a["id"] for a in lineage["ancestors"]] == [parent]
+    up = await ok(c, "solution_lineage", {"solution_id": parent})
+    assert [d["id"] for d in up["descendants"]] == [child] and up["descendants_total"] == 1
+    await fails(c, "solution_lineage", {"solution_id": "nope"}, "no solution")
+
+    profiles = await ok(c, "query_profiles", {"hardware": "cpu/test", "limit": 1})
+    assert len(profiles["items"]) == 1 and profiles["page"]["next_offset"] == 1
+    by_solution = await ok(c, "query_profiles", {"solution_id": parent})
+    assert [p["latency_ms"] for p in by_solution["items"]] == [1.5]
+    none = await ok(c, "query_profiles", {"status": "COMPILE_ERROR"})
+    assert none["items"] == []
+    await fails(c, "query_profiles", {"solution_id": "nope"}, "no solution")
+
+
+# --------------------------------------------------------------------------- profiling
+
+
+async def test_profile_kernels(client: Client, tmp_path: Path) -> None:
+    backends = {b["name"]: b for b in (await ok(client, "list_backends"))["backends"]}
+    assert set(backends) == {"cpu", "nki", "flashinfer"}
+    assert backends["cpu"]["usable"] is True
+    for name in ("nki", "flashinfer"):
+        assert backends[name]["reason"], name
+
+    fast = await ok(
+        client,
+        "profile_kernel",
+        {"task_path": str(SILU_TASK), "kernel_path": str(SILU_FAST), "iterations": 3},
+    )
+    assert fast["status"] == "PASSED" and fast["correct"] is True
+    assert fast["latency_ms"] > 0 and fast["solution_id"] and fast["profile_id"]
+    stored = await ok(client, "get_solution", {"solution_id": fast["solution_id"]})
+    assert stored["profiles"][0]["id"] == fast["profile_id"]
+
+    wrong = await ok(
+        client,
+        "profile_kernel",
+        {
+            "task_path": str(SILU_TASK),
+            "kernel_source": "def run(x):\n    return x\n",
+            "store": False,
+            "iterations": 1,
+        },
+    )
+    assert wrong["status"] == "INCORRECT_NUMERICAL" and wrong["correct"] is False
+    assert wrong["solution_id"] is None and "seed" in wrong["log"]
+
+    good = {"task_path": str(SILU_TASK), "kernel_path": str(SILU_FAST)}
+    await fails(client, "profile_kernel", {**good, "backend": "tpu"}, "unknown backend 'tpu'")
+    await fails(
+        client, "profile_kernel", {**good, "task_path": str(tmp_path / "x.json")}, "does not exist"
+    )
+    await fails(
+        client,
+        "profile_kernel",
+        {**good, "kernel_path": str(tmp_path / "k.py")},
+        "does not exist",
+    )
+    await fails(
+        client,
+        "profile_kernel",
+        {"task_path": str(SILU_TASK), "kernel_source": "def run(x):\n  return (x\n"},
+        "not valid Python",
+    )
+    await fails(client, "profile_kernel", {"task_path": str(SILU_TASK)}, "exactly one of")
+    await fails(
+        client,
+        "profile_kernel",
+        {"task_path": str(SILU_TASK), "kernel_source": "def helper():\n    pass\n"},
+        "entry functions",
+    )
+
+
+# --------------------------------------------------------------------------- memory
+
+
+async def test_memory(client: Client) -> None:
+    await ok(client, "import_directory", {"path": str(TRACE_DIR)})
+    item = {
+        "definition_name": "silu_n1024",
+        "title": "Vectorize the row loop",
+        "strategy": "Replace the Python loop over rows by one NumPy expression.",
+        "pseudocode": "for i: out[i] = f(x[i])  ->  out = f(x)",
+        "namespace": "cpu/test",
+    }
+    first = await ok(client, "add_memory", {"item": item})
+    second = await ok(
+        client,
+        "add_memory",
+        {
+            "item": {
+                **item,
+                "title": "Stay in float32",
+                "strategy": "Avoid float64 temporaries.",
+                "pseudocode": "",
+            }
+        },
+    )
+    assert first["item"]["title"] == "Vectorize the row loop"
+    await fails(client, "add_memory", {"item": {**item, "title": ""}}, "title")
+    await fails(
+        client, "add_memory", {"item": {**item, "definition_name": "nope"}}, "no definition"
+    )
+    await fails(client, "add_memory", {"item": {**item, "run_id": "nope"}}, "no run")
+
+    working = await ok(client, "list_memory", {"namespace": "cpu/test"})
+    assert [i["id"] for i in working["items"]] == [first["id"], second["id"]]  # oldest first
+    newest = await ok(client, "list_memory", {"namespace": "cpu/test", "limit": 1})
+    assert [i["id"] for i in newest["items"]] == [second["id"]]
+    await fails(client, "list_memory", {}, "exactly one of run_id and namespace")
+    await fails(client, "list_memory", {"run_id": "nope"}, "no run")
+
+    found = await ok(client, "search_memory", {"text": "NUMPY"})
+    assert [i["id"] for i in found["items"]] == [first["id"]]
+    await fails(client, "search_memory", {"limit": 0}, "limit")
+
+    removed = await ok(client, "remove_memory", {"experience_id": first["id"]})
+    assert removed["removed"] is True
+    working = await ok(client, "list_memory", {"namespace": "cpu/test"})
+    assert [i["id"] for i in working["items"]] == [second["id"]]
+    history = await ok(client, "search_memory", {"text": "numpy", "include_removed": True})
+    assert history["items"][0]["removed"] is True
+    await fails(client, "remove_memory", {"experience_id": "nope"}, "no memory item")
+
+
+# --------------------------------------------------------------------------- resources, prompt
+
+
+async def test_resources_and_prompt(client: Client) -> None:
+    await ok(client, "import_directory", {"path": str(TRACE_DIR)})
+    templates = {
+        t.uri_template for t in (await client.list_resource_templates()).resource_templates
+    }
+    assert "accelopt://solutions/{solution_id}" in templates
+    static = {str(r.uri) for r in (await client.list_resources()).resources}
+    assert {"accelopt://definitions", "accelopt://runs"} <= static
+
+    listing = json.loads((await client.read_resource("accelopt://definitions")).contents[0].text)
+    assert len(listing) == 5
+    one = json.loads(
+        (await client.read_resource("accelopt://definitions/silu_n1024")).contents[0].text
+    )
+    assert one["name"] == "silu_n1024"
+    ranked = json.loads(
+        (await client.read_resource("accelopt://definitions/silu_n1024/solutions")).contents[0].text
+    )
+    source = (await client.read_resource(f"accelopt://solutions/{ranked[0]['id']}")).contents[0]
+    assert "def run" in source.text
+    assert json.loads((await client.read_resource("accelopt://runs")).contents[0].text) == []
+    memory = await client.read_resource("accelopt://memory/default")
+    assert json.loads(memory.contents[0].text) == []
+    with pytest.raises(Exception, match="no definition named 'nope'"):
+        await client.read_resource("accelopt://definitions/nope")
+
+    prompt = await client.get_prompt(
+        "optimize_kernel", {"kernel_path": "k.py", "store_url": "https://x.supabase.co"}
+    )
+    text = prompt.messages[0].content.text
+    assert "k.py" in text and "check_database" in text and "https://x.supabase.co" in text
