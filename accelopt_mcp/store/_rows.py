@@ -88,6 +88,14 @@ def require_str(value: object, what: str) -> str:
     return value
 
 
+def check_strings(**values: object) -> None:
+    """Keys and filters are strings (or None); say so before the database reports a type
+    mismatch in its own words."""
+    for name, value in values.items():
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name} must be a string, got {type(value).__name__} {value!r}")
+
+
 def canonical_uuid(value: object) -> str | None:
     """The canonical text of a UUID (lower case, hyphenated), or None if it is not one."""
     if isinstance(value, uuid.UUID):

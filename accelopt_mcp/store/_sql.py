@@ -133,6 +133,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
         return definition.name
 
     def get_definition(self, name: str) -> StoredDefinition | None:
+        _rows.check_strings(name=name)
         with self._tx(write=False) as cur:
             row = cur.one(
                 f"SELECT {_cols('d', _rows.DEFINITION_COLUMNS)} FROM definitions d "
@@ -177,6 +178,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
         return workload.uuid
 
     def get_workload(self, uuid: str) -> StoredWorkload | None:
+        _rows.check_strings(uuid=uuid)
         with self._tx(write=False) as cur:
             row = cur.one(
                 f"SELECT {_cols('w', _rows.WORKLOAD_COLUMNS)} FROM workloads w WHERE w.uuid = ?",
@@ -185,6 +187,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
         return None if row is None else _rows.workload_from_row(row)
 
     def list_workloads(self, definition_name: str) -> list[StoredWorkload]:
+        _rows.check_strings(definition_name=definition_name)
         with self._tx(write=False) as cur:
             rows = cur.all(
                 f"SELECT {_cols('w', _rows.WORKLOAD_COLUMNS)} FROM workloads w "
@@ -246,6 +249,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
         return None if row is None else _rows.solution_from_row(row)
 
     def find_solution(self, solution_hash: str, hash_version: int = 1) -> StoredSolution | None:
+        _rows.check_strings(solution_hash=solution_hash)
         with self._tx(write=False) as cur:
             row = cur.one(
                 self._solution_where("s.solution_hash = ? AND s.hash_version = ?"),
@@ -264,6 +268,9 @@ class SqlKernelStore(KernelStore, abc.ABC):
         offset: int = 0,
     ) -> list[StoredSolution]:
         _check_limit(limit, offset)
+        _rows.check_strings(
+            definition_name=definition_name, run_id=run_id, language=language, author=author
+        )
         filters = {
             "s.definition_name": definition_name,
             "s.run_id": run_id,
@@ -345,6 +352,9 @@ class SqlKernelStore(KernelStore, abc.ABC):
         offset: int = 0,
     ) -> list[StoredProfile]:
         _check_limit(limit, offset)
+        _rows.check_strings(
+            workload_uuid=workload_uuid, run_id=run_id, hardware=hardware, status=status
+        )
         if solution_id is not None:
             solution_id = _rows.canonical_uuid(solution_id)
             if solution_id is None:
@@ -376,6 +386,9 @@ class SqlKernelStore(KernelStore, abc.ABC):
         limit: int = 10,
     ) -> list[RankedSolution]:
         _check_limit(limit)
+        _rows.check_strings(
+            definition_name=definition_name, hardware=hardware, workload_uuid=workload_uuid
+        )
         where = ["s.definition_name = ?", "p.eval_status = 'PASSED'", "p.latency_ms IS NOT NULL"]
         params: list[Any] = [definition_name]
         if hardware is not None:
@@ -450,6 +463,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
         return run.id
 
     def update_run(self, run_id: str, update: RunUpdate) -> RunRecord:
+        _rows.check_strings(run_id=run_id)
         update = _rows.require(update, RunUpdate, "update")
         changes = {k: v for k, v in update.model_dump().items() if v is not None}
         with self._tx(write=True) as cur:
@@ -471,6 +485,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
         return _rows.run_from_row(row)
 
     def get_run(self, run_id: str) -> RunRecord | None:
+        _rows.check_strings(run_id=run_id)
         with self._tx(write=False) as cur:
             row = cur.one(
                 f"SELECT {', '.join(_rows.RUN_COLUMNS)} FROM runs WHERE id = ?", (run_id,)
@@ -481,6 +496,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
         self, *, definition_name: str | None = None, status: str | None = None, limit: int = 50
     ) -> list[RunRecord]:
         _check_limit(limit)
+        _rows.check_strings(definition_name=definition_name, status=status)
         filters = {"r.definition_name": definition_name, "r.status": status}
         where = [f"{col} = ?" for col, value in filters.items() if value is not None] or ["1 = 1"]
         params = [value for value in filters.values() if value is not None]
@@ -521,6 +537,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
         return experience_id
 
     def get_experience(self, experience_id: str) -> ExperienceRecord | None:
+        _rows.check_strings(experience_id=experience_id)
         with self._tx(write=False) as cur:
             row = cur.one(
                 f"SELECT {_cols('e', _rows.EXPERIENCE_COLUMNS)} FROM experiences e WHERE e.id = ?",
@@ -532,6 +549,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
         self, *, run_id: str | None = None, namespace: str | None = None, limit: int
     ) -> list[ExperienceRecord]:
         _check_limit(limit)
+        _rows.check_strings(run_id=run_id, namespace=namespace)
         filters = {"e.run_id": run_id, "e.namespace": namespace}
         where = ["e.removed = FALSE"]
         where += [f"{col} = ?" for col, value in filters.items() if value is not None]
@@ -556,6 +574,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
         limit: int = 50,
     ) -> list[ExperienceRecord]:
         _check_limit(limit)
+        _rows.check_strings(text=text, definition_name=definition_name, namespace=namespace)
         where: list[str] = []
         params: list[Any] = []
         if text:
@@ -580,6 +599,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
         return [_rows.experience_from_row(r) for r in rows]
 
     def remove_experience(self, experience_id: str) -> bool:
+        _rows.check_strings(experience_id=experience_id)
         with self._tx(write=True) as cur:
             row = cur.one(
                 "UPDATE experiences SET removed = TRUE WHERE id = ? AND removed = FALSE "
@@ -613,6 +633,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
         return call_id
 
     def llm_totals(self, run_id: str) -> list[LlmTotals]:
+        _rows.check_strings(run_id=run_id)
         with self._tx(write=False) as cur:
             rows = cur.all(
                 "SELECT role, COUNT(*) AS calls, CAST(SUM(tokens_in) AS BIGINT) AS tokens_in, "

@@ -226,7 +226,9 @@ class PostgresStore(SqlKernelStore):
             )
         if isinstance(exc, pg_errors.UniqueViolation):
             return ConflictError(f"the record collides with a stored one ({message})")
-        if isinstance(exc, pg_errors.UndefinedTable | pg_errors.UndefinedFunction):
+        if isinstance(exc, pg_errors.UndefinedTable) or (
+            isinstance(exc, pg_errors.UndefinedFunction) and "solution_" in message
+        ):
             return StoreUnavailableError(
                 f"the kernel database schema is incomplete in {self.location} ({message}); "
                 + INIT_HINT

@@ -566,3 +566,15 @@ def test_timestamps_are_recent_utc(seeded: KernelStore) -> None:
     sid = seeded.upsert_solution(make_solution(DEF, "# t\n"))
     created = seeded.get_solution(sid).created_at
     assert abs(created.timestamp() - before) < 60
+
+
+def test_keys_of_the_wrong_type_are_refused(seeded: KernelStore) -> None:
+    with pytest.raises(TypeError, match="name must be a string"):
+        seeded.get_definition(123)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="run_id must be a string"):
+        seeded.get_run(5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="hardware must be a string"):
+        seeded.best_solutions(DEF, hardware=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="definition_name must be a string"):
+        seeded.list_solutions(definition_name=["x"])  # type: ignore[arg-type]
+    assert seeded.get_definition(DEF) is not None
