@@ -161,3 +161,28 @@ def test_mask_dsn_drops_the_password() -> None:
     assert mask_dsn("postgresql://u:pw@h:6543/db?sslmode=require") == "postgresql://u@h:6543/db"
     assert mask_dsn("host=h user=u password=pw dbname=db") == "postgresql://u@h:5432/db"
     assert "pw" not in mask_dsn("postgresql://u:pw@[bad")
+
+
+@pytest.mark.postgres
+def test_rejected_password_is_named_without_echoing_it() -> None:
+    from tests.pg_server import PostgresServer
+
+    server = PostgresServer()  # its own server: the shared one trusts every login
+    admin = server.start()
+    try:
+        (server.data / "pg_hba.conf").write_text(
+            "host all postgres 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 scram-sha-256\n"
+        )
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute("CREATE ROLE alice LOGIN PASSWORD 'right-pw'")
+            conn.execute("SELECT pg_reload_conf()")
+        base = admin.split("@", 1)[1].rsplit("/", 1)[0]
+        with pytest.raises(StoreUnavailableError, match="rejected the login") as caught:
+            PostgresStore(f"postgresql://alice:wrong-pw-123@{base}/postgres")
+        assert "wrong-pw-123" not in str(caught.value)
+        assert "alice@" in str(caught.value)
+        # The right password gets as far as the schema check.
+        with pytest.raises(StoreUnavailableError, match="schema is not applied"):
+            PostgresStore(f"postgresql://alice:right-pw@{base}/postgres")
+    finally:
+        server.stop()
