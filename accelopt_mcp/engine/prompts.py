@@ -36,7 +36,11 @@ def family_for(backend: str, solution: Solution) -> str:
 def _template(family: str, name: str) -> str:
     if family not in FAMILIES:
         raise ValueError(f"unknown prompt family {family!r}; known: {', '.join(FAMILIES)}")
-    return resources.files("accelopt_mcp.engine.prompt_templates").joinpath(family, f"{name}.md").read_text()
+    return (
+        resources.files("accelopt_mcp.engine.prompt_templates")
+        .joinpath(family, f"{name}.md")
+        .read_text()
+    )
 
 
 def _fill(template: str, values: dict[str, str]) -> str:

@@ -1,0 +1,474 @@
+"""Optimization runs as background jobs: the API the MCP server's optimization tools sit on.
+
+Each job runs in a child process of its own (`python -m accelopt_mcp.engine.worker RUN_ID`,
+started in a new session), so it outlives the request that started it and a crash of the job
+cannot take the server down. All state lives in the store (the run row and its checkpoint);
+progress events are appended by the worker to <output_dir>/<run>/events.jsonl. A manager that
+starts after a crash finds runs still marked running whose worker is gone ("interrupted") and
+`resume_interrupted()` restarts them from their last checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+from accelopt_mcp.backends.base import BenchmarkConfig
+from accelopt_mcp.engine.checkpoint import Checkpoint, IterationSummary, RunSpec
+from accelopt_mcp.engine.config import OptimizeConfig
+from accelopt_mcp.engine.runs import (
+    RunNotFound,
+    default_output_dir,
+    load_run,
+    prepare_run,
+    run_progress,
+    worker_alive,
+)
+from accelopt_mcp.engine.worker import events_path
+from accelopt_mcp.models import BuildSpec, Language, Solution, SourceFile
+from accelopt_mcp.store import STORE_ENV, open_store
+from accelopt_mcp.store.base import RunRecord, RunUpdate
+from accelopt_mcp.tasks.loader import load_solution, load_task
+
+JobState = Literal[
+    "pending", "running", "completed", "failed", "cancelled", "budget_exhausted", "interrupted"
+]
+FINAL_STATES = frozenset({"completed", "failed", "cancelled", "budget_exhausted"})
+_POLL_S = 0.25
+
+
+class JobNotFound(KeyError):
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "job not found"
+
+
+class JobNotFinished(RuntimeError):
+    """The job has no result yet."""
+
+
+class OptimizeRequest(BaseModel):
+    """Everything a job needs; JSON-serialisable."""
+
+    kernel_path: str | None = None
+    kernel_source: str | None = None
+    task_path: str
+    workload: str | None = None
+    backend: str = "cpu"
+    iterations: int = Field(ge=1)
+    beam: int = Field(ge=1)
+    plans: int = Field(ge=1)
+    attempts: int = Field(ge=1)
+    topk: int = Field(ge=0)
+    exp_n: int = Field(ge=0)
+    positive_threshold: float
+    negative_threshold: float
+    models_config: str | None = None
+    budget_usd: float | None = None
+    budget_tokens: int | None = None
+    budget_wall_s: float | None = None
+    namespace: str | None = None
+    seed_memory: bool = False
+    workers: int | None = None
+    benchmark: dict[str, Any] | None = None
+    """BenchmarkConfig fields (seeds, iterations, timeout_seconds, ...); None: defaults."""
+
+    @model_validator(mode="after")
+    def _one_kernel(self) -> OptimizeRequest:
+        if (self.kernel_path is None) == (self.kernel_source is None):
+            raise ValueError(
+                "give exactly one of kernel_path (a kernel .py or solution .json) and "
+                "kernel_source (the kernel's Python source)"
+            )
+        return self
+
+    def optimize_config(self) -> OptimizeConfig:
+        return OptimizeConfig(
+            iterations=self.iterations,
+            beam=self.beam,
+            plans=self.plans,
+            attempts=self.attempts,
+            topk=self.topk,
+            exp_n=self.exp_n,
+            positive_threshold=self.positive_threshold,
+            negative_threshold=self.negative_threshold,
+            backend=self.backend,
+            benchmark=BenchmarkConfig(**(self.benchmark or {})),
+            models_config=self.models_config,
+            budget_usd=self.budget_usd,
+            budget_tokens=self.budget_tokens,
+            budget_wall_s=self.budget_wall_s,
+            namespace=self.namespace,
+            seed_from_namespace=self.seed_memory,
+            workers=self.workers,
+        )
+
+
+class JobStatus(BaseModel):
+    job_id: str
+    state: JobState
+    definition_name: str
+    iteration: int
+    iterations_total: int
+    attempts_done: int
+    attempts_passed: int
+    attempts_failed: int
+    initial_latency_ms: float | None
+    best_latency_ms: float | None
+    best_speedup: float | None
+    best_solution_id: str | None
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+    elapsed_s: float
+    eta_s: float | None
+    error: str | None
+    progress: float = 0.0
+
+
+class JobResult(BaseModel):
+    status: JobStatus
+    best_solution_id: str | None
+    best_source: str | None
+    speedup: float | None
+    percent_of_peak: dict[str, float] | None
+    cost_usd: float
+    iterations: list[IterationSummary]
+    winning_kernel_path: str | None
+
+
+class ProgressEvent(BaseModel):
+    job_id: str
+    kind: str
+    iteration: int
+    message: str
+    best_latency_ms: float | None
+    progress: float
+    attempts_done: int = 0
+    cost_usd: float = 0.0
+
+
+ProgressCallback = Callable[[ProgressEvent], Awaitable[None]]
+
+
+def solution_from_source(source: str, definition: str, backend: str) -> Solution:
+    """A single-file solution around kernel source given as text (entry `kernel`, else `run`)."""
+    entry = "kernel" if "def kernel(" in source else "run"
+    language = Language.NKI if backend == "nki" else Language.PYTHON
+    return Solution(
+        name=f"{definition}-submitted",
+        definition=definition,
+        author="user",
+        spec=BuildSpec(
+            language=language,
+            target_hardware=["trainium" if backend == "nki" else backend],
+            entry_point=f"kernel.py::{entry}",
+            destination_passing_style=False,
+        ),
+        sources=[SourceFile(path="kernel.py", content=source)],
+    )
+
+
+class JobManager:
+    def __init__(
+        self,
+        store_url: str | None = None,
+        *,
+        output_dir: Path | None = None,
+        max_parallel_jobs: int = 1,
+    ) -> None:
+        if max_parallel_jobs < 1:
+            raise ValueError(f"max_parallel_jobs must be at least 1, got {max_parallel_jobs}")
+        self.store_url = store_url or os.environ.get(STORE_ENV)
+        self.store = open_store(self.store_url)
+        self.output_dir = Path(output_dir) if output_dir else default_output_dir()
+        self.max_parallel_jobs = max_parallel_jobs
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._queue: deque[str] = deque()
+        self._lock = threading.RLock()
+        self._closed = threading.Event()
+        self._pumper = threading.Thread(target=self._pump_forever, daemon=True, name="jobs-pump")
+        self._pumper.start()
+
+    # ------------------------------------------------------------------ API
+
+    def start(self, request: OptimizeRequest) -> str:
+        """Store the run and queue its worker; returns the job (= run) id at once."""
+        task = load_task(Path(request.task_path), workload=request.workload)
+        if request.kernel_path is not None:
+            solution = load_solution(Path(request.kernel_path), task)
+        else:
+            assert request.kernel_source is not None
+            solution = solution_from_source(
+                request.kernel_source, task.definition.name, request.backend
+            )
+        run_id = prepare_run(
+            self.store,
+            task,
+            solution,
+            request.optimize_config(),
+            request=request.model_dump(mode="json"),
+        )
+        with self._lock:
+            self._queue.append(run_id)
+        self._pump()
+        return run_id
+
+    def status(self, job_id: str) -> JobStatus:
+        try:
+            run, spec, checkpoint = load_run(self.store, job_id)
+        except RunNotFound as exc:
+            raise JobNotFound(
+                f"no job {job_id!r}; list jobs with list() or `accelopt runs list`"
+            ) from exc
+        return self._status(run, spec, checkpoint)
+
+    def result(self, job_id: str) -> JobResult:
+        status = self.status(job_id)
+        if status.state not in FINAL_STATES:
+            hint = (
+                "resume it with resume_interrupted() or `accelopt resume`"
+                if status.state == "interrupted"
+                else "wait for it (wait()) or poll status()"
+            )
+            raise JobNotFinished(f"job {job_id} is {status.state}; {hint}")
+        _, _, checkpoint = load_run(self.store, job_id)
+        best_source = None
+        percent: dict[str, float] | None = None
+        if status.best_solution_id:
+            stored = self.store.get_solution(status.best_solution_id)
+            best_source = stored.solution.entry_source.content if stored else None
+            percent = self._percent_of_peak(status.best_solution_id) or None
+        return JobResult(
+            status=status,
+            best_solution_id=status.best_solution_id,
+            best_source=best_source,
+            speedup=status.best_speedup,
+            percent_of_peak=percent,
+            cost_usd=status.cost_usd,
+            iterations=checkpoint.history,
+            winning_kernel_path=checkpoint.winning_kernel_path,
+        )
+
+    def cancel(self, job_id: str) -> JobStatus:
+        status = self.status(job_id)
+        if status.state in FINAL_STATES:
+            return status
+        with self._lock:
+            if job_id in self._queue:
+                self._queue.remove(job_id)
+            child = self._children.get(job_id)
+        if child is not None and child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+            try:
+                child.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        else:
+            _, _, checkpoint = load_run(self.store, job_id)
+            if worker_alive(checkpoint) and checkpoint.worker_pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(checkpoint.worker_pid, signal.SIGTERM)
+                self._wait_final(job_id, 30)
+        if self.status(job_id).state not in FINAL_STATES:
+            self.store.update_run(
+                job_id, RunUpdate(status="cancelled", error="cancelled on request")
+            )
+        return self.status(job_id)
+
+    def list(self, limit: int = 50) -> list[JobStatus]:
+        found = []
+        for run in self.store.list_runs(limit=limit):
+            try:
+                _, spec, checkpoint = load_run(self.store, run.id)
+            except ValueError:
+                continue  # a run not made by the engine
+            found.append(self._status(run, spec, checkpoint))
+        return found
+
+    def resume_interrupted(self) -> list[str]:
+        """Queue every run left running or pending by a process that is gone."""
+        resumed = []
+        for state in ("running", "pending"):
+            for run in self.store.list_runs(status=state, limit=10_000):
+                try:
+                    status = self.status(run.id)
+                except ValueError:
+                    continue
+                if status.state == "interrupted":
+                    with self._lock:
+                        self._queue.append(run.id)
+                    resumed.append(run.id)
+        self._pump()
+        return resumed
+
+    async def wait(
+        self,
+        job_id: str,
+        *,
+        on_progress: ProgressCallback | None = None,
+        timeout_s: float | None = None,
+    ) -> JobStatus:
+        """Until the job ends (or timeout_s passes), forwarding its progress events."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        path = events_path(self.output_dir, job_id)
+        offset = 0
+        while True:
+            status = await asyncio.to_thread(self.status, job_id)
+            if on_progress is not None:
+                offset = await self._forward(path, offset, job_id, on_progress)
+            if status.state in FINAL_STATES or status.state == "interrupted":
+                return status
+            if deadline is not None and time.monotonic() >= deadline:
+                return status
+            await asyncio.sleep(_POLL_S)
+
+    def close(self) -> None:
+        """Stop managing; running jobs go on in their own processes."""
+        self._closed.set()
+        self._pumper.join(timeout=5)
+        self.store.close()
+
+    def __enter__(self) -> JobManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ internals
+
+    def _status(self, run: RunRecord, spec: RunSpec, checkpoint: Checkpoint) -> JobStatus:
+        state: JobState = run.status
+        with self._lock:
+            child = self._children.get(run.id)
+            queued = run.id in self._queue
+        ours_alive = child is not None and child.poll() is None
+        if state == "running" and not ours_alive and not worker_alive(checkpoint):
+            state = "interrupted"
+        if state == "pending" and not (queued or ours_alive or worker_alive(checkpoint)):
+            state = "interrupted"
+        running = state == "running"
+        progress = run_progress(spec, checkpoint, running=running)
+        speedup = None
+        if progress.initial_latency_ms and run.best_latency_ms:
+            speedup = progress.initial_latency_ms / run.best_latency_ms
+        eta = None
+        if running and 0 < progress.progress < 1:
+            eta = progress.elapsed_s * (1 - progress.progress) / progress.progress
+        return JobStatus(
+            job_id=run.id,
+            state=state,
+            definition_name=run.definition_name,
+            iteration=run.current_iteration,
+            iterations_total=spec.optimize.iterations,
+            attempts_done=progress.attempts_done,
+            attempts_passed=progress.attempts_passed,
+            attempts_failed=progress.attempts_failed,
+            initial_latency_ms=progress.initial_latency_ms,
+            best_latency_ms=run.best_latency_ms,
+            best_speedup=speedup,
+            best_solution_id=run.best_solution_id,
+            tokens_in=run.tokens_in,
+            tokens_out=run.tokens_out,
+            cost_usd=run.cost_usd,
+            elapsed_s=progress.elapsed_s,
+            eta_s=eta,
+            error=run.error or None,
+            progress=1.0 if state == "completed" else progress.progress,
+        )
+
+    def _percent_of_peak(self, solution_id: str) -> dict[str, float]:
+        for profile in self.store.list_profiles(solution_id=solution_id):
+            counters = profile.evaluation.hardware_counters
+            found = {k: v for k, v in counters.items() if "of_peak" in k or "percent" in k}
+            if found:
+                return found
+        return {}
+
+    def _pump_forever(self) -> None:
+        while not self._closed.wait(1.0):
+            try:
+                self._pump()
+            except Exception:  # the pump must survive a store hiccup
+                continue
+
+    def _pump(self) -> None:
+        """Reap finished workers and start queued ones while there is room."""
+        with self._lock:
+            for run_id, child in list(self._children.items()):
+                if child.poll() is not None:
+                    del self._children[run_id]
+            while self._queue and len(self._children) < self.max_parallel_jobs:
+                run_id = self._queue.popleft()
+                self._children[run_id] = self._spawn(run_id)
+
+    def _spawn(self, run_id: str) -> subprocess.Popen[bytes]:
+        folder = self.output_dir / run_id
+        folder.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        if self.store_url:
+            env[STORE_ENV] = self.store_url
+        with (folder / "worker.log").open("ab") as log:
+            return subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "accelopt_mcp.engine.worker",
+                    run_id,
+                    "--output-dir",
+                    str(self.output_dir),
+                ],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+
+    def _wait_final(self, job_id: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.status(job_id).state in FINAL_STATES:
+                return
+            time.sleep(_POLL_S)
+
+    async def _forward(
+        self, path: Path, offset: int, job_id: str, on_progress: ProgressCallback
+    ) -> int:
+        if not path.exists():
+            return offset
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            chunk = handle.read()
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        for line in complete.splitlines():
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            await on_progress(
+                ProgressEvent(
+                    job_id=job_id,
+                    kind=data.get("kind", ""),
+                    iteration=data.get("iteration", 0),
+                    message=data.get("message", ""),
+                    best_latency_ms=data.get("best_latency_ms"),
+                    progress=data.get("progress", 0.0),
+                    attempts_done=data.get("attempts_done", 0),
+                    cost_usd=data.get("cost_usd", 0.0),
+                )
+            )
+        return offset + len(complete)

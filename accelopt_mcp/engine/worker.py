@@ -1,0 +1,76 @@
+"""A job's process: `python -m accelopt_mcp.engine.worker RUN_ID [--output-dir DIR]`.
+
+It runs (or resumes) one stored run to its end. The store URL comes from $ACCELOPT_STORE, not
+the command line, so a DSN with a password never shows in the process list. Progress goes to
+<output-dir>/<run>/events.jsonl, one EngineEvent per line; SIGTERM stops the run cleanly
+(status cancelled, everything found so far kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from accelopt_mcp.engine.beam import BeamSearch
+from accelopt_mcp.engine.events import EngineEvent
+from accelopt_mcp.engine.runs import default_output_dir
+from accelopt_mcp.store import open_store
+
+EVENTS_FILE = "events.jsonl"
+
+
+def events_path(output_dir: Path, run_id: str) -> Path:
+    return Path(output_dir) / run_id / EVENTS_FILE
+
+
+class EventLog:
+    """Appends events as JSON lines; each line is flushed so readers see it at once."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = path.open("a", encoding="utf-8")
+
+    def __call__(self, event: EngineEvent) -> None:
+        self._file.write(event.model_dump_json() + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+async def run_worker(run_id: str, output_dir: Path) -> int:
+    store = open_store(None)
+    log = EventLog(events_path(output_dir, run_id))
+    engine = BeamSearch(store, run_id, on_event=log, output_dir=output_dir)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, engine.request_stop)
+    try:
+        run = await engine.run()
+    except Exception as exc:
+        print(f"run {run_id} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        log.close()
+        store.close()
+    print(f"run {run_id}: {run.status}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m accelopt_mcp.engine.worker")
+    parser.add_argument("run_id")
+    parser.add_argument("--output-dir", type=Path, default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    output_dir = args.output_dir or default_output_dir()
+    sys.exit(asyncio.run(run_worker(args.run_id, output_dir)))
+
+
+if __name__ == "__main__":
+    main()
