@@ -186,3 +186,35 @@ def test_rejected_password_is_named_without_echoing_it() -> None:
             PostgresStore(f"postgresql://alice:right-pw@{base}/postgres")
     finally:
         server.stop()
+
+
+def test_sqlite_refuses_a_file_that_is_not_a_database(tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    path.write_text("these are not the pages of a database\n" * 200)
+    with pytest.raises(StoreUnavailableError, match=r"notes\.db"):
+        SqliteStore(path)
+
+
+def test_sqlite_creates_missing_folders_and_reopens(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "k.db"
+    with SqliteStore(path) as store:
+        store.upsert_definition(make_definition("d"))
+    with SqliteStore(path) as store:
+        assert [d.name for d in store.list_definitions()] == ["d"]
+        assert store.stats().location == str(path)
+
+
+def test_sqlite_in_memory_is_private_and_thread_safe() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with SqliteStore(":memory:") as store, SqliteStore(":memory:") as other:
+        store.upsert_definition(make_definition("d"))
+
+        def add(i: int) -> str:
+            return store.upsert_solution(make_solution("d", f"# {i % 10}\n"))
+
+        with ThreadPoolExecutor(8) as pool:
+            ids = list(pool.map(add, range(80)))
+        assert len(set(ids)) == 10
+        assert store.stats().counts["solutions"] == 10
+        assert other.stats().counts["definitions"] == 0
