@@ -280,7 +280,9 @@ def _postgres_failure(
     password = _dsn_password(dsn)
     if password:
         text = text.replace(password, "***")
-    detail = text.splitlines()[-1] if text else type(exc).__name__
+    # libpq: "connection to server at "h", port p failed: <reason>\n\t<advice>"
+    first_line = text.splitlines()[0] if text else type(exc).__name__
+    detail = " ".join(first_line.rsplit("failed: ", 1)[-1].split())
     lowered = text.lower()
     if "database" in lowered and "does not exist" in lowered:
         return verdict(
@@ -356,7 +358,7 @@ def _create_project_steps() -> list[str]:
         "local: install the Supabase CLI and run `supabase start`; the API URL is "
         "http://127.0.0.1:54321 and `supabase status` prints the keys",
         f"export {SUPABASE_URL_ENV}=<project URL> and {SUPABASE_KEY_ENV}=<key>, apply "
-        "schema_v2.txt (see `accelopt db check` once it answers), then check again",
+        "schema_v2.txt in the project's SQL editor, then run `accelopt db check` again",
     ]
 
 

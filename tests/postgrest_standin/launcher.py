@@ -29,6 +29,8 @@ class RunningStandIn:
     url: str
     """The Supabase-style project URL; the REST API is at {url}/rest/v1."""
     key: str
+    dsn: str
+    """The database the stand-in serves."""
     process: subprocess.Popen[bytes]
     log: Path
     """The stand-in's stderr: uvicorn's warnings and any traceback."""
@@ -57,7 +59,7 @@ def start_standin(dsn: str, key: str, *, timeout_s: float = 30) -> RunningStandI
     )
     os.close(log_fd)
     url = f"http://127.0.0.1:{port}"
-    running = RunningStandIn(url, key, process, Path(log_name))
+    running = RunningStandIn(url, key, dsn, process, Path(log_name))
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:

@@ -8,6 +8,7 @@ Everything runs through the real supabase client against the PostgREST stand-in 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -33,7 +34,7 @@ def served(pg_admin_dsn: str, request: pytest.FixtureRequest) -> RunningStandIn:
 
 
 @pytest.fixture
-def store(served: RunningStandIn) -> SupabaseStore:
+def store(served: RunningStandIn) -> Iterator[SupabaseStore]:
     opened = SupabaseStore(served.url, key=served.key, timeout_s=5)
     yield opened
     opened.close()
@@ -123,8 +124,7 @@ def test_a_server_that_goes_away_gives_a_clear_error(
 def test_schema_dropped_after_opening_is_reported_as_such(
     store: SupabaseStore, served: RunningStandIn
 ) -> None:
-    dsn = served.process.args[served.process.args.index("--dsn") + 1]
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(served.dsn, autocommit=True) as conn:
         conn.execute("DROP VIEW solution_profiles")
     with pytest.raises(StoreUnavailableError) as caught:
         store.list_profiles()
@@ -207,7 +207,7 @@ def test_search_also_reads_strategy_and_pseudocode(store: SupabaseStore) -> None
 
 
 def test_rows_written_through_postgrest_are_plain_rows_in_postgres(
-    store: SupabaseStore, served: RunningStandIn, pg_admin_dsn: str
+    store: SupabaseStore, served: RunningStandIn
 ) -> None:
     """The generated columns AccelOpt's own queries read are filled from the stored JSON."""
     store.upsert_definition(make_definition("d"))
@@ -216,8 +216,7 @@ def test_rows_written_through_postgrest_are_plain_rows_in_postgres(
         make_solution("d", language="python", author="ann"), evolve_metadata={"run_id": "r9"}
     )
     store.upsert_profile("w", sid, make_evaluation(latency_ms=2.5, hardware="cpu/x"), {})
-    dsn = served.process.args[served.process.args.index("--dsn") + 1]
-    with psycopg.connect(dsn) as conn:
+    with psycopg.connect(served.dsn) as conn:
         row = conn.execute(
             "SELECT s.spec_language, s.author, s.run_id, p.eval_hardware, p.latency_ms, "
             "p.eval_status FROM solutions s JOIN profiles p ON p.solution_id = s.id"
