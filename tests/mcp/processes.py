@@ -1,0 +1,114 @@
+"""The installed `accelopt-mcp` console script, run as a real subprocess."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def console_script() -> str:
+    script = Path(sys.executable).parent / "accelopt-mcp"
+    assert script.exists(), f"{script} is missing: install the package (pip install -e .)"
+    return str(script)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def server_env(**extra: str) -> dict[str, str]:
+    """The parent's environment minus any token or key, plus `extra`."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("ACCELOPT_MCP_TOKEN", "ACCELOPT_STORE") and "KEY" not in k.upper()
+    }
+    return {**env, **extra}
+
+
+class HttpServer:
+    """`accelopt-mcp --http` on a free port; `url` is its /mcp endpoint."""
+
+    def __init__(
+        self,
+        store: str,
+        *,
+        token: str | None = None,
+        host: str = "127.0.0.1",
+        extra_args: list[str] | None = None,
+        start_timeout_s: float = 30.0,
+    ) -> None:
+        self.store = store
+        self.token = token
+        self.host = host
+        self.port = free_port()
+        self.extra_args = extra_args or []
+        self.start_timeout_s = start_timeout_s
+        self.process: subprocess.Popen[bytes] | None = None
+        handle, log_path = tempfile.mkstemp(prefix="accelopt-mcp-", suffix=".log")
+        os.close(handle)
+        self.log_path = Path(log_path)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.base}/mcp"
+
+    def stderr(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def __enter__(self) -> HttpServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        env = server_env(**({"ACCELOPT_MCP_TOKEN": self.token} if self.token else {}))
+        args = [console_script(), "--http", "--host", self.host, "--port", str(self.port)]
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [*args, "--store", self.store, *self.extra_args],
+                cwd=REPO_ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"accelopt-mcp exited early:\n{self.stderr()}")
+            try:
+                if httpx.get(f"{self.base}/health", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"accelopt-mcp did not answer /health:\n{self.stderr()}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
