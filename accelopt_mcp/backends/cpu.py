@@ -12,6 +12,7 @@ import json
 import math
 import os
 import platform
+import secrets
 import statistics
 import sys
 import tempfile
@@ -179,6 +180,18 @@ class CpuBackend(Backend):
                 cpus=self.cpus,
             )
             result = _read_json(work / "result.json")
+            if result is not None and result.get("nonce") != job["nonce"]:
+                return self._evaluation(
+                    EvaluationStatus.RUNTIME_ERROR,
+                    _join(
+                        [
+                            "the result file was not written by the profiler (forged by the "
+                            "kernel?); the evaluation is void"
+                        ],
+                        run,
+                    ),
+                    flags=["forged_result"],
+                )
             stage = (_read_json(work / "progress.json") or {}).get("stage", "start-up")
         if result is not None and not job["time_reference"]:
             result["reference_rounds_ns"] = self._reference_rounds[reference_key]
@@ -221,6 +234,7 @@ class CpuBackend(Backend):
             "output_plan": _output_plan(definition, workload.axes),
             "use_torch": use_torch,
             "time_reference": reference_key not in self._reference_rounds,
+            "nonce": secrets.token_hex(16),
             **timing,
         }
         (work / "job.json").write_text(json.dumps(job))

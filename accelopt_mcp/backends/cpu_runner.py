@@ -520,6 +520,10 @@ def main(argv: list[str]) -> int:
     runner_pid = os.getpid()
     job_path, result_path = Path(argv[0]).resolve(), Path(argv[1]).resolve()
     job = json.loads(job_path.read_text())
+    # The nonce proves to the parent that RESULT was written here, not forged by the kernel
+    # (which shares this directory); it leaves the job file before any candidate code runs.
+    nonce = job.pop("nonce", None)
+    job_path.write_text(json.dumps(job))
     result: dict[str, Any] = {"status": None, "flags": [], "error": None}
     try:
         if job.get("mode") == "describe":
@@ -543,6 +547,7 @@ def main(argv: list[str]) -> int:
     if os.getpid() != runner_pid:
         # A process the kernel forked ran on into our code: only the runner itself reports.
         os._exit(0)
+    result["nonce"] = nonce
     tmp = result_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(_finite(result)))
     os.replace(tmp, result_path)

@@ -235,6 +235,22 @@ def test_correct_first_then_wrong_is_caught_while_timing(backend: CpuBackend) ->
     assert "while being timed" in evaluation.log
 
 
+def test_forged_result_file_is_rejected(backend: CpuBackend) -> None:
+    code = """
+    import json, os
+
+    def run(x, scale):
+        fake = {"status": "PASSED", "flags": [], "error": None, "correctness": {},
+                "kernel_rounds_ns": [[1]], "reference_rounds_ns": [[1000]]}
+        with open("result.json", "w") as f:
+            json.dump(fake, f)
+        os._exit(0)
+    """
+    evaluation = evaluate(backend, code)
+    assert evaluation.status == EvaluationStatus.RUNTIME_ERROR
+    assert "forged_result" in evaluation.flags
+
+
 def test_roofline_counters_and_above_peak_flag(backend: CpuBackend) -> None:
     task = scale_task()
     honest = task.model_copy(
