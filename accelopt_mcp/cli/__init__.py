@@ -21,6 +21,12 @@ def _register() -> None:
     app.command()(profile.profile)
     app.command()(profile.backends)
 
+    from accelopt_mcp.cli import memory, optimize, runs
+
+    app.command()(optimize.optimize)
+    app.command()(optimize.resume)
+    app.add_typer(runs.app, name="runs")
+    app.add_typer(memory.app, name="memory")
 
 def main() -> None:
     _register()

@@ -1,0 +1,144 @@
+"""`accelopt runs list|show`: optimization runs and their trace."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from accelopt_mcp.cli.common import JsonOption, StoreOption, console, fail, opened_store, print_json
+from accelopt_mcp.engine.runs import RunNotFound, load_run, worker_alive
+
+app = typer.Typer(help="Optimization runs: list them, show one's trace.", no_args_is_help=True)
+
+
+def _state(status: str, alive: bool) -> str:
+    return "interrupted" if status in ("running", "pending") and not alive else status
+
+
+@app.command("list")
+def list_runs(
+    limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 20,
+    status: Annotated[str | None, typer.Option(help="Only runs with this status.")] = None,
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Runs, newest first."""
+    with opened_store(store) as db:
+        rows = []
+        for run in db.list_runs(status=status, limit=limit):
+            try:
+                _, spec, checkpoint = load_run(db, run.id)
+            except ValueError:
+                continue
+            initial = checkpoint.initial.latency_ms if checkpoint.initial else None
+            rows.append(
+                {
+                    "id": run.id,
+                    "definition": run.definition_name,
+                    "state": _state(run.status, worker_alive(checkpoint)),
+                    "iteration": run.current_iteration,
+                    "iterations": spec.optimize.iterations,
+                    "initial_latency_ms": initial,
+                    "best_latency_ms": run.best_latency_ms,
+                    "speedup": initial / run.best_latency_ms
+                    if initial and run.best_latency_ms
+                    else None,
+                    "cost_usd": run.cost_usd,
+                    "created_at": run.created_at,
+                }
+            )
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title="runs")
+    for column in ("id", "definition", "state", "iter", "best ms", "speedup", "cost $"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            str(row["id"]),
+            escape(str(row["definition"])),
+            str(row["state"]),
+            f"{row['iteration']}/{row['iterations']}",
+            f"{row['best_latency_ms']:.4g}" if row["best_latency_ms"] else "-",
+            f"{row['speedup']:.2f}x" if row["speedup"] else "-",
+            f"{row['cost_usd']:.4f}",
+        )
+    console.print(table)
+
+
+@app.command()
+def show(
+    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """A run's trace: per iteration its plans, attempts (status, latency) and experiences."""
+    with opened_store(store) as db:
+        try:
+            run, spec, checkpoint = load_run(db, run_id)
+        except (RunNotFound, ValueError) as exc:
+            fail(str(exc))
+        experiences = db.recent_experiences(run_id=run_id, limit=100_000)
+        llm = db.llm_totals(run_id)
+    if as_json:
+        print_json(
+            {
+                "run": run.model_dump(mode="json", exclude={"config"}),
+                "settings": spec.optimize.model_dump(mode="json"),
+                "checkpoint": checkpoint.model_dump(mode="json"),
+                "experiences": [e.model_dump(mode="json") for e in experiences],
+                "llm": [t.model_dump(mode="json") for t in llm],
+            }
+        )
+        return
+    cfg = spec.optimize
+    console.print(
+        f"[bold]run {run.id}[/] {escape(run.definition_name)}: "
+        f"{_state(run.status, worker_alive(checkpoint))}, iteration {run.current_iteration}/"
+        f"{cfg.iterations} (T={cfg.iterations} B={cfg.beam} N={cfg.plans} K={cfg.attempts} "
+        f"TopK={cfg.topk} ExpN={cfg.exp_n}, backend {cfg.backend})"
+    )
+    if checkpoint.initial:
+        console.print(
+            f"initial {checkpoint.initial.solution_id} {checkpoint.initial.latency_ms:.4g} ms"
+        )
+    if run.best_latency_ms:
+        console.print(f"best {run.best_solution_id} {run.best_latency_ms:.4g} ms")
+    for totals in llm:
+        console.print(
+            f"LLM {totals.role}: {totals.calls} calls, {totals.tokens_in}+{totals.tokens_out} "
+            f"tokens, ${totals.cost_usd:.4f}"
+        )
+    if run.error:
+        console.print(f"note: {escape(run.error)}")
+    iterations = sorted({s.iteration for s in checkpoint.slots.values()})
+    for iteration in iterations:
+        console.rule(f"iteration {iteration}")
+        for key, plans in sorted(checkpoint.plans.items()):
+            if not key.startswith(f"{iteration}/"):
+                continue
+            for index, plan in enumerate(plans):
+                text = (plan or "(planner failed)").replace("\n", " ")
+                console.print(f"plan {key}/{index}: {escape(text[:160])}")
+        table = Table()
+        for column in ("slot", "status", "latency ms", "speedup", "solution", "note"):
+            table.add_column(column)
+        for slot in sorted(
+            checkpoint.slots_of(iteration),
+            key=lambda s: (s.beam_index, s.plan_index, s.attempt_index),
+        ):
+            table.add_row(
+                slot.key,
+                slot.status,
+                f"{slot.latency_ms:.4g}" if slot.latency_ms is not None else "-",
+                f"{slot.speedup:.2f}x" if slot.speedup else "-",
+                (slot.solution_id or "-")[:8],
+                escape((slot.error or ("reused profile" if slot.reused_profile else ""))[:60]),
+            )
+        console.print(table)
+        for item in experiences:
+            if item.iteration == iteration:
+                console.print(f"experience: {escape(item.title)} ({item.speedup or 0:.2f}x)")
