@@ -28,6 +28,7 @@ def _register() -> None:
     app.add_typer(runs.app, name="runs")
     app.add_typer(memory.app, name="memory")
 
+
 def main() -> None:
     _register()
     app()
