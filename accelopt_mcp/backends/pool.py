@@ -84,11 +84,13 @@ class DevicePool:
             ]
         )
 
+    # The keyword names are those of NkiBackend(core_id=...) and FlashInferBackend(device=...).
+
     @classmethod
     def for_neuron_cores(cls, core_ids: Sequence[int]) -> DevicePool:
         return cls(
             [
-                DeviceSlot(kind="neuron", id=f"nc{i}", backend_kwargs={"neuron_core": i})
+                DeviceSlot(kind="neuron", id=f"nc{i}", backend_kwargs={"core_id": i})
                 for i in core_ids
             ]
         )
@@ -96,7 +98,10 @@ class DevicePool:
     @classmethod
     def for_gpus(cls, gpu_ids: Sequence[int]) -> DevicePool:
         return cls(
-            [DeviceSlot(kind="gpu", id=f"cuda:{i}", backend_kwargs={"gpu": i}) for i in gpu_ids]
+            [
+                DeviceSlot(kind="gpu", id=f"cuda:{i}", backend_kwargs={"device": f"cuda:{i}"})
+                for i in gpu_ids
+            ]
         )
 
     # ------------------------------------------------------------------ running

@@ -93,10 +93,12 @@ def test_pool_arguments_are_checked() -> None:
     slot = DeviceSlot(kind="gpu", id="cuda:0")
     with pytest.raises(ValueError, match="unique"):
         DevicePool([slot, slot])
-    assert [d.backend_kwargs for d in DevicePool.for_gpus([0, 1]).devices] == [
-        {"gpu": 0},
-        {"gpu": 1},
-    ]
+    gpus = DevicePool.for_gpus([0, 1])
+    assert [d.backend_kwargs for d in gpus.devices] == [{"device": "cuda:0"}, {"device": "cuda:1"}]
+    gpus.close()
+    cores = DevicePool.for_neuron_cores([0, 1])
+    assert [d.backend_kwargs for d in cores.devices] == [{"core_id": 0}, {"core_id": 1}]
+    cores.close()
 
 
 def test_registry_names_and_errors() -> None:
@@ -123,3 +125,25 @@ def test_registry_reports_a_missing_backend_module() -> None:
         assert not ghost.usable
     finally:
         del registry._BACKENDS["ghost"]
+
+
+def test_device_kwargs_fit_every_backend_constructor() -> None:
+    """Each pool kind's per-device keywords are accepted by that backend's constructor."""
+    import inspect
+
+    from accelopt_mcp.backends.registry import backend_class
+
+    kinds = {
+        "cpu": DevicePool.for_cpu(1),
+        "nki": DevicePool.for_neuron_cores([0]),
+        "flashinfer": DevicePool.for_gpus([0]),
+    }
+    for name, pool in kinds.items():
+        try:
+            parameters = inspect.signature(backend_class(name)).parameters
+        except BackendUnavailableError:
+            continue
+        finally:
+            pool.close()
+        for keyword in pool.devices[0].backend_kwargs:
+            assert keyword in parameters, f"{name} backend takes no {keyword!r}"
