@@ -430,7 +430,7 @@ def check_supabase(
         except httpx.TransportError as exc:
             return verdict(
                 "unreachable",
-                f"nothing answers at {location} ({_reason(exc)})",
+                f"cannot reach {location} ({_reason(exc)}); no Supabase API answers there",
                 _create_project_steps(),
             )
         problem = _classify(first)
@@ -572,4 +572,6 @@ def _reason(exc: httpx.TransportError) -> str:
         return "connection refused"
     if "name or service not known" in lowered or "nodename" in lowered or "resolve" in lowered:
         return "the host name does not resolve"
+    if "certificate" in lowered or "ssl" in lowered:
+        return f"TLS failed: {text.splitlines()[0][:160]}"
     return text.splitlines()[0][:200]

@@ -47,7 +47,21 @@ class RunningStandIn:
 
 
 def start_standin(dsn: str, key: str, *, timeout_s: float = 30) -> RunningStandIn:
-    port = free_port()
+    """Start the stand-in on a free port; a port taken between choosing and binding it (other
+    test processes run beside this one) is retried with another."""
+    for _ in range(3):
+        try:
+            return _start_once(dsn, key, free_port(), timeout_s)
+        except _PortTaken:
+            continue
+    raise RuntimeError("the PostgREST stand-in found no free port in three tries")
+
+
+class _PortTaken(Exception):
+    pass
+
+
+def _start_once(dsn: str, key: str, port: int, timeout_s: float) -> RunningStandIn:
     env = {**os.environ, KEY_ENV: key}
     log_fd, log_name = tempfile.mkstemp(prefix="postgrest-standin-", suffix=".log")
     process = subprocess.Popen(
@@ -65,6 +79,8 @@ def start_standin(dsn: str, key: str, *, timeout_s: float = 30) -> RunningStandI
         if process.poll() is not None:
             error = running.log.read_text(errors="replace")
             running.log.unlink(missing_ok=True)
+            if "address already in use" in error.lower():
+                raise _PortTaken
             raise RuntimeError(f"the PostgREST stand-in exited at start-up:\n{error}")
         try:
             response = httpx.get(f"{url}/rest/v1/", headers={"apikey": key}, timeout=1)

@@ -268,3 +268,26 @@ def test_a_table_created_after_start_up_is_served(client: Client, db: psycopg.Co
         assert client.table("late_table").insert({"k": 1}).execute().data == [{"k": 1}]
     finally:
         db.execute("DROP TABLE late_table")
+
+
+def test_head_range_and_partial_content_follow_postgrest(
+    client: Client, standin: RunningStandIn
+) -> None:
+    _seed(client)
+    headers = {"apikey": standin.key, "Authorization": f"Bearer {standin.key}"}
+    counted = client.table("items").select("*", count="exact", head=True).execute()
+    assert counted.count == 4 and counted.data == []
+    ranged = httpx.get(
+        f"{standin.url}/rest/v1/items?select=sku&order=sku",
+        headers={**headers, "Range": "1-2", "Prefer": "count=exact"},
+        timeout=10,
+    )
+    assert ranged.status_code == 206
+    assert ranged.headers["content-range"] == "1-2/4"
+    assert [r["sku"] for r in ranged.json()] == ["a-2", "b-1"]
+
+
+def test_rpc_arguments_can_come_in_the_query_string(client: Client) -> None:
+    _seed(client)
+    rows = client.rpc("items_of", {"who": "ann"}, get=True).execute().data
+    assert _skus(rows) == ["a-1", "a-2"]

@@ -56,31 +56,40 @@ def blackhole() -> Iterator[int]:
 
 @pytest.fixture(scope="module")
 def plain_http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A web server that is not Supabase: Python's http.server over an empty folder."""
+    """A web server that is not Supabase: Python's http.server over a folder with one page."""
     folder = tmp_path_factory.mktemp("www")
     (folder / "index.html").write_text("<html><body>hello</body></html>")
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
-        cwd=folder,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
+    for _ in range(3):  # another process may take the chosen port before the server binds it
+        port = free_port()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+            cwd=folder,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        url = f"http://127.0.0.1:{port}"
+        if _answers(url, process):
+            break
+        process.kill()
+        process.wait(timeout=10)
+    else:
+        pytest.fail("python -m http.server did not start")
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx.get(url, timeout=1)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
         yield url
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def _answers(url: str, process: subprocess.Popen[bytes]) -> bool:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            httpx.get(url, timeout=1)
+            return True
+        except httpx.TransportError:
+            time.sleep(0.1)
+    return False
 
 
 def _free_url() -> str:
