@@ -3,7 +3,9 @@
 Same tables as the PostgreSQL store (schema_v2.txt, applied once in the project), same semantics.
 Opening checks the project first (`check_supabase`) and stops with what is wrong and how to fix
 it: nothing listening, key rejected, schema not applied, not a Supabase URL. It never falls back
-to another store. Requests time out in seconds, not the client's default two minutes.
+to another store. Requests time out after `timeout_s` (default 10 s), not the client's default
+two minutes; a read that fails at the network level (connection refused or reset) is retried by
+postgrest-py after 1, 2 and 4 s before the error is raised, a timeout is not retried.
 
 Supabase caps a response at `max_rows` rows (1000 by default), so reads without a limit fetch
 page after page; `page_size` must not exceed the project's max_rows.
