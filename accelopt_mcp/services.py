@@ -1,40 +1,32 @@
-"""Operations that both front ends (the `accelopt` CLI and the MCP server) perform the same way:
-profile a kernel against a task and record the result, import a directory of kernels, rank the
-solutions of a definition. Each takes an open store and plain arguments; none knows about MCP.
+"""Operations the MCP server needs beyond accelopt_mcp.profiling (which the CLI shares): a
+kernel given as source text, importing a directory whatever its format, the solutions of a
+definition ranked. Each takes an open store and plain arguments; none knows about MCP, so the
+CLI can call them too.
 """
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from accelopt_mcp.backends.base import BenchmarkConfig, Task
-from accelopt_mcp.backends.registry import get_backend
-from accelopt_mcp.models import Evaluation, Solution
+from accelopt_mcp.backends.base import Task
+from accelopt_mcp.models import Solution
+from accelopt_mcp.profiling import import_nkibench
 from accelopt_mcp.store.base import KernelStore, StoredProfile, StoredSolution
 from accelopt_mcp.tasks.flashinfer_format import TaskFileError, is_trace_set
-from accelopt_mcp.tasks.loader import load_solution, load_task, solution_from_kernel_file
-from accelopt_mcp.traceset import TransferCounts
+from accelopt_mcp.tasks.loader import load_solution, solution_from_kernel_file
+from accelopt_mcp.traceset import TransferCounts, import_traceset
+
+if TYPE_CHECKING:
+    from accelopt_mcp.engine.jobs import OptimizeRequest
 
 KERNEL_FILE_NAME = "kernel.py"
 
 
-# --------------------------------------------------------------------------- profiling
-
-
-class ProfileOutcome(BaseModel):
-    """A kernel checked and timed against a task, and where the result was stored."""
-
-    definition_name: str
-    workload_uuid: str
-    backend: str
-    evaluation: Evaluation
-    solution_id: str | None = None
-    """Set when the result was stored."""
-    profile_id: str | None = None
+# --------------------------------------------------------------------------- kernels
 
 
 def kernel_solution(
@@ -46,7 +38,7 @@ def kernel_solution(
     author: str = "user",
 ) -> Solution:
     """The candidate kernel as a Solution: from a kernel .py / solution .json path, or from the
-    source text of a kernel .py. Exactly one of the two must be given."""
+    source text of a kernel .py (checked the same way as a file). Exactly one must be given."""
     if (kernel_path is None) == (kernel_source is None):
         raise TaskFileError(
             "give exactly one of kernel_path (a kernel .py or solution .json file) and "
@@ -61,52 +53,6 @@ def kernel_solution(
         return solution_from_kernel_file(
             path, task.definition.name, name=name or f"{task.definition.name}_user", author=author
         )
-
-
-def profile_kernel(
-    store: KernelStore | None,
-    *,
-    task_path: Path,
-    kernel_path: Path | None = None,
-    kernel_source: str | None = None,
-    workload: str | None = None,
-    backend: str = "cpu",
-    config: BenchmarkConfig | None = None,
-    parent_id: str | None = None,
-) -> ProfileOutcome:
-    """Check and time a kernel on a backend. With a store, the definition, workload, kernel and
-    its profile are stored (idempotently) and their ids returned."""
-    task = load_task(Path(task_path).expanduser(), workload=workload)
-    solution = kernel_solution(task, kernel_path=kernel_path, kernel_source=kernel_source)
-    runner = get_backend(backend)
-    config = config or BenchmarkConfig()
-    evaluation = runner.evaluate(task, solution, config)
-    outcome = ProfileOutcome(
-        definition_name=task.definition.name,
-        workload_uuid=task.workload.uuid,
-        backend=backend,
-        evaluation=evaluation,
-    )
-    if store is None:
-        return outcome
-    store.upsert_definition(task.definition)
-    workload_uuid = store.upsert_workload(task.definition.name, task.workload)
-    solution_id = store.upsert_solution(solution, parent_id=parent_id)
-    profile_id = store.upsert_profile(
-        workload_uuid, solution_id, evaluation, benchmark_config(config, backend)
-    )
-    return outcome.model_copy(
-        update={
-            "workload_uuid": workload_uuid,
-            "solution_id": solution_id,
-            "profile_id": profile_id,
-        }
-    )
-
-
-def benchmark_config(config: BenchmarkConfig, backend: str) -> dict[str, object]:
-    """What is stored with a profile: the settings that change what its latency means."""
-    return {"backend": backend, **config.perf_fields()}
 
 
 # --------------------------------------------------------------------------- import
@@ -137,21 +83,8 @@ def import_directory(
     if not root.is_dir():
         raise TaskFileError(f"{str(root)!r} is not a directory")
     if chosen == "flashinfer-trace":
-        from accelopt_mcp.traceset import import_traceset
-
         return chosen, import_traceset(store, root)
-    from accelopt_mcp.tasks.nkibench import import_nkibench_dir
-
-    counts = TransferCounts()
-    for entry in import_nkibench_dir(root):
-        store.upsert_definition(entry.definition)
-        store.upsert_workload(entry.definition.name, entry.workload)
-        counts.definitions += 1
-        counts.workloads += 1
-        if entry.solution is not None:
-            store.upsert_solution(entry.solution)
-            counts.solutions += 1
-    return chosen, counts
+    return chosen, import_nkibench(store, root)
 
 
 # --------------------------------------------------------------------------- ranking
@@ -187,3 +120,46 @@ def ranked_solutions(
     seen = {e.solution.id for e in entries}
     entries += [RankedEntry(solution=s) for s in solutions if s.id not in seen]
     return entries
+
+
+# --------------------------------------------------------------------------- optimization jobs
+
+MODEL_TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "models"
+
+
+def model_config_names() -> list[str]:
+    """Model presets shipped in templates/models (present in a source checkout)."""
+    if not MODEL_TEMPLATES.is_dir():
+        return []
+    return sorted(p.stem for p in MODEL_TEMPLATES.glob("*.json"))
+
+
+def resolve_models_config(name_or_path: str | None) -> str | None:
+    """A model config given by path, or by the name of a preset in templates/models."""
+    if not name_or_path:
+        return None
+    path = Path(name_or_path).expanduser()
+    if path.is_file():
+        return str(path)
+    preset = MODEL_TEMPLATES / f"{name_or_path}.json"
+    if preset.is_file():
+        return str(preset)
+    names = ", ".join(model_config_names()) or "none shipped with this install"
+    raise ValueError(
+        f"model config {name_or_path!r} is neither a file nor a preset name ({names}); give "
+        "the path of a JSON/TOML model config (see templates/models/README.md)"
+    )
+
+
+def optimize_request(preset: str | None, **fields: Any) -> OptimizeRequest:
+    """A job request: the preset's run settings (quick, paper or a JSON file) overlaid with the
+    fields given (None means "the preset's value")."""
+    from accelopt_mcp.engine.jobs import OptimizeRequest
+    from accelopt_mcp.engine.presets import load_preset
+
+    merged: dict[str, Any] = load_preset(preset or "quick")
+    merged.update({k: v for k, v in fields.items() if v is not None})
+    if "seed_from_namespace" in merged:  # the preset's name for OptimizeRequest.seed_memory
+        merged["seed_memory"] = merged.pop("seed_from_namespace")
+    merged["models_config"] = resolve_models_config(merged.get("models_config"))
+    return OptimizeRequest.model_validate(merged)

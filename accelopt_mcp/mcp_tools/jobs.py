@@ -4,21 +4,23 @@ that started them; the server resumes interrupted ones when it starts."""
 
 from __future__ import annotations
 
-import inspect
-from typing import Annotated
+from typing import Annotated, Any
 
+import anyio.to_thread
 from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from accelopt_mcp.engine.jobs import JobStatus, OptimizeRequest, ProgressEvent
+from accelopt_mcp.engine.jobs import JobNotFinished, JobStatus, ProgressEvent
+from accelopt_mcp.engine.presets import PRESETS
 from accelopt_mcp.mcp_tools.app import AccelOptServer
 from accelopt_mcp.mcp_tools.state import ServerState
 from accelopt_mcp.mcp_tools.views import MAX_PAGE, SOURCE_CHARS, TextSlice, cut
+from accelopt_mcp.services import optimize_request
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
 JobId = Annotated[str, Field(description="The id start_optimization returned.")]
-TERMINAL_STATES = frozenset({"completed", "failed", "cancelled", "budget_exhausted"})
 
 
 class JobStarted(BaseModel):
@@ -36,8 +38,8 @@ class JobResultView(BaseModel):
     status: JobStatus
     best_solution_id: str | None = None
     speedup: float | None = Field(default=None, description="Initial latency / best latency.")
-    percent_of_peak: float | None = Field(
-        default=None, description="Where the backend knows the hardware's peak."
+    percent_of_peak: dict[str, float] | None = Field(
+        default=None, description="Percent of the hardware's peak, where the backend knows it."
     )
     cost_usd: float = 0.0
     winning_kernel_path: str | None = None
@@ -51,11 +53,83 @@ class JobResultView(BaseModel):
 
 def register(server: AccelOptServer, state: ServerState) -> None:
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False))
-    def start_optimization(request: OptimizeRequest) -> JobStarted:
+    def start_optimization(
+        task_path: Annotated[
+            str, Field(description="Definition .json, NKIBench task .py or a folder with one.")
+        ],
+        kernel_path: Annotated[
+            str | None, Field(description="Initial kernel: a kernel .py or a solution .json.")
+        ] = None,
+        kernel_source: Annotated[
+            str | None, Field(description="Or the initial kernel's Python source.")
+        ] = None,
+        workload: Annotated[str | None, Field(description="Workload uuid or index.")] = None,
+        backend: Annotated[str, Field(description="cpu, nki or flashinfer.")] = "cpu",
+        preset: Annotated[
+            str,
+            Field(
+                description=f"Run settings to start from: {', '.join(PRESETS)} (the AccelOpt "
+                "paper's) or a JSON file; the fields below override it."
+            ),
+        ] = "quick",
+        iterations: Annotated[int | None, Field(ge=1, description="T: iterations.")] = None,
+        beam: Annotated[int | None, Field(ge=1, description="B: beam width.")] = None,
+        plans: Annotated[int | None, Field(ge=1, description="N: plans per beam kernel.")] = None,
+        attempts: Annotated[int | None, Field(ge=1, description="K: attempts per plan.")] = None,
+        topk: Annotated[int | None, Field(ge=0, description="Experiences per iteration.")] = None,
+        exp_n: Annotated[int | None, Field(ge=0, description="ExpN: memory capacity.")] = None,
+        positive_threshold: Annotated[float | None, Field(description="e.g. 1.04")] = None,
+        negative_threshold: Annotated[float | None, Field(description="e.g. 0.87")] = None,
+        models_config: Annotated[
+            str | None,
+            Field(
+                description="Model config: a preset name (e.g. openai, vllm-gpt-oss-120b, "
+                "llamacpp) or a file path; default: OPENAI_BASE_URL / OPENAI_API_KEY."
+            ),
+        ] = None,
+        budget_usd: Annotated[float | None, Field(ge=0, description="Stop at this spend.")] = None,
+        budget_tokens: Annotated[int | None, Field(ge=0)] = None,
+        budget_wall_s: Annotated[float | None, Field(ge=0)] = None,
+        namespace: Annotated[
+            str | None, Field(description="Memory namespace the run files its experiences in.")
+        ] = None,
+        seed_memory: Annotated[
+            bool, Field(description="Start from the namespace's newest experiences.")
+        ] = False,
+        workers: Annotated[int | None, Field(ge=1, description="Profiling slots.")] = None,
+        benchmark: Annotated[
+            dict[str, Any] | None,
+            Field(description="Profiling settings: seeds, iterations, timeout_seconds, ..."),
+        ] = None,
+    ) -> JobStarted:
         """Start an AccelOpt optimization of a kernel as a background job and return its id at
-        once. Give the kernel (kernel_path or kernel_source), the task (task_path), the backend
-        and the search settings (iterations, beam, plans, attempts, ...) and a budget. Then
-        follow it with wait_for_job (progress notifications) or job_status."""
+        once: planner, executor and summarizer LLM calls in a beam search, every attempt
+        profiled and stored. Follow it with wait_for_job (progress notifications) or
+        job_status; job_result when it has finished; cancel_job to stop it."""
+        request = optimize_request(
+            preset,
+            task_path=task_path,
+            kernel_path=kernel_path,
+            kernel_source=kernel_source,
+            workload=workload,
+            backend=backend,
+            iterations=iterations,
+            beam=beam,
+            plans=plans,
+            attempts=attempts,
+            topk=topk,
+            exp_n=exp_n,
+            positive_threshold=positive_threshold,
+            negative_threshold=negative_threshold,
+            models_config=models_config,
+            budget_usd=budget_usd,
+            budget_tokens=budget_tokens,
+            budget_wall_s=budget_wall_s,
+            namespace=namespace,
+            seed_memory=seed_memory or None,
+            workers=workers,
+            benchmark=benchmark,
+        )
         jobs = state.jobs()
         job_id = jobs.start(request)
         return JobStarted(
@@ -78,7 +152,10 @@ def register(server: AccelOptServer, state: ServerState) -> None:
     ) -> JobResultView:
         """The outcome of a job (finished or not): best kernel and its source, speedup over the
         initial kernel, percent of peak where known, cost, and per-iteration summaries."""
-        result = state.jobs().result(job_id)
+        try:
+            result = state.jobs().result(job_id)
+        except JobNotFinished as exc:
+            raise ToolError(f"{exc}; job_status shows where it stands") from exc
         return JobResultView(
             job_id=job_id,
             status=result.status,
@@ -130,10 +207,5 @@ def register(server: AccelOptServer, state: ServerState) -> None:
             text = f"iteration {event.iteration}: {event.message}{best}"
             await ctx.report_progress(event.progress, 1.0, text)
 
-        def on_progress(event: ProgressEvent) -> object:
-            return forward(event)
-
-        status = await state.jobs().wait(job_id, on_progress=on_progress, timeout_s=timeout_s)
-        if inspect.isawaitable(status):  # pragma: no cover - defensive
-            status = await status
-        return status
+        jobs = await anyio.to_thread.run_sync(state.jobs)
+        return await jobs.wait(job_id, on_progress=forward, timeout_s=timeout_s)

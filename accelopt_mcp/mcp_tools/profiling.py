@@ -13,7 +13,9 @@ from accelopt_mcp.backends.registry import backend_names, list_backends
 from accelopt_mcp.mcp_tools.app import AccelOptServer
 from accelopt_mcp.mcp_tools.state import ServerState
 from accelopt_mcp.mcp_tools.views import clip
-from accelopt_mcp.services import profile_kernel
+from accelopt_mcp.profiling import profile_kernel
+from accelopt_mcp.services import kernel_solution
+from accelopt_mcp.tasks.loader import load_task
 
 
 class BackendList(BaseModel):
@@ -26,6 +28,7 @@ class ProfileReport(BaseModel):
     definition_name: str
     workload_uuid: str
     backend: str
+    solution_name: str
     hardware: str
     latency_ms: float | None = None
     reference_latency_ms: float | None = None
@@ -87,15 +90,19 @@ def register(server: AccelOptServer, state: ServerState) -> None:
                 f"unknown backend {backend!r}; choose one of {', '.join(backend_names())} "
                 "(list_backends says which run here)"
             )
-        config = BenchmarkConfig(iterations=iterations, timeout_seconds=timeout_seconds)
-        outcome = profile_kernel(
-            state.store() if store else None,
-            task_path=Path(task_path),
+        task = load_task(Path(task_path).expanduser(), workload=workload)
+        solution = kernel_solution(
+            task,
             kernel_path=Path(kernel_path) if kernel_path else None,
             kernel_source=kernel_source,
-            workload=workload,
+        )
+        config = BenchmarkConfig(iterations=iterations, timeout_seconds=timeout_seconds)
+        outcome = profile_kernel(
+            task,
+            solution,
             backend=backend,
             config=config,
+            store=state.store() if store else None,
         )
         ev = outcome.evaluation
         return ProfileReport(
@@ -104,6 +111,7 @@ def register(server: AccelOptServer, state: ServerState) -> None:
             definition_name=outcome.definition_name,
             workload_uuid=outcome.workload_uuid,
             backend=backend,
+            solution_name=outcome.solution_name,
             hardware=ev.environment.hardware,
             latency_ms=ev.performance.latency_ms if ev.performance else None,
             reference_latency_ms=ev.performance.reference_latency_ms if ev.performance else None,
