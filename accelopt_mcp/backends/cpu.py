@@ -95,7 +95,7 @@ def probe_nkibench_task(
 ) -> dict:
     """Run an NKIBench task module's get_inputs()/forward() once in the sandbox and return the
     shapes and dtypes: {"inputs": [{"shape", "dtype"}...], "outputs": [...]}."""
-    with tempfile.TemporaryDirectory(prefix="accelopt-probe-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="accelopt-probe-", ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
         (work / "reference.py").write_text(source)
         job = {
@@ -166,12 +166,15 @@ class CpuBackend(Backend):
                 f"{language.value!r}: profile it with the "
                 f"{'nki' if language == Language.NKI else 'flashinfer'} backend",
             )
-        with tempfile.TemporaryDirectory(prefix="accelopt-cpu-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="accelopt-cpu-", ignore_cleanup_errors=True) as tmp:
             work = Path(tmp)
             try:
                 job, reference_key = self._write_job(work, task, solution, config)
-            except InputError as exc:
-                return self._evaluation(EvaluationStatus.RUNTIME_ERROR, f"bad task input: {exc}")
+            except (InputError, ValueError) as exc:
+                # The task, not the candidate, is at fault; say so instead of blaming the kernel.
+                return self._evaluation(
+                    EvaluationStatus.RUNTIME_ERROR, f"the task cannot be run: {exc}"
+                )
             run = run_sandboxed(
                 runner_argv(work / "job.json", work / "result.json"),
                 timeout_s=config.timeout_seconds,

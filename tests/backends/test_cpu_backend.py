@@ -294,6 +294,14 @@ def test_torch_task_without_torch_says_how_to_install(backend: CpuBackend) -> No
     assert "pip install torch" in evaluation.log
 
 
+def test_unbound_workload_axis_is_the_tasks_fault(backend: CpuBackend) -> None:
+    task = scale_task()
+    unbound = task.model_copy(update={"workload": task.workload.model_copy(update={"axes": {}})})
+    evaluation = backend.evaluate(unbound, python_solution(VECTORIZED), FAST)
+    assert evaluation.status == EvaluationStatus.RUNTIME_ERROR
+    assert "the task cannot be run" in evaluation.log and "'M'" in evaluation.log
+
+
 def test_cpus_must_be_usable_cores() -> None:
     with pytest.raises(ValueError, match="subset"):
         CpuBackend(cpus={10_000})
