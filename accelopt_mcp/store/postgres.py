@@ -65,6 +65,16 @@ def mask_dsn(dsn: str) -> str:
     return f"postgresql://{user + '@' if user else ''}{host}:{port}/{dbname}"
 
 
+def behind_transaction_pooler(dsn: str) -> bool:
+    """True for a transaction-mode pooler (Supabase's Supavisor on port 6543, PgBouncer), where
+    a server-side prepared statement may land on another backend and must not be used."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return False
+    return parts.get("port") == "6543" or "pooler.supabase.com" in (parts.get("host") or "")
+
+
 def _password(dsn: str) -> str | None:
     try:
         return conninfo_to_dict(dsn).get("password")
@@ -111,7 +121,12 @@ class PostgresStore(SqlKernelStore):
             dsn,
             min_size=1,
             max_size=POOL_MAX_SIZE,
-            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
+            kwargs={
+                "autocommit": True,
+                "connect_timeout": CONNECT_TIMEOUT_S,
+                # psycopg prepares a statement run often; a transaction pooler cannot keep it.
+                "prepare_threshold": None if behind_transaction_pooler(dsn) else 5,
+            },
             timeout=30,
             name="accelopt-store",
             open=False,

@@ -11,7 +11,12 @@ import psycopg
 import pytest
 
 from accelopt_mcp.store.base import LlmCallIn, RunRecord, StoreUnavailableError
-from accelopt_mcp.store.postgres import PostgresStore, mask_dsn, schema_v2
+from accelopt_mcp.store.postgres import (
+    PostgresStore,
+    behind_transaction_pooler,
+    mask_dsn,
+    schema_v2,
+)
 from accelopt_mcp.store.sqlite import SqliteStore
 from tests.store.samples import make_definition, make_evaluation, make_solution, make_workload
 
@@ -218,3 +223,12 @@ def test_sqlite_in_memory_is_private_and_thread_safe() -> None:
         assert len(set(ids)) == 10
         assert store.stats().counts["solutions"] == 10
         assert other.stats().counts["definitions"] == 0
+
+
+def test_transaction_pooler_is_recognised() -> None:
+    pooler = "postgresql://postgres.ref:pw@aws-0-eu-west-1.pooler.supabase.com:6543/postgres"
+    assert behind_transaction_pooler(pooler)
+    assert behind_transaction_pooler("host=10.0.0.5 port=6543 dbname=k")
+    assert not behind_transaction_pooler(
+        "postgresql://postgres:pw@db.ref.supabase.co:5432/postgres"
+    )
