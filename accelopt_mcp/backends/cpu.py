@@ -44,6 +44,14 @@ STDERR_TAIL_CHARS = 4_000
 # a kernel claiming more is measuring something other than its work.
 PEAK_FLOPS_PER_CORE = 5e9 * 64
 PEAK_BYTES_PER_S = 200e9
+# Keep freed memory in the heap instead of returning it to the OS: otherwise every fresh
+# output array of a timed call is a new mmap whose page faults (zeroing, on a loaded host)
+# cost as much as a small kernel and vary from call to call.
+TIMING_ENV = {
+    "MALLOC_MMAP_THRESHOLD_": str(1 << 30),
+    "MALLOC_TRIM_THRESHOLD_": str(1 << 31),
+    "MALLOC_TOP_PAD_": str(64 << 20),
+}
 
 
 def host_hardware() -> str:
@@ -180,6 +188,7 @@ class CpuBackend(Backend):
                 timeout_s=config.timeout_seconds,
                 memory_limit_mb=config.memory_limit_mb,
                 cwd=work,
+                env=TIMING_ENV,
                 cpus=self.cpus,
             )
             result = _read_json(work / "result.json")
@@ -386,9 +395,9 @@ def _correctness(data: dict[str, Any] | None) -> Correctness | None:
 
 
 def _stats(rounds: list[list[int]]) -> LatencyStats:
-    """Statistics of the steadiest round (lowest spread) in milliseconds."""
-    times = min(rounds, key=lambda r: (max(r) - min(r)) / max(min(r), 1))
-    ms = [t / 1e6 for t in times]
+    """Statistics, in milliseconds, of every kept sample of every round: more rounds happen
+    only when the first was noisy, and then more samples give a steadier median."""
+    ms = [t / 1e6 for times in rounds for t in times]
     return LatencyStats(
         mean_ms=statistics.fmean(ms),
         median_ms=statistics.median(ms),
