@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import Callable, Iterator
@@ -11,8 +12,11 @@ from typing import Any
 import pytest
 
 from accelopt_mcp.backends.base import BenchmarkConfig, Task
+from accelopt_mcp.engine.beam import BeamSearch
+from accelopt_mcp.engine.config import OptimizeConfig
+from accelopt_mcp.engine.runs import prepare_run
 from accelopt_mcp.models import Solution
-from accelopt_mcp.store.base import KernelStore
+from accelopt_mcp.store.base import KernelStore, RunRecord
 from accelopt_mcp.store.postgres import PostgresStore
 from accelopt_mcp.store.sqlite import SqliteStore
 from accelopt_mcp.tasks.loader import load_solution, load_task
@@ -54,7 +58,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KernelStor
         opened: KernelStore = SqliteStore(tmp_path / "kernels.db")
     else:
         admin = request.getfixturevalue("pg_admin_dsn")
-        opened = PostgresStore(create_database(admin, f"engine_{uuid.uuid4().hex[:10]}"))
+        dsn = create_database(admin, f"engine_{uuid.uuid4().hex[:10]}")
+        opened = PostgresStore(dsn, init_schema=True)
     try:
         yield opened
     finally:
@@ -63,6 +68,11 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KernelStor
 
 def text(reply: str, **extra: Any) -> dict[str, Any]:
     return {"kind": "text", "text": reply, **extra}
+
+
+def executor_with_hang() -> list[dict[str, Any]]:
+    """The cycle once with a hanging kernel in it, then the plain cycle over and over."""
+    return [*executor_cycle(), text(kernels.reply(kernels.HANG)), *executor_cycle() * 6]
 
 
 def executor_cycle() -> list[dict[str, Any]]:
@@ -81,7 +91,7 @@ def executor_cycle() -> list[dict[str, Any]]:
 
 def summary(n: int) -> dict[str, Any]:
     item = {
-        "title": f"lesson {n}",
+        "title": f"lesson-{n:03d}",
         "strategy": f"strategy number {n}: avoid per-row Python work",
         "pseudocode": "for row: f(row)  ->  f(all rows at once)",
     }
@@ -97,7 +107,7 @@ def build_script(
     latency_s: float = 0.0,
 ) -> dict[str, Any]:
     planner = [text(f"Plan {n}: vectorize the row loop and stay in float32.") for n in range(plans)]
-    executor_replies = executor or executor_cycle() * 6
+    executor_replies = executor if executor is not None else executor_cycle() * 6
     summarizer = [summary(n) for n in range(summaries)]
     if faults:
         planner = [
@@ -164,3 +174,30 @@ def start_standin() -> Iterator[Callable[[dict[str, Any]], StandinProcess]]:
     yield start
     for process in started:
         process.stop()
+
+
+def run_engine(
+    store: KernelStore,
+    task: Task,
+    baseline: Solution,
+    config: OptimizeConfig,
+    output_dir: Path | None = None,
+) -> tuple[str, RunRecord]:
+    run_id = prepare_run(store, task, baseline, config)
+    run = asyncio.run(BeamSearch(store, run_id, output_dir=output_dir).run())
+    return run_id, run
+
+
+def settings(models: Path, **fields: Any) -> OptimizeConfig:
+    base: dict[str, Any] = {
+        "iterations": 2,
+        "beam": 2,
+        "plans": 2,
+        "attempts": 2,
+        "topk": 2,
+        "exp_n": 3,
+        "benchmark": FAST_BENCH,
+        "models_config": str(models),
+        "workers": 2,
+    }
+    return OptimizeConfig(**{**base, **fields})

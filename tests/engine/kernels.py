@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-FAST = '''import numpy as np
+FAST = """import numpy as np
 
 
 def kernel(x):
@@ -11,16 +11,16 @@ def kernel(x):
     out += np.float32(1.0)
     np.divide(x, out, out=out)
     return out
-'''
+"""
 
-MEDIUM = '''import numpy as np
+MEDIUM = """import numpy as np
 
 
 def kernel(x):
     return x / (np.float32(1.0) + np.exp(-x))
-'''
+"""
 
-SLOWER = '''import numpy as np
+SLOWER = """import numpy as np
 
 
 def kernel(x):
@@ -30,36 +30,36 @@ def kernel(x):
             row = x[i].astype(np.float64)
             out[i] = (row / (1.0 + np.exp(-row))).astype(np.float32)
     return out
-'''
+"""
 
-WRONG = '''import numpy as np
+WRONG = """import numpy as np
 
 
 def kernel(x):
     return (x * 0.5).astype(np.float32)
-'''
+"""
 
-SYNTAX_ERROR = '''import numpy as np
+SYNTAX_ERROR = """import numpy as np
 
 
 def kernel(x)
     return x
-'''
+"""
 
-CRASH = '''import numpy as np
+CRASH = """import numpy as np
 
 
 def kernel(x):
     raise ValueError("executor bug")
-'''
+"""
 
-HANG = '''import numpy as np
+HANG = """import numpy as np
 
 
 def kernel(x):
     while True:
         pass
-'''
+"""
 
 
 def reply(source: str, note: str = "") -> str:

@@ -1,0 +1,203 @@
+"""The full loop on the cpu backend: scripted LLM over real HTTP, the real profiler, a real
+store (SQLite and PostgreSQL). The assertions are the algorithm's invariants."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from accelopt_mcp.backends.base import Task
+from accelopt_mcp.engine.checkpoint import Checkpoint
+from accelopt_mcp.engine.memory import OptimizationMemory
+from accelopt_mcp.engine.runs import load_run
+from accelopt_mcp.hashing import benchmark_config_hash
+from accelopt_mcp.models import Solution
+from accelopt_mcp.store.base import KernelStore
+from tests.engine.conftest import (
+    FAST_BENCH,
+    build_script,
+    executor_with_hang,
+    models_config,
+    run_engine,
+    settings,
+)
+from tests.llm_standin.process import StandinProcess
+
+StartStandin = Callable[[dict[str, Any]], StandinProcess]
+PERF_HASH = benchmark_config_hash(FAST_BENCH.perf_fields())
+
+
+def _beams(checkpoint: Checkpoint) -> dict[int, list[str]]:
+    """The beam each iteration started from."""
+    assert checkpoint.initial is not None
+    beams = {1: [checkpoint.initial.solution_id]}
+    for item in checkpoint.history:
+        beams[item.iteration + 1] = item.beam
+    return beams
+
+
+def _passed_latencies(store: KernelStore, solution_ids: set[str]) -> dict[str, float]:
+    found = {}
+    for sid in solution_ids:
+        for profile in store.list_profiles(solution_id=sid):
+            if profile.eval_status == "PASSED" and profile.benchmark_config_hash == PERF_HASH:
+                assert profile.latency_ms is not None
+                found[sid] = profile.latency_ms
+    return found
+
+
+def test_full_loop_invariants(
+    store: KernelStore,
+    silu_task: Task,
+    silu_baseline: Solution,
+    start_standin: StartStandin,
+    llm_key: str,
+    tmp_path: Path,
+) -> None:
+    standin = start_standin(build_script(executor=executor_with_hang()))
+    config = settings(
+        models_config(standin.base_url, tmp_path / "models.json"), iterations=3, plans=3, exp_n=2
+    )
+    run_id, run = run_engine(store, silu_task, silu_baseline, config, tmp_path / "out")
+
+    assert run.status == "completed", run.error
+    assert run.current_iteration == 3
+    _, _, checkpoint = load_run(store, run_id)
+    assert checkpoint.initial is not None
+    initial_id = checkpoint.initial.solution_id
+
+    # B x N x K attempts per iteration (B = the beam that iteration started from), beam <= B.
+    beams = _beams(checkpoint)
+    for iteration in (1, 2, 3):
+        slots = checkpoint.slots_of(iteration)
+        assert len(slots) == len(beams[iteration]) * config.plans * config.attempts
+        assert {s.parent_id for s in slots} == set(beams[iteration])
+        assert 1 <= len(beams[iteration + 1]) <= config.beam
+        assert len(set(beams[iteration + 1])) == len(beams[iteration + 1])
+    assert len(beams[2]) == config.beam  # enough correct kernels after iteration 1
+
+    # Every behaviour of the scripted executor shows up as data.
+    statuses = Counter(s.status for s in checkpoint.slots.values())
+    for status in ("PASSED", "INCORRECT_NUMERICAL", "COMPILE_ERROR", "RUNTIME_ERROR", "NO_CODE"):
+        assert statuses[status] >= 1, statuses
+    assert statuses["TIMEOUT"] == 1, statuses
+
+    # Lineage: each kernel the run created descends from the beam kernel it was generated from,
+    # and every chain ends at the initial kernel.
+    created = store.list_solutions(run_id=run_id)
+    assert len(created) >= 8
+    by_id = {s.id: s for s in created}
+    for slot in checkpoint.slots.values():
+        assert slot.solution_id is not None
+        stored = store.get_solution(slot.solution_id)
+        assert stored is not None
+        meta = stored.evolve_metadata
+        identity = [meta.get(k) for k in ("iteration", "beam_index", "plan_index", "attempt_index")]
+        if identity == [slot.iteration, slot.beam_index, slot.plan_index, slot.attempt_index]:
+            assert stored.parent_id == slot.parent_id
+    for solution in created:
+        if solution.id == initial_id:
+            continue
+        chain = store.ancestors(solution.id)
+        assert chain[-1].id == initial_id
+        assert solution.evolve_metadata["run_id"] == run_id
+        assert solution.evolve_metadata["plan"]
+        assert set(solution.evolve_metadata["models"]) == {"planner", "executor", "summarizer"}
+    assert by_id
+
+    # The best kernel is the fastest correct one the run profiled.
+    ids = {s.solution_id for s in checkpoint.slots.values() if s.solution_id} | {initial_id}
+    latencies = _passed_latencies(store, ids)
+    fastest = min(latencies, key=latencies.__getitem__)
+    assert run.best_solution_id == fastest
+    assert run.best_latency_ms == pytest.approx(latencies[fastest])
+    assert run.best_latency_ms < checkpoint.initial.latency_ms
+
+    # Dedup: a source seen before is not profiled again.
+    reused = [s for s in checkpoint.slots.values() if s.reused_profile]
+    assert reused
+    for slot in reused:
+        assert slot.solution_id is not None
+        assert len(store.list_profiles(solution_id=slot.solution_id)) == 1
+
+    # Experience selection: <= TopK per iteration, <= TopK/2 positive, thresholds respected.
+    items = store.recent_experiences(run_id=run_id, limit=1000)
+    assert items
+    slots_by_solution = {}
+    for slot in checkpoint.slots.values():
+        slots_by_solution.setdefault((slot.parent_id, slot.solution_id), slot)
+    for iteration in (1, 2, 3):
+        of_iteration = [item for item in items if item.iteration == iteration]
+        assert len(of_iteration) <= config.topk
+        positives = 0
+        for item in of_iteration:
+            slot = slots_by_solution.get((item.slow_solution_id, item.fast_solution_id))
+            if slot is not None:
+                positives += 1
+                assert slot.speedup is not None and slot.speedup >= config.positive_threshold
+            else:
+                slot = slots_by_solution[(item.fast_solution_id, item.slow_solution_id)]
+                assert slot.speedup is not None and slot.speedup <= config.negative_threshold
+            assert item.speedup == pytest.approx(max(slot.speedup, 1 / slot.speedup))
+        assert positives <= config.topk // 2
+
+    # Memory: FIFO capped at ExpN; the last planner prompts held exactly the newest ExpN items.
+    memory = OptimizationMemory(store, run_id=run_id, namespace="cpu", capacity=config.exp_n)
+    working = memory.working_set()
+    assert [w.id for w in working] == [i.id for i in items][-config.exp_n :]
+    before_last = [i.title for i in items if (i.iteration or 0) < 3][-config.exp_n :]
+    dropped = [i.title for i in items if (i.iteration or 0) < 3][: -config.exp_n]
+    assert dropped, "the scenario must overflow the memory"
+    planner_prompts = [
+        r["body"]["messages"][-1]["content"]
+        for r in standin.requests()
+        if r["role"] == "planner" and r["outcome"] == "text"
+    ]
+    last = planner_prompts[-1]
+    assert all(title in last for title in before_last)
+    assert not any(title in last for title in dropped)
+
+    # Faults were survived and recorded in the ledger.
+    outcomes = Counter(r["outcome"] for r in standin.requests())
+    assert outcomes["status"] >= 3 and outcomes["garbage"] == 1
+    totals = {t.role: t for t in store.llm_totals(run_id)}
+    assert set(totals) == {"planner", "executor", "summarizer"}
+    assert run.tokens_in == sum(t.tokens_in for t in totals.values())
+    assert run.cost_usd == pytest.approx(sum(t.cost_usd for t in totals.values()))
+    assert checkpoint.winning_kernel_path is not None
+    winner = Path(checkpoint.winning_kernel_path).read_text()
+    fastest_solution = store.get_solution(fastest)
+    assert fastest_solution is not None
+    assert winner == fastest_solution.solution.entry_source.content
+
+
+def test_budget_stop_keeps_everything(
+    store: KernelStore,
+    silu_task: Task,
+    silu_baseline: Solution,
+    start_standin: StartStandin,
+    llm_key: str,
+    tmp_path: Path,
+) -> None:
+    standin = start_standin(build_script(faults=False))
+    models = models_config(standin.base_url, tmp_path / "models.json")
+    # Each call costs a few hundred words; this runs out inside the second iteration.
+    config = settings(models, iterations=4, budget_tokens=2500)
+    run_id, run = run_engine(store, silu_task, silu_baseline, config)
+
+    assert run.status == "budget_exhausted"
+    assert run.error and "token budget" in run.error
+    assert run.current_iteration < config.iterations
+    _, _, checkpoint = load_run(store, run_id)
+    assert checkpoint.slots, "some attempts finished before the budget ran out"
+    for slot in checkpoint.slots.values():
+        if slot.solution_id is not None and slot.status != "NO_CODE":
+            assert store.list_profiles(solution_id=slot.solution_id)
+    used = sum(t.tokens_in + t.tokens_out for t in store.llm_totals(run_id))
+    assert used >= 2500
+    assert run.tokens_in + run.tokens_out == used
+    assert run.best_solution_id is not None
