@@ -312,7 +312,8 @@ class CpuBackend(Backend):
             # Time inside the timed kernel calls, so the profiler's own overhead can be measured.
             "timed_calls": float(result.get("kernel_timed_calls", 0)),
             "timed_total_ms": result.get("kernel_timed_ns", 0) / 1e6,
-            "contended_samples_dropped": float(result.get("kernel_contended_samples", 0)),
+            # Time the kernel's thread waited for its core during timing, taken out of samples.
+            "runqueue_wait_ms": result.get("kernel_waited_ns", 0) / 1e6,
         }
         cores = len(self.cpus) if self.cpus else len(os.sched_getaffinity(0))
         if task.roofline is not None and latency_ms > 0:

@@ -35,7 +35,6 @@ TORCH_HINT = "this task needs PyTorch: pip install torch==2.13.0"
 MAX_TRACEBACK_CHARS = 4000
 TARGET_SAMPLE_NS = 1_000_000
 MAX_BATCH = 32
-CLEAN_CPU_FRACTION = 0.9
 
 
 class StageError(Exception):
@@ -335,6 +334,16 @@ def _spread(times: list[int]) -> float:
     return (max(times) - min(times)) / max(min(times), 1)
 
 
+def _runqueue_wait_ns() -> int | None:
+    """Time this thread has spent runnable but not running (waiting for a core), or None
+    where the kernel does not expose it."""
+    try:
+        with open("/proc/thread-self/schedstat") as stats:
+            return int(stats.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _measure(
     job: dict[str, Any],
     make_call: Callable[[int], tuple[Callable[[], Any], Any]],
@@ -346,10 +355,12 @@ def _measure(
 
     A sample is the mean of a batch of back-to-back calls, each on its own fresh inputs, sized
     so that a sample lasts about TARGET_SAMPLE_NS: one call of a microsecond kernel is mostly
-    timer and scheduler noise. A sample during which this process got markedly less CPU time
-    than wall time was descheduled (another process had the core): it is dropped when enough
-    clean samples remain, since it measures the neighbour, not the kernel. Stops at the first
-    round whose spread is within tolerance, or after the last round."""
+    timer and scheduler noise. Time the calling thread spent waiting for its core (another
+    process had it) is taken out of the sample: it measures the neighbour, not the kernel. The
+    result never drops below the process's CPU time spread over its allowed cores, so a kernel
+    cannot shrink its figure by making its own thread wait. Stops at the first round whose
+    spread is within tolerance, or after the last round."""
+    cores = len(os.sched_getaffinity(0))
     per_call_ns = 0
     for i in range(max(job["warmup_runs"], 1)):
         call, _ = make_call(i)
@@ -361,7 +372,6 @@ def _measure(
     counter = 0
     for _ in range(job["max_measurement_rounds"]):
         samples: list[int] = []
-        clean: list[int] = []
         gc.collect()
         gc.freeze()  # what exists now is never garbage: later collections skip it
         gc.disable()
@@ -369,28 +379,28 @@ def _measure(
             for _ in range(job["iterations"]):
                 calls = [make_call(counter + j) for j in range(batch)]
                 returned = [None] * batch
+                wait_start = _runqueue_wait_ns()
                 cpu_start = time.process_time_ns()
                 start = time.perf_counter_ns()
                 for j, (call, _) in enumerate(calls):
                     returned[j] = call()
                 elapsed = time.perf_counter_ns() - start
                 cpu = time.process_time_ns() - cpu_start
-                samples.append(elapsed // batch)
-                if cpu >= CLEAN_CPU_FRACTION * elapsed:
-                    clean.append(elapsed // batch)
+                wait_end = _runqueue_wait_ns()
+                waited = 0
+                if wait_start is not None and wait_end is not None:
+                    waited = min(max(wait_end - wait_start, 0), elapsed - cpu // cores)
+                    waited = max(waited, 0)
+                samples.append((elapsed - waited) // batch)
                 totals["timed_ns"] = totals.get("timed_ns", 0) + elapsed
                 totals["timed_calls"] = totals.get("timed_calls", 0) + batch
+                totals["waited_ns"] = totals.get("waited_ns", 0) + waited
                 if check is not None:
                     for j, (_, context) in enumerate(calls):
                         check(counter + j, returned[j], context)
                 counter += batch
         finally:
             gc.enable()
-        if len(clean) >= max(3, len(samples) // 2):
-            totals["contended_samples"] = (
-                totals.get("contended_samples", 0) + len(samples) - len(clean)
-            )
-            samples = clean
         rounds.append(samples)
         if _spread(samples) <= job["max_relative_spread"]:
             break
@@ -493,7 +503,7 @@ def evaluate(job: dict[str, Any], result: dict[str, Any]) -> None:
         result["kernel_rounds_ns"] = _measure(job, kernel_call, check_timed, totals)
         result["kernel_timed_ns"] = totals.get("timed_ns", 0)
         result["kernel_timed_calls"] = totals.get("timed_calls", 0)
-        result["kernel_contended_samples"] = totals.get("contended_samples", 0)
+        result["kernel_waited_ns"] = totals.get("waited_ns", 0)
     except (Verdict, StageError):
         raise
     except BaseException as exc:
