@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from accelopt_mcp.backends.base import Task
+from accelopt_mcp.backends.registry import backend_names
 from accelopt_mcp.models import Solution
 from accelopt_mcp.profiling import import_nkibench
 from accelopt_mcp.store.base import KernelStore, StoredProfile, StoredSolution
@@ -159,6 +160,9 @@ def optimize_request(preset: str | None, **fields: Any) -> OptimizeRequest:
 
     merged: dict[str, Any] = load_preset(preset or "quick")
     merged.update({k: v for k, v in fields.items() if v is not None})
+    backend = merged.get("backend", "cpu")
+    if backend not in backend_names():
+        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(backend_names())}")
     if "seed_from_namespace" in merged:  # the preset's name for OptimizeRequest.seed_memory
         merged["seed_memory"] = merged.pop("seed_from_namespace")
     merged["models_config"] = resolve_models_config(merged.get("models_config"))

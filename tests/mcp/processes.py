@@ -47,6 +47,7 @@ class HttpServer:
         token: str | None = None,
         host: str = "127.0.0.1",
         extra_args: list[str] | None = None,
+        env: dict[str, str] | None = None,
         start_timeout_s: float = 30.0,
     ) -> None:
         self.store = store
@@ -54,6 +55,7 @@ class HttpServer:
         self.host = host
         self.port = free_port()
         self.extra_args = extra_args or []
+        self.env = env or {}
         self.start_timeout_s = start_timeout_s
         self.process: subprocess.Popen[bytes] | None = None
         handle, log_path = tempfile.mkstemp(prefix="accelopt-mcp-", suffix=".log")
@@ -79,7 +81,7 @@ class HttpServer:
         self.stop()
 
     def start(self) -> None:
-        env = server_env(**({"ACCELOPT_MCP_TOKEN": self.token} if self.token else {}))
+        env = server_env(**self.env, **({"ACCELOPT_MCP_TOKEN": self.token} if self.token else {}))
         args = [console_script(), "--http", "--host", self.host, "--port", str(self.port)]
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
