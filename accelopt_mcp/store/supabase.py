@@ -58,7 +58,7 @@ Query = Any
 """A postgrest-py request builder (select/insert/update/... chains); untyped upstream."""
 
 PROFILE_KEY = "workload_uuid,solution_id,benchmark_config_hash,eval_hardware"
-_SCHEMA_CODES = {"PGRST205", "42P01", "PGRST202", "42883", "PGRST204", "42703"}
+_SCHEMA_CODES = {"PGRST205", "42P01", "PGRST202", "PGRST204", "42703"}
 _KEY_CODES = {"PGRST301", "PGRST302", "PGRST303"}
 _DATABASE_DOWN_CODES = {"PGRST000", "PGRST001", "PGRST002", "503"}
 
@@ -160,7 +160,8 @@ class SupabaseStore(KernelStore):
             return UnknownReferenceError(f"a referenced record is not stored ({text})")
         if code == "23505":
             return ConflictError(f"the record collides with a stored one ({text})")
-        if code in _SCHEMA_CODES:
+        # 42883 is also "operator does not exist" (a type mismatch), not only a missing function.
+        if code in _SCHEMA_CODES or (code == "42883" and "solution_" in text):
             return StoreUnavailableError(
                 f"the kernel database schema is incomplete in Supabase at {self.location} "
                 f"({code}: {text}); apply schema_v2.txt in the project's SQL editor, then run "
@@ -227,6 +228,7 @@ class SupabaseStore(KernelStore):
         return definition.name
 
     def get_definition(self, name: str) -> StoredDefinition | None:
+        _rows.check_strings(name=name)
         row = self._first(
             self._table("definitions").select(",".join(_rows.DEFINITION_COLUMNS)).eq("name", name)
         )
@@ -262,12 +264,14 @@ class SupabaseStore(KernelStore):
         return workload.uuid
 
     def get_workload(self, uuid: str) -> StoredWorkload | None:
+        _rows.check_strings(uuid=uuid)
         row = self._first(
             self._table("workloads").select(",".join(_rows.WORKLOAD_COLUMNS)).eq("uuid", uuid)
         )
         return None if row is None else _rows.workload_from_row(row)
 
     def list_workloads(self, definition_name: str) -> list[StoredWorkload]:
+        _rows.check_strings(definition_name=definition_name)
         columns = ",".join(_rows.WORKLOAD_COLUMNS)
         rows = self._paged(
             lambda: (
@@ -348,6 +352,7 @@ class SupabaseStore(KernelStore):
         return None if row is None else _rows.solution_from_row(row)
 
     def find_solution(self, solution_hash: str, hash_version: int = 1) -> StoredSolution | None:
+        _rows.check_strings(solution_hash=solution_hash)
         row = self._first(self._by_hash(solution_hash, hash_version))
         return None if row is None else _rows.solution_from_row(row)
 
@@ -362,6 +367,9 @@ class SupabaseStore(KernelStore):
         offset: int = 0,
     ) -> list[StoredSolution]:
         _check_limit(limit, offset)
+        _rows.check_strings(
+            definition_name=definition_name, run_id=run_id, language=language, author=author
+        )
         filters = {
             "definition_name": definition_name,
             "run_id": run_id,
@@ -450,6 +458,9 @@ class SupabaseStore(KernelStore):
         offset: int = 0,
     ) -> list[StoredProfile]:
         _check_limit(limit, offset)
+        _rows.check_strings(
+            workload_uuid=workload_uuid, run_id=run_id, hardware=hardware, status=status
+        )
         if solution_id is not None:
             solution_id = _rows.canonical_uuid(solution_id)
             if solution_id is None:
@@ -481,6 +492,9 @@ class SupabaseStore(KernelStore):
         limit: int = 10,
     ) -> list[RankedSolution]:
         _check_limit(limit)
+        _rows.check_strings(
+            definition_name=definition_name, hardware=hardware, workload_uuid=workload_uuid
+        )
         if limit == 0:
             return []
         columns = ",".join(_rows.PROFILE_COLUMNS)
@@ -579,6 +593,7 @@ class SupabaseStore(KernelStore):
         return run.id
 
     def update_run(self, run_id: str, update: RunUpdate) -> RunRecord:
+        _rows.check_strings(run_id=run_id)
         update = _rows.require(update, RunUpdate, "update")
         changes: dict[str, Any] = {k: v for k, v in update.model_dump().items() if v is not None}
         for role in ("initial_solution_id", "best_solution_id"):
@@ -599,6 +614,7 @@ class SupabaseStore(KernelStore):
         return _rows.run_from_row(rows[0])
 
     def get_run(self, run_id: str) -> RunRecord | None:
+        _rows.check_strings(run_id=run_id)
         row = self._first(self._table("runs").select(",".join(_rows.RUN_COLUMNS)).eq("id", run_id))
         return None if row is None else _rows.run_from_row(row)
 
@@ -606,6 +622,7 @@ class SupabaseStore(KernelStore):
         self, *, definition_name: str | None = None, status: str | None = None, limit: int = 50
     ) -> list[RunRecord]:
         _check_limit(limit)
+        _rows.check_strings(definition_name=definition_name, status=status)
 
         def query() -> Query:
             q = self._table("runs").select(",".join(_rows.RUN_COLUMNS))
@@ -648,6 +665,7 @@ class SupabaseStore(KernelStore):
         return experience_id
 
     def get_experience(self, experience_id: str) -> ExperienceRecord | None:
+        _rows.check_strings(experience_id=experience_id)
         row = self._first(
             self._table("experiences")
             .select(",".join(_rows.EXPERIENCE_COLUMNS))
@@ -659,6 +677,7 @@ class SupabaseStore(KernelStore):
         self, *, run_id: str | None = None, namespace: str | None = None, limit: int
     ) -> list[ExperienceRecord]:
         _check_limit(limit)
+        _rows.check_strings(run_id=run_id, namespace=namespace)
 
         def query() -> Query:
             q = (
@@ -685,6 +704,7 @@ class SupabaseStore(KernelStore):
         limit: int = 50,
     ) -> list[ExperienceRecord]:
         _check_limit(limit)
+        _rows.check_strings(text=text, definition_name=definition_name, namespace=namespace)
 
         def query() -> Query:
             q = self._table("experiences").select(",".join(_rows.EXPERIENCE_COLUMNS))
@@ -703,6 +723,7 @@ class SupabaseStore(KernelStore):
         return [_rows.experience_from_row(r) for r in self._paged(query, limit)]
 
     def remove_experience(self, experience_id: str) -> bool:
+        _rows.check_strings(experience_id=experience_id)
         rows = self._rows(
             self._table("experiences")
             .update({"removed": True})
@@ -725,6 +746,7 @@ class SupabaseStore(KernelStore):
         return call_id
 
     def llm_totals(self, run_id: str) -> list[LlmTotals]:
+        _rows.check_strings(run_id=run_id)
         rows = self._paged(
             lambda: (
                 self._table("llm_calls")
