@@ -3,6 +3,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterator
 
+import httpx
 import psycopg
 import pytest
 from supabase import Client, ClientOptions, create_client
@@ -61,7 +62,6 @@ def db(standin_dsn: str) -> Iterator[psycopg.Connection]:
 
 
 @pytest.fixture
-def client(standin: RunningStandIn, db: psycopg.Connection) -> Client:
-    return create_client(
-        standin.url, standin.key, options=ClientOptions(postgrest_client_timeout=10)
-    )
+def client(standin: RunningStandIn, db: psycopg.Connection) -> Iterator[Client]:
+    with httpx.Client(timeout=10) as http:
+        yield create_client(standin.url, standin.key, options=ClientOptions(httpx_client=http))
