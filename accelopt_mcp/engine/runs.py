@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 import uuid
@@ -74,11 +73,9 @@ def process_start_token(pid: int) -> str | None:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
+    if not fields or fields[0] in ("Z", "X"):
+        return None  # dead, only not yet reaped by its parent
     return fields[19] if len(fields) > 19 else None
-
-
-def worker_token() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{process_start_token(os.getpid())}"
 
 
 def worker_alive(checkpoint: Checkpoint) -> bool:

@@ -1,0 +1,128 @@
+"""The job manager: jobs in worker processes, read back from the store."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from accelopt_mcp.engine.jobs import (
+    JobManager,
+    JobNotFinished,
+    JobNotFound,
+    OptimizeRequest,
+    ProgressEvent,
+)
+from accelopt_mcp.engine.runs import load_run
+from tests.engine.conftest import FAST_BENCH, KERNEL_PATH, TASK_PATH, build_script, models_config
+from tests.llm_standin.process import StandinProcess
+
+StartStandin = Callable[[dict[str, Any]], StandinProcess]
+
+
+def _request(models: Path, **fields: Any) -> OptimizeRequest:
+    base: dict[str, Any] = {
+        "kernel_path": str(KERNEL_PATH),
+        "task_path": str(TASK_PATH),
+        "iterations": 2,
+        "beam": 2,
+        "plans": 2,
+        "attempts": 2,
+        "topk": 2,
+        "exp_n": 4,
+        "positive_threshold": 1.04,
+        "negative_threshold": 0.87,
+        "models_config": str(models),
+        "workers": 2,
+        "benchmark": FAST_BENCH.model_dump(),
+    }
+    return OptimizeRequest(**{**base, **fields})
+
+
+def test_start_wait_result_list(start_standin: StartStandin, llm_key: str, tmp_path: Path) -> None:
+    standin = start_standin(build_script(faults=False))
+    models = models_config(standin.base_url, tmp_path / "models.json")
+    manager = JobManager(str(tmp_path / "kernels.db"), output_dir=tmp_path / "out")
+    try:
+        job = manager.start(_request(models))
+        assert manager.status(job).state in ("pending", "running")
+        events: list[ProgressEvent] = []
+
+        async def collect(event: ProgressEvent) -> None:
+            events.append(event)
+
+        final = asyncio.run(manager.wait(job, on_progress=collect, timeout_s=120))
+        assert final.state == "completed", final.error
+        kinds = [e.kind for e in events]
+        assert kinds[0] == "run_started" and kinds[-1] == "run_finished"
+        assert kinds.count("iteration_finished") == 2
+        assert [e.progress for e in events] == sorted(e.progress for e in events)
+
+        result = manager.result(job)
+        assert result.status.attempts_done == final.attempts_done > 0
+        assert result.best_solution_id == final.best_solution_id
+        assert result.speedup and result.speedup > 1
+        assert final.best_latency_ms and final.initial_latency_ms
+        assert result.speedup == pytest.approx(final.initial_latency_ms / final.best_latency_ms)
+        assert [i.iteration for i in result.iterations] == [1, 2]
+        assert result.winning_kernel_path
+        assert Path(result.winning_kernel_path).read_text() == result.best_source
+        assert [s.job_id for s in manager.list()] == [job]
+        with pytest.raises(JobNotFound, match="no job"):
+            manager.status("00000000-0000-0000-0000-000000000000")
+    finally:
+        manager.close()
+
+
+def test_bad_request_is_refused_clearly(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="exactly one of kernel_path"):
+        _request(tmp_path / "m.json", kernel_source="def kernel(x): return x")
+
+
+def test_cancel_and_resume_interrupted(
+    start_standin: StartStandin, llm_key: str, tmp_path: Path
+) -> None:
+    # Slow replies keep the jobs running long enough to cancel and to kill.
+    standin = start_standin(build_script(faults=False, latency_s=0.3))
+    models = models_config(standin.base_url, tmp_path / "models.json")
+    db = str(tmp_path / "kernels.db")
+    manager = JobManager(db, output_dir=tmp_path / "out", max_parallel_jobs=2)
+    try:
+        doomed = manager.start(_request(models, iterations=5))
+        victim = manager.start(_request(models, iterations=2))
+        assert asyncio.run(manager.wait(doomed, timeout_s=1.5)).state in ("pending", "running")
+        cancelled = manager.cancel(doomed)
+        assert cancelled.state == "cancelled"
+        with pytest.raises(JobNotFinished):
+            manager.result(victim)
+
+        # Kill the other job's worker outright, as a crash would.
+        deadline = time.monotonic() + 60
+        pid = None
+        while time.monotonic() < deadline:
+            _, _, checkpoint = load_run(manager.store, victim)
+            if checkpoint.slots and checkpoint.worker_pid:
+                pid = checkpoint.worker_pid
+                break
+            time.sleep(0.05)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+    finally:
+        manager.close()
+    time.sleep(0.2)
+
+    restarted = JobManager(db, output_dir=tmp_path / "out")
+    try:
+        assert restarted.status(victim).state == "interrupted"
+        assert restarted.resume_interrupted() == [victim]
+        final = asyncio.run(restarted.wait(victim, timeout_s=120))
+        assert final.state == "completed", final.error
+        assert restarted.status(doomed).state == "cancelled"
+    finally:
+        restarted.close()
