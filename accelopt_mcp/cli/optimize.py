@@ -103,7 +103,7 @@ def optimize(
         loaded_task = load_task(task, workload=workload)
         solution = load_solution(kernel, loaded_task)
     except ValidationError as exc:
-        fail(f"invalid run settings: {exc}")
+        fail(f"invalid run settings: {_describe(exc)}")
     except (TaskFileError, ValueError, FileNotFoundError) as exc:
         fail(str(exc))
     with opened_store(store) as db:
@@ -116,6 +116,13 @@ def optimize(
         )
         console.print(f"run [bold]{run_id}[/] ({escape(loaded_task.definition.name)})")
         _drive(db, run_id, output_dir or default_output_dir(), quiet)
+
+
+def _describe(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or 'settings'}: {error['msg']}"
+        for error in exc.errors()
+    )
 
 
 def resume(

@@ -1,0 +1,91 @@
+"""`accelopt runs` and `accelopt memory` on a real run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner
+
+from accelopt_mcp.backends.base import Task
+from accelopt_mcp.cli import _register, app
+from accelopt_mcp.engine.presets import PRESETS
+from accelopt_mcp.models import Solution
+from accelopt_mcp.store.sqlite import SqliteStore
+from tests.engine.conftest import REPO, build_script, models_config, run_engine, settings
+from tests.llm_standin.process import StandinProcess
+
+StartStandin = Callable[[dict[str, Any]], StandinProcess]
+_register()
+runner = CliRunner()
+
+
+def test_runs_and_memory_commands(
+    silu_task: Task,
+    silu_baseline: Solution,
+    start_standin: StartStandin,
+    llm_key: str,
+    tmp_path: Path,
+) -> None:
+    standin = start_standin(build_script(faults=False))
+    db_path = tmp_path / "kernels.db"
+    with SqliteStore(db_path) as store:
+        config = settings(models_config(standin.base_url, tmp_path / "models.json"))
+        run_id, run = run_engine(store, silu_task, silu_baseline, config)
+    db = ["--store", str(db_path)]
+
+    listed = runner.invoke(app, ["runs", "list", *db, "--json"])
+    assert listed.exit_code == 0, listed.output
+    (row,) = json.loads(listed.output)
+    assert row["id"] == run_id and row["state"] == "completed"
+    assert row["best_latency_ms"] == run.best_latency_ms
+
+    shown = runner.invoke(app, ["runs", "show", run_id, *db, "--json"])
+    trace = json.loads(shown.output)
+    assert len(trace["checkpoint"]["slots"]) == sum(
+        h["attempts"] for h in trace["checkpoint"]["history"]
+    )
+    text = runner.invoke(app, ["runs", "show", run_id, *db], terminal_width=200).output
+    assert "iteration 1" in text and "iteration 2" in text and "PASSED" in text
+    missing = runner.invoke(app, ["runs", "show", "nope", *db])
+    assert missing.exit_code != 0 and "no run 'nope'" in missing.output
+
+    added = runner.invoke(
+        app,
+        [
+            "memory", "add", *db, "--definition", silu_task.definition.name,
+            "--title", "hand-written trick", "--strategy", "use out= buffers",
+            "--namespace", "cpu",
+        ],
+    )  # fmt: skip
+    assert added.exit_code == 0, added.output
+    item_id = added.output.split()[-1]
+    items = json.loads(runner.invoke(app, ["memory", "list", *db, "--json"]).output)
+    assert items[-1]["id"] == item_id and items[-1]["title"] == "hand-written trick"
+    assert runner.invoke(app, ["memory", "remove", item_id, *db]).exit_code == 0
+    items = json.loads(runner.invoke(app, ["memory", "list", *db, "--json"]).output)
+    assert item_id not in [i["id"] for i in items]
+    assert runner.invoke(app, ["memory", "remove", item_id + "x", *db]).exit_code != 0
+
+
+def test_preset_templates_match_the_builtin_presets() -> None:
+    for name, values in PRESETS.items():
+        shipped = json.loads((REPO / "templates" / "presets" / f"{name}.json").read_text())
+        assert shipped == values
+
+
+def test_optimize_refuses_bad_settings(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app,
+        [
+            "optimize", str(REPO / "examples/cpu/nkibench/kernels/silu_M512_N1024_0.py"),
+            "--task", str(REPO / "examples/cpu/nkibench/reference/silu_M512_N1024_numpy_0.py"),
+            "--negative-threshold", "1.5", "--store", str(tmp_path / "k.db"),
+        ],
+    )  # fmt: skip
+    assert result.exit_code != 0
+    message = " ".join(result.output.split())
+    assert "negative_threshold <= 1 <= positive_threshold" in message
+    assert "errors.pydantic.dev" not in message
