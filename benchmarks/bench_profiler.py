@@ -6,6 +6,8 @@
 (b) precision: relative spread (max - min) / median of the median latencies of 10 repeated
     evaluations of the same kernel; target < 5 %.
 (c) throughput: 20 evaluations on a 2-worker device pool vs a 1-worker pool; target >= 1.7x.
+(d) contention: latency of a kernel pinned to a core that a busy loop shares, vs alone
+    (no target; shows that waiting for the core is taken out of the figures).
 
     .venv/bin/python benchmarks/bench_profiler.py
 """
@@ -15,6 +17,8 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -106,6 +110,28 @@ def bench_throughput(jobs_count: int) -> float:
     return ratio
 
 
+def bench_contention() -> float:
+    task, solution = example("softmax_M256_N1024", "softmax_M256_N1024_0")
+    core = max(os.sched_getaffinity(0))
+    backend = CpuBackend(cpus={core})
+    alone = backend.evaluate(task, solution, CONFIG).performance.latency_ms
+    hog = subprocess.Popen(
+        [sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{core}}})\nwhile True: pass"]
+    )
+    try:
+        time.sleep(0.2)
+        shared = backend.evaluate(task, solution, CONFIG).performance.latency_ms
+    finally:
+        hog.kill()
+        hog.wait()
+    ratio = shared / alone
+    print(
+        f"(d) contention: {alone:.3f} ms alone, {shared:.3f} ms sharing core {core} with a busy "
+        f"loop ({ratio:.2f}x; without the run-queue correction this is ~2x)"
+    )
+    return ratio
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=10)
@@ -118,6 +144,7 @@ def main() -> None:
         bench_throughput(args.jobs)
     else:
         print("(c) throughput: skipped, needs at least 2 cores")
+    bench_contention()
 
 
 if __name__ == "__main__":

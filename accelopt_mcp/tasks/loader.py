@@ -63,9 +63,15 @@ def _task_from_dir(root: Path, workload: str | None) -> Task:
     candidates += [p for p in sorted(root.glob("*.py")) if is_nkibench_task(p.read_text())]
     if len(candidates) != 1:
         found = [p.name for p in candidates] or "none"
+        hint = ""
+        if (root / "summary.json").is_file():
+            hint = (
+                " (this is an NKIBench directory: give one task file under reference/, or "
+                "import the whole directory into the kernel database)"
+            )
         raise TaskFileError(
             f"directory {str(root)!r} must hold exactly one definition .json or NKIBench task "
-            f".py (found: {found}); give the file's path instead"
+            f".py (found: {found}); give the file's path instead{hint}"
         )
     return load_task(candidates[0], workload=workload)
 

@@ -46,6 +46,8 @@ def test_directory_must_be_unambiguous(tmp_path: Path) -> None:
         load_task(FI)
     with pytest.raises(TaskFileError, match="exactly one"):
         load_task(tmp_path)
+    with pytest.raises(TaskFileError, match="this is an NKIBench directory"):
+        load_task(NK)
     with pytest.raises(TaskFileError, match="does not exist"):
         load_task(tmp_path / "nothing.json")
 
