@@ -20,13 +20,14 @@ from accelopt_mcp.engine.presets import PRESETS, load_preset
 from accelopt_mcp.engine.report import plot_best_latency
 from accelopt_mcp.engine.runs import (
     RunNotFound,
+    change_settings,
     default_output_dir,
     load_run,
     prepare_run,
     worker_alive,
 )
 from accelopt_mcp.llm import LlmConfigError
-from accelopt_mcp.store.base import KernelStore
+from accelopt_mcp.store.base import KernelStore, RunUpdate
 from accelopt_mcp.tasks.flashinfer_format import TaskFileError
 from accelopt_mcp.tasks.loader import load_solution, load_task
 
@@ -127,6 +128,10 @@ def _describe(exc: ValidationError) -> str:
 
 def resume(
     run_id: Annotated[str, typer.Argument(help="The run to continue.")],
+    iterations: Annotated[int | None, typer.Option(help="Raise T (run longer).")] = None,
+    budget_usd: Annotated[float | None, typer.Option(help="New USD cap.")] = None,
+    budget_tokens: Annotated[int | None, typer.Option(help="New token cap.")] = None,
+    budget_wall_s: Annotated[float | None, typer.Option(help="New wall-time cap (s).")] = None,
     store: StoreOption = None,
     output_dir: OutputDirOption = None,
     quiet: QuietOption = False,
@@ -137,13 +142,33 @@ def resume(
             run, _, checkpoint = load_run(db, run_id)
         except (RunNotFound, ValueError) as exc:
             fail(str(exc))
-        if run.status == "completed":
-            fail(f"run {run_id} is already completed; see `accelopt runs show {run_id}`")
+        changes = {
+            key: value
+            for key, value in {
+                "iterations": iterations,
+                "budget_usd": budget_usd,
+                "budget_tokens": budget_tokens,
+                "budget_wall_s": budget_wall_s,
+            }.items()
+            if value is not None
+        }
+        if run.status == "completed" and not changes.get("iterations"):
+            fail(
+                f"run {run_id} is already completed; see `accelopt runs show {run_id}` (or "
+                "continue it with a larger --iterations)"
+            )
         if run.status == "running" and worker_alive(checkpoint):
             fail(
                 f"run {run_id} is still being run by process {checkpoint.worker_pid}; stop it "
                 "first or wait for it"
             )
+        if changes:
+            try:
+                change_settings(db, run_id, **changes)
+            except (ValueError, ValidationError) as exc:
+                fail(str(exc))
+            if run.status == "completed":
+                db.update_run(run_id, RunUpdate(status="pending"))
         _drive(db, run_id, output_dir or default_output_dir(), quiet)
 
 
@@ -154,11 +179,11 @@ def _drive(db: KernelStore, run_id: str, output_dir: Path, quiet: bool) -> None:
     )
     try:
         if quiet:
-            run = asyncio.run(engine.run())
+            run = asyncio.run(engine.run_with_signals())
         else:
             with Live(display.render(), console=console, refresh_per_second=4) as live:
                 display.live = live
-                run = asyncio.run(engine.run())
+                run = asyncio.run(engine.run_with_signals())
     except InitialKernelFailed as exc:
         fail(str(exc))
     except LlmConfigError as exc:

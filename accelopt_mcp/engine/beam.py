@@ -15,6 +15,7 @@ import asyncio
 import logging
 import os
 import random
+import signal
 import socket
 import time
 from collections.abc import Callable
@@ -126,6 +127,18 @@ class BeamSearch:
         for task in list(self._tasks):
             task.cancel()
 
+    async def run_with_signals(self) -> RunRecord:
+        """run(), with SIGTERM asking for a clean stop (main thread only)."""
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_signal_handler(signal.SIGTERM, self.request_stop)
+        except (NotImplementedError, RuntimeError, ValueError):
+            return await self.run()
+        try:
+            return await self.run()
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+
     def _budget_stop(self, exc: BudgetExceeded) -> None:
         if self._stop is None:
             log.info("run %s: %s", self.run_id, exc.reason)
@@ -135,7 +148,7 @@ class BeamSearch:
 
     async def run(self) -> RunRecord:
         run, self.spec, self.cp = await self._db(load_run, self.store, self.run_id)
-        if run.status in ("completed", "cancelled"):
+        if run.status == "completed":
             return run
         cfg = self.spec.optimize
         self.cfg = cfg

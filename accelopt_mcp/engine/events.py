@@ -11,7 +11,6 @@ from pydantic import BaseModel, Field
 EventKind = Literal[
     "run_started",
     "iteration_started",
-    "plans_ready",
     "attempt_profiled",
     "best_improved",
     "experience_added",

@@ -15,7 +15,7 @@ from accelopt_mcp.engine.checkpoint import Checkpoint, RunSpec, read_run, run_co
 from accelopt_mcp.engine.config import OptimizeConfig
 from accelopt_mcp.models import Solution
 from accelopt_mcp.store import default_sqlite_path
-from accelopt_mcp.store.base import KernelStore, RunRecord
+from accelopt_mcp.store.base import KernelStore, RunRecord, RunUpdate
 
 
 class RunNotFound(KeyError):
@@ -120,3 +120,24 @@ def run_progress(spec: RunSpec, checkpoint: Checkpoint, *, running: bool) -> Run
         initial_latency_ms=checkpoint.initial.latency_ms if checkpoint.initial else None,
         elapsed_s=elapsed,
     )
+
+
+def change_settings(store: KernelStore, run_id: str, **changes: Any) -> OptimizeConfig:
+    """Change a stored run's settings before resuming it (e.g. a larger budget, more
+    iterations). Only budget and iteration fields may change: the rest shaped what is stored."""
+    allowed = {"iterations", "budget_usd", "budget_tokens", "budget_wall_s"}
+    unknown = set(changes) - allowed
+    if unknown:
+        raise ValueError(
+            f"cannot change {sorted(unknown)} of an existing run; only {sorted(allowed)}"
+        )
+    _, spec, checkpoint = load_run(store, run_id)
+    if "iterations" in changes and changes["iterations"] < checkpoint.completed_iteration:
+        raise ValueError(
+            f"run {run_id} already finished {checkpoint.completed_iteration} iterations; "
+            "iterations cannot be set lower than that"
+        )
+    settings = OptimizeConfig.model_validate({**spec.optimize.model_dump(), **changes})
+    spec = spec.model_copy(update={"optimize": settings})
+    store.update_run(run_id, RunUpdate(config=run_config(spec, checkpoint)))
+    return settings

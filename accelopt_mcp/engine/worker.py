@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 import sys
 from pathlib import Path
 
@@ -46,10 +45,8 @@ async def run_worker(run_id: str, output_dir: Path) -> int:
     store = open_store(None)
     log = EventLog(events_path(output_dir, run_id))
     engine = BeamSearch(store, run_id, on_event=log, output_dir=output_dir)
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, engine.request_stop)
     try:
-        run = await engine.run()
+        run = await engine.run_with_signals()
     except Exception as exc:
         print(f"run {run_id} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

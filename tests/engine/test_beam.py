@@ -3,6 +3,7 @@ store (SQLite and PostgreSQL). The assertions are the algorithm's invariants."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -11,9 +12,10 @@ from typing import Any
 import pytest
 
 from accelopt_mcp.backends.base import Task
+from accelopt_mcp.engine.beam import BeamSearch
 from accelopt_mcp.engine.checkpoint import Checkpoint
 from accelopt_mcp.engine.memory import OptimizationMemory
-from accelopt_mcp.engine.runs import load_run
+from accelopt_mcp.engine.runs import change_settings, load_run
 from accelopt_mcp.hashing import benchmark_config_hash
 from accelopt_mcp.models import Solution
 from accelopt_mcp.store.base import KernelStore
@@ -201,3 +203,12 @@ def test_budget_stop_keeps_everything(
     assert used >= 2500
     assert run.tokens_in + run.tokens_out == used
     assert run.best_solution_id is not None
+
+    # With a larger budget the same run goes on from where it stopped.
+    change_settings(store, run_id, budget_tokens=10**9)
+    run = asyncio.run(BeamSearch(store, run_id).run())
+    assert run.status == "completed", run.error
+    _, _, final = load_run(store, run_id)
+    for key, slot in checkpoint.slots.items():
+        assert final.slots[key] == slot
+    assert final.completed_iteration == config.iterations
