@@ -156,26 +156,31 @@ class BeamSearch:
         self.family = family_for(cfg.backend, self.spec.initial_solution)
         self.perf = cfg.benchmark.perf_fields()
         self.perf_hash = benchmark_config_hash(self.perf)
-        self.factory = backend_factory(cfg.backend)
-        if self.cp.hardware is None:
-            availability = await asyncio.to_thread(lambda: get_backend(cfg.backend).availability())
-            self.cp.hardware = availability.hardware
         pid = os.getpid()
         self.cp.worker_pid = pid
         self.cp.worker_host = f"{socket.gethostname()}|{process_start_token(pid)}"
         self.cp.started_at = time.time()
         self.cp.stop_reason = None
-        self.budget = self._make_budget()
-        await self._save(status="running", error="")
-        configs = self._role_configs or load_role_configs(
-            Path(cfg.models_config) if cfg.models_config else None
-        )
-        self.models = {
-            role: configs.for_role(role).model for role in ("planner", "executor", "summarizer")
-        }
-        pool = self._given_pool or make_pool(cfg.backend, cfg.workers)
-        self._pool = pool
+        pool: DevicePool | None = None
+        # From here on any failure is recorded on the run, so that no run is left "running"
+        # (and resumed again and again) because of a setting that can never work.
         try:
+            self.factory = backend_factory(cfg.backend)
+            if self.cp.hardware is None:
+                availability = await asyncio.to_thread(
+                    lambda: get_backend(cfg.backend).availability()
+                )
+                self.cp.hardware = availability.hardware
+            self.budget = await asyncio.to_thread(self._make_budget)
+            await self._save(status="running", error="")
+            configs = self._role_configs or load_role_configs(
+                Path(cfg.models_config) if cfg.models_config else None
+            )
+            self.models = {
+                role: configs.for_role(role).model for role in ("planner", "executor", "summarizer")
+            }
+            pool = self._given_pool or make_pool(cfg.backend, cfg.workers)
+            self._pool = pool
             async with LlmClient(
                 configs, ledger=self.store.add_llm_call, run_id=self.run_id, budget=self.budget
             ) as client:
@@ -196,8 +201,8 @@ class BeamSearch:
         self._close_pool(pool)
         return await self._finish()
 
-    def _close_pool(self, pool: DevicePool) -> None:
-        if self._given_pool is None:
+    def _close_pool(self, pool: DevicePool | None) -> None:
+        if pool is not None and self._given_pool is None:
             pool.close()
 
     def _make_budget(self) -> Budget:

@@ -15,8 +15,9 @@ from accelopt_mcp.backends.base import Task
 from accelopt_mcp.engine.beam import BeamSearch
 from accelopt_mcp.engine.checkpoint import Checkpoint
 from accelopt_mcp.engine.memory import OptimizationMemory
-from accelopt_mcp.engine.runs import change_settings, load_run
+from accelopt_mcp.engine.runs import change_settings, load_run, prepare_run
 from accelopt_mcp.hashing import benchmark_config_hash
+from accelopt_mcp.llm import LlmConfigError
 from accelopt_mcp.models import Solution
 from accelopt_mcp.store.base import KernelStore
 from tests.engine.conftest import (
@@ -163,6 +164,10 @@ def test_full_loop_invariants(
     assert all(title in last for title in before_last)
     assert not any(title in last for title in dropped)
 
+    # LLM calls ran concurrently, within each role's limit.
+    in_flight = standin.log()["max_in_flight"]
+    assert 1 < in_flight["executor"] <= 4 and in_flight["planner"] <= 4
+
     # Faults were survived and recorded in the ledger.
     outcomes = Counter(r["outcome"] for r in standin.requests())
     assert outcomes["status"] >= 3 and outcomes["garbage"] == 1
@@ -212,3 +217,15 @@ def test_budget_stop_keeps_everything(
     for key, slot in checkpoint.slots.items():
         assert final.slots[key] == slot
     assert final.completed_iteration == config.iterations
+
+
+def test_unusable_settings_fail_the_run_with_the_reason(
+    store: KernelStore, silu_task: Task, silu_baseline: Solution, tmp_path: Path
+) -> None:
+    config = settings(tmp_path / "missing-models.json", workers=None)
+    run_id = prepare_run(store, silu_task, silu_baseline, config)
+    with pytest.raises(LlmConfigError, match=r"missing-models\.json does not exist"):
+        asyncio.run(BeamSearch(store, run_id).run())
+    run, _, _ = load_run(store, run_id)
+    assert run.status == "failed"
+    assert run.error and "missing-models.json does not exist" in run.error
