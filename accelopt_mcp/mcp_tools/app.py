@@ -32,6 +32,10 @@ EXPECTED_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+# Claude Code refuses a tool result over about 25k tokens; JSON runs near 3 characters a token.
+MAX_RESULT_CHARS = 60_000
+
+
 class NotFoundError(ToolError):
     """An id or name the database does not hold."""
 
@@ -47,12 +51,21 @@ class AccelOptServer(MCPServer[Any]):
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
         try:
-            return await super().call_tool(name, arguments, context)
+            result = await super().call_tool(name, arguments, context)
         except UnexpectedToolError as exc:
             cause = exc.__cause__
             if isinstance(cause, EXPECTED_ERRORS):
                 raise ToolError(f"{name} failed: {cause}") from cause
             raise
+        if isinstance(result, CallToolResult):
+            size = sum(len(getattr(block, "text", "")) for block in result.content)
+            if size > MAX_RESULT_CHARS:
+                raise ToolError(
+                    f"{name}: the result is too large ({size} characters; an MCP client "
+                    f"accepts about {MAX_RESULT_CHARS}). Ask for less: a smaller `limit` "
+                    "(and `offset` to page), or a smaller `source_limit` / `source_offset`."
+                )
+        return result
 
     async def read_resource(
         self, uri: AnyUrl | str, context: Context[Any, Any] | None = None

@@ -364,3 +364,35 @@ async def test_resources_and_prompt(client: Client) -> None:
     )
     text = prompt.messages[0].content.text
     assert "k.py" in text and "check_database" in text and "https://x.supabase.co" in text
+
+
+async def test_large_results_are_sliced_or_refused(client: Client) -> None:
+    definition = json.loads(SILU_TASK.read_text())
+    await ok(client, "insert_definition", {"definition": definition})
+    solution = json.loads(SILU_FAST.read_text())
+    padding = "# " + "x" * 98 + "\n"
+    big = solution["sources"][0]["content"] + padding * 1500  # ~150k characters
+    solution["sources"][0]["content"] = big
+    solution_id = (await ok(client, "insert_solution", {"solution": solution}))["id"]
+
+    first = await ok(client, "get_solution", {"solution_id": solution_id})
+    sliced = first["sources"][0]["content"]
+    assert sliced["total_chars"] == len(big) and sliced["truncated"]
+    assert len(sliced["text"]) < 20_000
+    await fails(
+        client,
+        "get_solution",
+        {"solution_id": solution_id, "source_limit": 60_000},
+        "too large",
+        "source_limit",
+    )
+    # Reading it all in slices gives the source back exactly.
+    text, offset = "", 0
+    while offset is not None:
+        page = await ok(
+            client, "get_solution", {"solution_id": solution_id, "source_offset": offset}
+        )
+        content = page["sources"][0]["content"]
+        text += content["text"]
+        offset = content["next_offset"]
+    assert text == big
