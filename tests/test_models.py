@@ -209,3 +209,21 @@ def test_benchmark_config_hash_ignores_key_order_only() -> None:
     a = benchmark_config_hash({"iterations": 10, "seeds": [0, 21]})
     assert a == benchmark_config_hash({"seeds": [0, 21], "iterations": 10})
     assert a != benchmark_config_hash({"seeds": [0, 21], "iterations": 11})
+
+
+def test_roofline_travels_as_a_definition_tag() -> None:
+    from accelopt_mcp.backends.base import Roofline, Task
+    from accelopt_mcp.models import Workload
+
+    data = json.loads((TRACESET / "definitions/rmsnorm/rmsnorm_h128.json").read_text())
+    declared = Roofline(flops=2**20, bytes_moved=3 * 2**20 + 7, compute_unit="vector")
+    data["tags"] = [*data["tags"], declared.to_tag()]
+    definition = Definition.model_validate(data)
+    task = Task(
+        definition=definition, workload=Workload(axes={"batch_size": 1}, inputs={}, uuid="u")
+    )
+    assert task.roofline == declared
+    plain = Definition.model_validate(
+        json.loads((TRACESET / "definitions/rmsnorm/rmsnorm_h128.json").read_text())
+    )
+    assert Task(definition=plain, workload=task.workload).roofline is None

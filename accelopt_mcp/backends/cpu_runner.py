@@ -421,7 +421,19 @@ def describe(job: dict[str, Any]) -> dict[str, Any]:
         "outputs": [_describe(v) for v in outputs],
         "has_transforms": harness.to_kernel_inputs is not None
         or harness.from_kernel_outputs is not None,
+        "roofline": _declared_roofline(harness.reference),
     }
+
+
+def _declared_roofline(module: Any) -> dict[str, Any] | None:
+    """The task's own `roofline()` -> {"flops", "bytes_moved", "compute_unit"?}, if it has one."""
+    declare = getattr(module, "roofline", None)
+    if not callable(declare):
+        return None
+    declared = declare()
+    if not isinstance(declared, dict):
+        raise StageError("describe", "roofline() must return a dict with flops and bytes_moved")
+    return {k: declared[k] for k in ("flops", "bytes_moved", "compute_unit") if k in declared}
 
 
 def evaluate(job: dict[str, Any], result: dict[str, Any]) -> None:

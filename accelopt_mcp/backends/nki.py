@@ -220,7 +220,9 @@ class NkiBackend(Backend):
         counters = dict(result.counters)
         flags = [*result.flags, "no_reference_latency"]
         if task.roofline is not None:
-            report = percent_of_peak(median, task.roofline, hardware)
+            report = percent_of_peak(
+                median, task.roofline, hardware, unit=task.roofline.compute_unit
+            )
             counters.update(peak_counters(report))
             if is_above_peak(report):
                 flags.append("above_peak")

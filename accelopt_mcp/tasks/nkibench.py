@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from accelopt_mcp.backends.base import Roofline
 from accelopt_mcp.models import (
     AxisConst,
     Definition,
@@ -164,6 +165,11 @@ def definition_from_task(
     tags = [FORMAT_TAG]
     if probe.get("has_transforms"):
         tags.append("nkibench:layout_transforms")
+    if probe.get("roofline"):
+        try:
+            tags.append(Roofline.model_validate(probe["roofline"]).to_tag())
+        except ValueError as exc:
+            raise TaskFileError(f"{str(path)!r}: roofline() returned {exc}") from exc
     return Definition(
         name=name,
         op_type=problem,
