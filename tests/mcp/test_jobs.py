@@ -21,7 +21,7 @@ from accelopt_mcp.store import open_store
 from tests.engine import kernels
 from tests.llm_standin.process import StandinProcess
 from tests.llm_standin.script import StandinScript
-from tests.mcp.conftest import NKIBENCH_DIR
+from tests.mcp.conftest import MODES, NKIBENCH_DIR
 from tests.mcp.helpers import fails, ok
 from tests.mcp.processes import HttpServer
 
@@ -136,11 +136,11 @@ def slow_llm() -> Iterator[StandinProcess]:
         yield standin
 
 
-@pytest.fixture
-async def client(sqlite_url: str, tmp_path: Path):
+@pytest.fixture(params=MODES)
+async def client(request: pytest.FixtureRequest, sqlite_url: str, tmp_path: Path):
     state = ServerState(sqlite_url, jobs_output_dir=tmp_path / "jobs")
     try:
-        async with Client(build_server(state), mode="legacy") as c:
+        async with Client(build_server(state), mode=request.param) as c:
             yield c
     finally:
         state.close()
@@ -255,6 +255,10 @@ async def test_server_restart_resumes_interrupted_job(
                 status = await ok(c, "wait_for_job", {"job_id": job_id, "timeout_s": 0.5})
             # Mid-job: one iteration checkpointed, more to go.
             assert status["state"] == "running" and 1 <= status["iteration"] < 6, status
+        # The client that started it has gone; the job has not.
+        async with Client(first.url) as c:
+            after = await ok(c, "job_status", {"job_id": job_id})
+            assert after["state"] == "running", after
         # A crash: the server and the job's worker die without cleaning up.
         worker = _worker_pid(store_url, job_id)
         assert first.process is not None
@@ -270,9 +274,22 @@ async def test_server_restart_resumes_interrupted_job(
             httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300)) as http,
             Client(streamable_http_client(second.url, http_client=http)) as c,
         ):
-            final = await ok(c, "wait_for_job", {"job_id": job_id, "timeout_s": 240})
+            progress: list[str] = []
+
+            async def on_progress(value: float, total: float | None, message: str | None) -> None:
+                progress.append(message or "")
+
+            waited = await c.call_tool(
+                "wait_for_job",
+                {"job_id": job_id, "timeout_s": 240},
+                progress_callback=on_progress,
+            )
+            final = waited.structured_content
+            assert not waited.is_error and final is not None, waited.content
             assert final["state"] == "completed", final
             assert final["iteration"] == 6
+            # Progress notifications travel over streamable HTTP too.
+            assert any("iteration 6" in m for m in progress), progress[-5:]
             assert _worker_pid(store_url, job_id) != worker
             result = await ok(c, "job_result", {"job_id": job_id})
             assert [i["iteration"] for i in result["iterations"]] == [1, 2, 3, 4, 5, 6]

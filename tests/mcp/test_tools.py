@@ -144,6 +144,7 @@ async def test_import_and_browse(db_client: Client, tmp_path: Path) -> None:
     down = await ok(c, "check_database", {"url": "http://127.0.0.1:9"})
     assert down["ok"] is False and down["problem"] == "unreachable"
     assert any("supabase start" in step for step in down["next_steps"])
+    await fails(c, "check_database", {"url": 5}, "url")
     bad = await ok(c, "check_database", {"url": "ftp:thing"})
     assert bad["ok"] is False and bad["problem"] == "bad_url"
 
