@@ -625,8 +625,10 @@ class BeamSearch:
         self.cp.elapsed_before_s = self._elapsed()
         self.cp.started_at = None
         self.cp.winning_kernel_path = await asyncio.to_thread(self._write_winner)
-        await self._save(status=status, error=reason, current_iteration=self.cp.completed_iteration)
+        # The event goes out before the status changes, so a reader that stops at the final
+        # status has already seen it.
         self._emit("run_finished", self.cp.completed_iteration, f"run {status}")
+        await self._save(status=status, error=reason, current_iteration=self.cp.completed_iteration)
         run = await self._db(self.store.get_run, self.run_id)
         assert run is not None
         return run

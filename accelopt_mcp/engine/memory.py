@@ -50,6 +50,10 @@ class OptimizationMemory:
             item.model_copy(update={"run_id": self.run_id, "namespace": self.namespace})
         )
 
+    def remove(self, item_id: str) -> bool:
+        """Take an item out of every working set; the row stays as history."""
+        return self.store.remove_experience(item_id)
+
     def items_of_iteration(self, iteration: int) -> list[ExperienceRecord]:
         own = self.store.recent_experiences(run_id=self.run_id, limit=_MAX_SCAN)
         return [item for item in own if item.iteration == iteration]
