@@ -69,6 +69,7 @@ from accelopt_mcp.store.base import (
     ConflictError,
     ExperienceIn,
     KernelStore,
+    LlmCallIn,
     RunRecord,
     RunUpdate,
 )
@@ -182,7 +183,7 @@ class BeamSearch:
             pool = self._given_pool or make_pool(cfg.backend, cfg.workers)
             self._pool = pool
             async with LlmClient(
-                configs, ledger=self.store.add_llm_call, run_id=self.run_id, budget=self.budget
+                configs, ledger=self._ledger, run_id=self.run_id, budget=self.budget
             ) as client:
                 self.client = client
                 await self._start()
@@ -200,6 +201,9 @@ class BeamSearch:
             raise
         self._close_pool(pool)
         return await self._finish()
+
+    def _ledger(self, call: LlmCallIn) -> None:
+        self.store.add_llm_call(call)
 
     def _close_pool(self, pool: DevicePool | None) -> None:
         if pool is not None and self._given_pool is None:
@@ -253,6 +257,7 @@ class BeamSearch:
             capacity=self.cfg.exp_n,
             seed_ids=self.cp.seed_experience_ids,
         )
+        assert self.cp.initial is not None
         candidates = [self.cp.initial] + [
             BeamEntry(
                 solution_id=s.solution_id,
@@ -263,7 +268,7 @@ class BeamSearch:
             for s in self.cp.slots.values()
             if s.passed and s.solution_id and s.source_hash and s.latency_ms is not None
         ]
-        self._best = min(candidates, key=lambda e: e.latency_ms)  # type: ignore[union-attr]
+        self._best = min(candidates, key=lambda e: e.latency_ms)
 
     # ------------------------------------------------------------------ one iteration
 

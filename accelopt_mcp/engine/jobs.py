@@ -11,6 +11,7 @@ starts after a crash finds runs still marked running whose worker is gone ("inte
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import json
 import os
@@ -299,7 +300,7 @@ class JobManager:
             found.append(self._status(run, spec, checkpoint))
         return found
 
-    def resume_interrupted(self) -> list[str]:
+    def resume_interrupted(self) -> builtins.list[str]:
         """Queue every run left running or pending by a process that is gone."""
         resumed = []
         for state in ("running", "pending"):
