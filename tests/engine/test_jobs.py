@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,10 @@ from accelopt_mcp.engine.jobs import (
     ProgressEvent,
 )
 from accelopt_mcp.engine.runs import load_run
+from accelopt_mcp.store.postgres import PostgresStore
 from tests.engine.conftest import FAST_BENCH, KERNEL_PATH, TASK_PATH, build_script, models_config
 from tests.llm_standin.process import StandinProcess
+from tests.pg_server import create_database
 
 StartStandin = Callable[[dict[str, Any]], StandinProcess]
 
@@ -45,10 +48,22 @@ def _request(models: Path, **fields: Any) -> OptimizeRequest:
     return OptimizeRequest(**{**base, **fields})
 
 
-def test_start_wait_result_list(start_standin: StartStandin, llm_key: str, tmp_path: Path) -> None:
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "kernels.db")
+    admin = request.getfixturevalue("pg_admin_dsn")
+    dsn = create_database(admin, f"jobs_{uuid.uuid4().hex[:10]}")
+    PostgresStore(dsn, init_schema=True).close()
+    return dsn
+
+
+def test_start_wait_result_list(
+    store_url: str, start_standin: StartStandin, llm_key: str, tmp_path: Path
+) -> None:
     standin = start_standin(build_script(faults=False))
     models = models_config(standin.base_url, tmp_path / "models.json")
-    manager = JobManager(str(tmp_path / "kernels.db"), output_dir=tmp_path / "out")
+    manager = JobManager(store_url, output_dir=tmp_path / "out")
     try:
         job = manager.start(_request(models))
         assert manager.status(job).state in ("pending", "running")
