@@ -76,9 +76,8 @@ class BearerTokenGate:
         await response(scope, receive, send)
 
 
-def http_app(server: AccelOptServer, *, host: str, token: str | None) -> ASGIApp:
-    """The streamable-HTTP app at /mcp, with /health, behind the token gate when a token is
-    set. Refuses a non-loopback host without a token."""
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse a non-loopback address without a token: the tools run code on this machine."""
     if not is_loopback(host) and not token:
         raise ServerConfigError(
             f"refusing to serve on {host} without a bearer token: anyone who can reach it could "
@@ -86,6 +85,12 @@ def http_app(server: AccelOptServer, *, host: str, token: str | None) -> ASGIApp
             f"{TOKEN_ENV}=$(openssl rand -hex 32)`) and give it to the client, or bind to "
             "127.0.0.1"
         )
+
+
+def http_app(server: AccelOptServer, *, host: str, token: str | None) -> ASGIApp:
+    """The streamable-HTTP app at /mcp, with /health, behind the token gate when a token is
+    set."""
+    check_bind(host, token)
 
     @server.custom_route(HEALTH_PATH, methods=["GET"])
     async def health(_: Request) -> Response:
@@ -158,8 +163,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     server = build_server(state, log_level=args.log_level)
     token = os.environ.get(TOKEN_ENV) or None
     try:
-        if args.http and not is_loopback(args.host) and not token:
-            http_app(server, host=args.host, token=token)  # raises with the explanation
+        if args.http:
+            check_bind(args.host, token)
         if not args.no_resume:
             state.resume_jobs()
         if args.http:
