@@ -30,7 +30,7 @@ from accelopt_mcp.mcp_tools.views import (
 )
 from accelopt_mcp.models import Definition, Evaluation, Solution, Workload
 from accelopt_mcp.services import ImportFormat, import_directory, ranked_solutions
-from accelopt_mcp.store.base import KernelStore, StoredSolution
+from accelopt_mcp.store.base import KernelStore, StoredDefinition, StoredSolution
 from accelopt_mcp.store.detect import StoreCheck, check_store
 from accelopt_mcp.traceset import TransferCounts
 
@@ -107,12 +107,14 @@ def _solution(store: KernelStore, solution_id: str) -> StoredSolution:
     return found
 
 
-def _require_definition(store: KernelStore, name: str) -> None:
-    if store.get_definition(name) is None:
+def _definition(store: KernelStore, name: str) -> StoredDefinition:
+    found = store.get_definition(name)
+    if found is None:
         raise NotFoundError(
             f"no definition named {name!r}; list_definitions shows the stored ones, and "
             "insert_definition or import_directory adds one"
         )
+    return found
 
 
 def register(server: AccelOptServer, state: ServerState) -> None:
@@ -157,10 +159,7 @@ def register(server: AccelOptServer, state: ServerState) -> None:
     ) -> DefinitionDetail:
         """A definition in full (axes, inputs, outputs, reference code) with its workloads."""
         store = state.store()
-        stored = store.get_definition(name)
-        if stored is None:
-            _require_definition(store, name)
-        assert stored is not None
+        stored = _definition(store, name)
         workloads = store.list_workloads(name)
         return DefinitionDetail(
             definition=stored.definition,
@@ -185,7 +184,7 @@ def register(server: AccelOptServer, state: ServerState) -> None:
         """Solutions (kernels) of a definition, fastest correct first, then those that never
         passed. Use get_solution for a kernel's source and solution_lineage for its history."""
         store = state.store()
-        _require_definition(store, definition_name)
+        _definition(store, definition_name)
         entries = ranked_solutions(
             store, definition_name, hardware=hardware, language=language, run_id=run_id
         )
@@ -298,7 +297,7 @@ def register(server: AccelOptServer, state: ServerState) -> None:
     ) -> Inserted:
         """Store a workload (values of the definition's variable axes) for a stored definition."""
         store = state.store()
-        _require_definition(store, definition_name)
+        _definition(store, definition_name)
         return Inserted(kind="workload", id=store.upsert_workload(definition_name, workload))
 
     @server.tool(annotations=UPSERT)
@@ -314,7 +313,7 @@ def register(server: AccelOptServer, state: ServerState) -> None:
         """Store a solution (kernel) of a stored definition. The same source stored twice keeps
         one row and returns its id."""
         store = state.store()
-        _require_definition(store, solution.definition)
+        _definition(store, solution.definition)
         if parent_id is not None:
             _solution(store, parent_id)
         new_id = store.upsert_solution(
