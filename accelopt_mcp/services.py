@@ -136,15 +136,16 @@ def model_config_names() -> list[str]:
 
 
 def resolve_models_config(name_or_path: str | None) -> str | None:
-    """A model config given by path, or by the name of a preset in templates/models."""
+    """A model config given by path, or by the name of a preset in templates/models; it is
+    loaded once here so that a broken one is reported before a job is queued."""
+    from accelopt_mcp.llm.config import load_role_configs
+
     if not name_or_path:
         return None
-    path = Path(name_or_path).expanduser()
-    if path.is_file():
-        return str(path)
-    preset = MODEL_TEMPLATES / f"{name_or_path}.json"
-    if preset.is_file():
-        return str(preset)
+    for path in (Path(name_or_path).expanduser(), MODEL_TEMPLATES / f"{name_or_path}.json"):
+        if path.is_file():
+            load_role_configs(path)  # raises LlmConfigError (a ValueError) saying what to fix
+            return str(path)
     names = ", ".join(model_config_names()) or "none shipped with this install"
     raise ValueError(
         f"model config {name_or_path!r} is neither a file nor a preset name ({names}); give "

@@ -3,7 +3,6 @@ the agent what to fix (the SDK hides the text of any exception it did not expect
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -15,8 +14,6 @@ from pydantic import AnyUrl
 from accelopt_mcp.backends.base import BackendUnavailableError
 from accelopt_mcp.mcp_tools.state import ServerState
 from accelopt_mcp.store.base import StoreError
-
-log = logging.getLogger("accelopt_mcp.server")
 
 # Failures caused by the caller's input or the host's set-up: their messages name the problem
 # and the fix, and carry no secrets (stores and loaders scrub them).

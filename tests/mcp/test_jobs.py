@@ -200,6 +200,9 @@ async def test_job_start_progress_status_result(
         client, "start_optimization", {**job_args(models), "task_path": "/nope.py"}, "/nope.py"
     )
     await fails(client, "start_optimization", job_args("no-such-preset"), "no-such-preset")
+    broken = tmp_path / "broken-models.json"
+    broken.write_text(json.dumps({"default": {"api_key": "sk-inline"}}))
+    await fails(client, "start_optimization", job_args(str(broken)), "broken-models.json")
     await fails(client, "start_optimization", {**job_args(models), "preset": "huge"}, "huge")
     for tool in ("job_status", "job_result", "cancel_job", "wait_for_job"):
         await fails(client, tool, {"job_id": "nope"}, "no job 'nope'")
