@@ -202,7 +202,8 @@ async def test_job_start_progress_status_result(
     await fails(client, "start_optimization", job_args("no-such-preset"), "no-such-preset")
     broken = tmp_path / "broken-models.json"
     broken.write_text(json.dumps({"default": {"api_key": "sk-inline"}}))
-    await fails(client, "start_optimization", job_args(str(broken)), "broken-models.json")
+    message = await fails(client, "start_optimization", job_args(str(broken)), "broken-models.json")
+    assert "sk-inline" not in message  # a secret never comes back in an error
     await fails(client, "start_optimization", {**job_args(models), "preset": "huge"}, "huge")
     for tool in ("job_status", "job_result", "cancel_job", "wait_for_job"):
         await fails(client, tool, {"job_id": "nope"}, "no job 'nope'")
