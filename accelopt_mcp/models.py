@@ -14,7 +14,15 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 NonEmptyString = Annotated[str, Field(min_length=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
@@ -33,18 +41,36 @@ class Record(BaseModel):
 # --------------------------------------------------------------------------- definition
 
 
-class AxisConst(Record):
+class Tagged(Record):
+    """A member of a union told apart by its `type` field. The field is always written out,
+    even when left at its default, so the JSON says which member it is."""
+
+    def model_post_init(self, context: Any, /) -> None:
+        self.model_fields_set.add("type")
+
+
+def _kind(value: Any, infer: Any) -> str | None:
+    # Files written with exclude_unset by other tools may leave `type` out; infer it then.
+    if isinstance(value, dict):
+        return value.get("type") or infer(value)
+    return getattr(value, "type", None)
+
+
+class AxisConst(Tagged):
     type: Literal["const"] = "const"
     value: NonNegativeInt
     description: str | None = None
 
 
-class AxisVar(Record):
+class AxisVar(Tagged):
     type: Literal["var"] = "var"
     description: str | None = None
 
 
-Axis = Annotated[AxisConst | AxisVar, Field(discriminator="type")]
+Axis = Annotated[
+    Annotated[AxisConst, Tag("const")] | Annotated[AxisVar, Tag("var")],
+    Discriminator(lambda v: _kind(v, lambda d: "const" if "value" in d else "var")),
+]
 
 
 class DType(StrEnum):
@@ -128,22 +154,33 @@ class Definition(Record):
 # --------------------------------------------------------------------------- workload
 
 
-class RandomInput(Record):
+class RandomInput(Tagged):
     type: Literal["random"] = "random"
 
 
-class ScalarInput(Record):
+class ScalarInput(Tagged):
     type: Literal["scalar"] = "scalar"
     value: int | float | bool
 
 
-class SafetensorsInput(Record):
+class SafetensorsInput(Tagged):
     type: Literal["safetensors"] = "safetensors"
     path: NonEmptyString
     tensor_key: NonEmptyString
 
 
-InputSpec = Annotated[RandomInput | ScalarInput | SafetensorsInput, Field(discriminator="type")]
+def _input_kind(data: dict[str, Any]) -> str:
+    if "path" in data or "tensor_key" in data:
+        return "safetensors"
+    return "scalar" if "value" in data else "random"
+
+
+InputSpec = Annotated[
+    Annotated[RandomInput, Tag("random")]
+    | Annotated[ScalarInput, Tag("scalar")]
+    | Annotated[SafetensorsInput, Tag("safetensors")],
+    Discriminator(lambda v: _kind(v, _input_kind)),
+]
 
 
 class Workload(Record):

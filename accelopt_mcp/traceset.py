@@ -206,14 +206,9 @@ def _export_engine_records(
 
     call_rows = []
     for run in runs:
-        call_rows.extend(c.model_dump(mode="json") for c in _llm_calls_of(store, run.id))
+        call_rows.extend(c.model_dump(mode="json") for c in store.list_llm_calls(run.id))
     _write_jsonl(root / EXTRA_KEY / "llm_calls.jsonl", call_rows)
     counts.llm_calls = len(call_rows)
-
-
-def _llm_calls_of(store: KernelStore, run_id: str) -> list[Any]:
-    lister = getattr(store, "list_llm_calls", None)
-    return list(lister(run_id)) if lister else []
 
 
 # --------------------------------------------------------------------------- import

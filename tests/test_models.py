@@ -227,3 +227,33 @@ def test_roofline_travels_as_a_definition_tag() -> None:
         json.loads((TRACESET / "definitions/rmsnorm/rmsnorm_h128.json").read_text())
     )
     assert Task(definition=plain, workload=task.workload).roofline is None
+
+
+def test_union_members_without_type_are_inferred_and_always_written_with_it() -> None:
+    from accelopt_mcp.models import AxisVar, RandomInput, Workload
+
+    raw = json.loads((TRACESET / "definitions/rmsnorm/rmsnorm_h128.json").read_text())
+    for axis in raw["axes"].values():
+        axis.pop("type")
+    definition = Definition.model_validate(raw)
+    assert isinstance(definition.axes["hidden_size"], AxisConst)
+    assert isinstance(definition.axes["batch_size"], AxisVar)
+    # Written back, each axis says what it is, as flashinfer-bench needs to tell them apart.
+    assert json.loads(definition.to_json())["axes"]["hidden_size"] == {
+        "type": "const",
+        "value": 128,
+    }
+
+    workload = Workload.model_validate(
+        {
+            "axes": {},
+            "inputs": {"a": {}, "b": {"value": 0.5}, "c": {"path": "x.st", "tensor_key": "k"}},
+            "uuid": "u",
+        }
+    )
+    kinds = [type(v) for v in workload.inputs.values()]
+    assert kinds == [RandomInput, ScalarInput, SafetensorsInput]
+    assert json.loads(workload.to_json())["inputs"]["a"] == {"type": "random"}
+    assert AxisConst(value=3).to_json().replace(" ", "").replace("\n", "") == (
+        '{"type":"const","value":3}'
+    )

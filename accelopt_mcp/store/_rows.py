@@ -1,8 +1,8 @@
 """Row <-> record conversion shared by the stores that keep schema_v2's tables.
 
-One serialization rule everywhere: a record is stored as its full JSON form
-(`model_dump_json()`, defaults included, NaN/inf as the model's config says), so the generated
-columns are always filled and reading a row back gives a record equal to the one stored.
+One serialization rule everywhere: a record is stored as the JSON of the fields that were set
+(`model_dump_json(exclude_unset=True)`, NaN/inf as the model's config says), as flashinfer-bench
+and AccelOpt write them; reading a row back gives a record equal to the one stored.
 
 Row readers take any mapping of column name -> value, as SQLite (JSON text, ISO timestamps),
 psycopg (dicts, datetimes) or PostgREST (dicts, ISO timestamps) return it; `prefix` selects
@@ -125,8 +125,10 @@ def utc_now() -> datetime:
 
 
 def record_json(record: BaseModel) -> str:
-    """The stored JSON of a record: every field, defaults included."""
-    return record.model_dump_json()
+    """The stored JSON of a record: the fields that were set, as flashinfer-bench writes its
+    files and AccelOpt its rows, so a record exported from the database is byte-for-byte the
+    file it was imported from."""
+    return record.model_dump_json(exclude_unset=True)
 
 
 def workload_trace_json(definition_name: str, workload: Workload) -> str:

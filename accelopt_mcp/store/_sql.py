@@ -22,6 +22,7 @@ from accelopt_mcp.store.base import (
     ExperienceRecord,
     KernelStore,
     LlmCallIn,
+    LlmCallRecord,
     LlmTotals,
     RankedSolution,
     RunRecord,
@@ -631,6 +632,17 @@ class SqlKernelStore(KernelStore, abc.ABC):
                 ),
             )
         return call_id
+
+    def list_llm_calls(self, run_id: str) -> list[LlmCallRecord]:
+        _rows.check_strings(run_id=run_id)
+        columns = _cols("l", _rows.LLM_CALL_COLUMNS)
+        with self._tx(write=False) as cur:
+            rows = cur.all(
+                f"SELECT {columns} FROM llm_calls l WHERE l.run_id = ? "
+                f"ORDER BY {self._order('llm_calls', 'l')}, l.id",
+                (run_id,),
+            )
+        return [_rows.llm_call_from_row(r) for r in rows]
 
     def llm_totals(self, run_id: str) -> list[LlmTotals]:
         _rows.check_strings(run_id=run_id)

@@ -337,6 +337,10 @@ class KernelStore(abc.ABC):
     def add_llm_call(self, call: LlmCallIn) -> str: ...
 
     @abc.abstractmethod
+    def list_llm_calls(self, run_id: str) -> list[LlmCallRecord]:
+        """Every call of a run, oldest first."""
+
+    @abc.abstractmethod
     def llm_totals(self, run_id: str) -> list[LlmTotals]:
         """One row per role, sorted by role."""
 

@@ -33,6 +33,7 @@ from accelopt_mcp.store.base import (
     ExperienceRecord,
     KernelStore,
     LlmCallIn,
+    LlmCallRecord,
     LlmTotals,
     RankedSolution,
     RunRecord,
@@ -744,6 +745,20 @@ class SupabaseStore(KernelStore):
             on_missing_reference=lambda _: _rows.unknown_run(str(call.run_id)),
         )
         return call_id
+
+    def list_llm_calls(self, run_id: str) -> list[LlmCallRecord]:
+        _rows.check_strings(run_id=run_id)
+        rows = self._paged(
+            lambda: (
+                self._table("llm_calls")
+                .select(",".join(_rows.LLM_CALL_COLUMNS))
+                .eq("run_id", run_id)
+                .order("created_at")
+                .order("id")
+            ),
+            None,
+        )
+        return [_rows.llm_call_from_row(row) for row in rows]
 
     def llm_totals(self, run_id: str) -> list[LlmTotals]:
         _rows.check_strings(run_id=run_id)

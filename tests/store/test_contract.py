@@ -503,6 +503,15 @@ def test_llm_totals_per_role(seeded: KernelStore) -> None:
     assert planner.cost_usd == pytest.approx(0.015)
     assert (totals[0].calls, totals[0].tokens_in) == (1, 7)
     assert seeded.llm_totals("nothing") == []
+    listed = seeded.list_llm_calls("run-1")
+    assert [(c.role, c.model, c.tokens_in) for c in listed] == [
+        ("planner", "m", 100),
+        ("executor", "m", 7),
+        ("planner", "m2", 50),
+    ]
+    assert listed[1].ok is False and listed[1].error == "timeout"
+    assert {c.id for c in listed} < ids
+    assert seeded.list_llm_calls("nothing") == []
     with pytest.raises(UnknownReferenceError, match="no-run"):
         seeded.add_llm_call(LlmCallIn(run_id="no-run", role="planner", model="m"))
     seeded.add_llm_call(LlmCallIn(role="summarizer", model="m"))  # outside any run

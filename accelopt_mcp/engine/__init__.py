@@ -1,0 +1,1 @@
+"""The AccelOpt engine: planner, executor, summarizer, memory, beam search, jobs."""
