@@ -167,12 +167,12 @@ def export_(
 
 @app.command("import")
 def import_(
-    directory: Annotated[Path, typer.Argument(help="A FlashInfer-Trace directory.")],
+    directory: Annotated[
+        Path, typer.Argument(help="A FlashInfer-Trace directory (e.g. from `db export`).")
+    ],
     store: StoreOption = None,
 ) -> None:
-    """Load a FlashInfer-Trace directory (e.g. one written by `db export`) into the database."""
-    from accelopt_mcp.traceset import import_traceset
+    """Load a FlashInfer-Trace directory (or an NKIBench one: the format is detected)."""
+    from accelopt_mcp.cli.imports import import_into_store
 
-    with opened_store(store) as db:
-        counts = import_traceset(db, directory)
-    console.print(f"imported from {directory}: {counts.model_dump()}")
+    import_into_store(directory, store, "auto")

@@ -8,8 +8,18 @@ from typing import Annotated
 import typer
 
 from accelopt_mcp.cli.common import StoreOption, console, opened_store
+from accelopt_mcp.services import ImportFormat, import_directory
 
 app = typer.Typer(help="Load benchmark directories into the kernel database.", no_args_is_help=True)
+
+
+def import_into_store(directory: Path, store: str | None, fmt: ImportFormat) -> None:
+    """Shared by these commands and `accelopt db import` (which detects the format)."""
+    with opened_store(store) as db:
+        chosen, counts = import_directory(db, directory, fmt=fmt)
+    console.print(
+        f"imported {chosen} directory {directory}: {counts.model_dump(exclude_defaults=True)}"
+    )
 
 
 @app.command()
@@ -18,11 +28,7 @@ def nkibench(
     store: StoreOption = None,
 ) -> None:
     """Import every case of an NKIBench-layout directory: definitions, workloads, baselines."""
-    from accelopt_mcp.profiling import import_nkibench
-
-    with opened_store(store) as db:
-        counts = import_nkibench(db, directory)
-    console.print(f"imported from {directory}: {counts.model_dump(exclude_defaults=True)}")
+    import_into_store(directory, store, "nkibench")
 
 
 @app.command()
@@ -31,8 +37,4 @@ def flashinfer(
     store: StoreOption = None,
 ) -> None:
     """Import a FlashInfer-Trace directory (definitions, workloads, solutions, traces)."""
-    from accelopt_mcp.traceset import import_traceset
-
-    with opened_store(store) as db:
-        counts = import_traceset(db, directory)
-    console.print(f"imported from {directory}: {counts.model_dump(exclude_defaults=True)}")
+    import_into_store(directory, store, "flashinfer-trace")
