@@ -10,12 +10,13 @@ from accelopt_mcp.engine.checkpoint import IterationSummary
 def plot_best_latency(
     history: list[IterationSummary], initial_latency_ms: float | None, path: Path, title: str
 ) -> Path | None:
-    """Writes the plot; None when matplotlib is not installed (it is an optional extra)."""
+    """Writes the plot; None when matplotlib cannot be imported."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
     except ImportError:
         return None
     xs = [0] + [h.iteration for h in history]
@@ -24,6 +25,7 @@ def plot_best_latency(
     figure, axes = plt.subplots(figsize=(6, 3.5), dpi=120)
     if points:
         axes.plot([p[0] for p in points], [p[1] for p in points], marker="o")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("iteration (0 = initial kernel)")
     axes.set_ylabel("best latency (ms)")
     axes.set_title(title)
