@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.flashinfer_bench_copy import flashinfer_bench_site
 from tests.pg_server import PostgresServer
 
 
@@ -22,3 +24,9 @@ def pg_admin_dsn() -> Iterator[str]:
         yield dsn
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def fib_site() -> Path:
+    """Unpacked sources of flashinfer-bench 0.1.2 (fetched from PyPI once per machine)."""
+    return flashinfer_bench_site()

@@ -19,6 +19,7 @@ from accelopt_mcp.store.base import (
 from accelopt_mcp.store.postgres import PostgresStore
 from accelopt_mcp.store.sqlite import SqliteStore
 from accelopt_mcp.traceset import TraceSetError, export_traceset, import_traceset
+from tests.flashinfer_bench_copy import load_with_flashinfer_bench
 from tests.pg_server import create_database
 
 TRACESET = Path(__file__).parent / "data" / "fib_traceset"
@@ -144,9 +145,20 @@ def test_export_then_import_moves_everything_between_stores(
     assert pg_store.stats().counts == before
 
 
-def test_exported_files_are_in_flashinfer_layout(sqlite_store: SqliteStore, tmp_path: Path) -> None:
+def test_exported_files_are_in_flashinfer_layout(
+    sqlite_store: SqliteStore, tmp_path: Path, fib_site: Path
+) -> None:
     _fill_engine_records(sqlite_store)
     export_traceset(sqlite_store, tmp_path / "x")
+    # flashinfer-bench's own record classes read every file we wrote.
+    loaded = load_with_flashinfer_bench(fib_site, tmp_path / "x")
+    assert loaded["definitions"] == ["rmsnorm_h128"]
+    assert len(loaded["solutions"]) == 5 and len(loaded["workloads"]) == 3
+    assert sorted(t[2] for t in loaded["traces"]) == [
+        "INCORRECT_NUMERICAL",
+        "PASSED",
+        "RUNTIME_ERROR",
+    ]
     definition = json.loads((tmp_path / "x/definitions/rmsnorm/rmsnorm_h128.json").read_text())
     assert definition == json.loads(
         (TRACESET / "definitions/rmsnorm/rmsnorm_h128.json").read_text()

@@ -4,11 +4,7 @@ subprocess), status and result mapping. The real GPU run is skipped where CUDA i
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,10 +27,9 @@ from accelopt_mcp.models import (
     Solution,
     Trace,
 )
+from tests.flashinfer_bench_copy import load_with_flashinfer_bench
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "flashinfer"
-FIB_SITE = Path(os.environ.get("FLASHINFER_BENCH_SITE", "/tmp/fib/lib/python3.11/site-packages"))
-FIB_PYTHON = Path("/tmp/fib/bin/python")
 
 
 def example_task(batch_index: int = 0, roofline: Roofline | None = None) -> Task:
@@ -67,10 +62,11 @@ def test_availability_names_what_is_missing_on_this_host() -> None:
     assert str(raised.value) == availability.reason
 
 
-@pytest.mark.skipif(not FIB_PYTHON.exists(), reason="no flashinfer-bench copy at /tmp/fib")
-def test_interpreter_with_flashinfer_bench_but_no_torch_says_torch_is_missing() -> None:
-    # /tmp/fib holds flashinfer-bench 0.1.2 without torch: the probe runs there for real.
-    availability = FlashInferBackend(python=str(FIB_PYTHON)).availability()
+def test_interpreter_with_flashinfer_bench_but_no_torch_says_torch_is_missing(
+    fib_site: Path,
+) -> None:
+    # The child finds flashinfer-bench 0.1.2 (not torch) on its path: the probe runs for real.
+    availability = FlashInferBackend(extra_env={"PYTHONPATH": str(fib_site)}).availability()
     assert not availability.usable
     assert availability.reason == f"torch not installed: {INSTALL_HINT}"
 
@@ -100,55 +96,11 @@ def test_trace_set_layout_round_trips_through_our_models(tmp_path: Path) -> None
     assert Solution.model_validate_json(paths["solution"].read_text()) == solution
 
 
-_FIB_LOADER = """
-import json, sys, types
-from pathlib import Path
-
-site, root = Path(sys.argv[1]), Path(sys.argv[2])
-# flashinfer_bench/__init__.py and data/__init__.py import torch (for TraceSet's tensor blobs);
-# the record models themselves do not, so the packages are entered without their __init__.
-for name, path in (("flashinfer_bench", site / "flashinfer_bench"),
-                   ("flashinfer_bench.data", site / "flashinfer_bench" / "data")):
-    module = types.ModuleType(name)
-    module.__path__ = [str(path)]
-    sys.modules[name] = module
-from flashinfer_bench.data.definition import Definition
-from flashinfer_bench.data.json_utils import load_json_file, load_jsonl_file
-from flashinfer_bench.data.solution import Solution
-from flashinfer_bench.data.trace import Trace
-
-# The same walk as TraceSet.from_path.
-loaded = {
-    "definitions": [load_json_file(Definition, p).name
-                    for p in sorted((root / "definitions").rglob("*.json"))],
-    "solutions": [[s.name, s.definition, s.spec.language.value, s.spec.entry_point]
-                  for s in (load_json_file(Solution, p)
-                            for p in sorted((root / "solutions").rglob("*.json")))],
-    "workloads": [[t.definition, t.workload.uuid, t.workload.axes, t.is_workload_trace()]
-                  for p in sorted((root / "workloads").rglob("*.jsonl"))
-                  for t in load_jsonl_file(Trace, p)],
-}
-print(json.dumps(loaded))
-"""
-
-
-@pytest.mark.skipif(
-    not (FIB_SITE / "flashinfer_bench" / "data" / "definition.py").is_file(),
-    reason="flashinfer-bench 0.1.2 sources not found (set FLASHINFER_BENCH_SITE)",
-)
-def test_trace_set_layout_loads_in_flashinfer_bench(tmp_path: Path) -> None:
+def test_trace_set_layout_loads_in_flashinfer_bench(tmp_path: Path, fib_site: Path) -> None:
     task = example_task(0)
     for name in ("rmsnorm_h512_python_rows", "rmsnorm_h512_triton_rows"):
         write_trace_set(tmp_path, task, example_solution(name))
-    done = subprocess.run(
-        [sys.executable, "-c", _FIB_LOADER, str(FIB_SITE), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    loaded = json.loads(done.stdout)
+    loaded = load_with_flashinfer_bench(fib_site, tmp_path)
     assert loaded["definitions"] == ["rmsnorm_h512"]
     assert loaded["solutions"] == [
         ["rmsnorm_h512_python_rows", "rmsnorm_h512", "python", "main.py::run"],
@@ -184,12 +136,8 @@ def test_every_status_maps_and_unknown_ones_are_errors() -> None:
         map_status("SEGFAULT")
 
 
-@pytest.mark.skipif(
-    not (FIB_SITE / "flashinfer_bench" / "data" / "trace.py").is_file(),
-    reason="flashinfer-bench 0.1.2 sources not found (set FLASHINFER_BENCH_SITE)",
-)
-def test_our_statuses_are_exactly_flashinfer_benchs() -> None:
-    source = (FIB_SITE / "flashinfer_bench" / "data" / "trace.py").read_text()
+def test_our_statuses_are_exactly_flashinfer_benchs(fib_site: Path) -> None:
+    source = (fib_site / "flashinfer_bench" / "data" / "trace.py").read_text()
     enum_body = source.split("class EvaluationStatus")[1].split("\nclass ")[0]
     theirs = {
         line.split("=")[0].strip()
