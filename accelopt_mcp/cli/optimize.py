@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from accelopt_mcp.cli.common import StoreOption, console, fail, opened_store
-from accelopt_mcp.engine.beam import BeamSearch, InitialKernelFailed
+from accelopt_mcp.engine.beam import BeamSearch, InitialKernelFailed, RunBusy
 from accelopt_mcp.engine.config import OptimizeConfig
 from accelopt_mcp.engine.events import EngineEvent
 from accelopt_mcp.engine.presets import PRESETS, load_preset
@@ -184,7 +184,7 @@ def _drive(db: KernelStore, run_id: str, output_dir: Path, quiet: bool) -> None:
             with Live(display.render(), console=console, refresh_per_second=4) as live:
                 display.live = live
                 run = asyncio.run(engine.run_with_signals())
-    except InitialKernelFailed as exc:
+    except (InitialKernelFailed, RunBusy) as exc:
         fail(str(exc))
     except LlmConfigError as exc:
         fail(str(exc))

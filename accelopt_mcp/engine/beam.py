@@ -12,6 +12,8 @@ attempt, so `resume` after a crash redoes only what never finished.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import logging
 import os
 import random
@@ -42,7 +44,7 @@ from accelopt_mcp.engine.prompts import (
     planner_messages,
     summarizer_messages,
 )
-from accelopt_mcp.engine.runs import load_run, process_start_token, run_progress
+from accelopt_mcp.engine.runs import load_run, process_start_token, run_progress, worker_alive
 from accelopt_mcp.engine.selection import (
     LLM_FAILED,
     NO_CODE,
@@ -80,6 +82,10 @@ T = TypeVar("T")
 
 class InitialKernelFailed(RuntimeError):
     """The starting kernel does not pass its own task; there is nothing to optimize from."""
+
+
+class RunBusy(RuntimeError):
+    """Another live process is already running this run; this one leaves it alone."""
 
 
 def make_pool(backend: str, workers: int | None) -> DevicePool:
@@ -148,9 +154,43 @@ class BeamSearch:
     # ------------------------------------------------------------------ the run
 
     async def run(self) -> RunRecord:
+        with self._claim():
+            return await self._run()
+
+    @contextlib.contextmanager
+    def _claim(self) -> Any:
+        """Hold an exclusive lock on <output_dir>/<run>/worker.lock for the whole run, so two
+        processes (e.g. two job managers resuming the same interrupted run) never run it at once.
+        Raises RunBusy, touching nothing, when another process holds it."""
+        if self.output_dir is None:
+            yield
+            return
+        folder = Path(self.output_dir) / self.run_id
+        folder.mkdir(parents=True, exist_ok=True)
+        with (folder / "worker.lock").open("a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise RunBusy(
+                    f"run {self.run_id} is already being run by another process "
+                    f"(it holds {folder / 'worker.lock'}); wait for it or cancel it"
+                ) from None
+            yield
+
+    async def _run(self) -> RunRecord:
         run, self.spec, self.cp = await self._db(load_run, self.store, self.run_id)
         if run.status == "completed":
             return run
+        if (
+            run.status in ("running", "pending")
+            and self.cp.worker_pid != os.getpid()
+            and worker_alive(self.cp)
+        ):
+            # Its worker wrote elsewhere (another output dir or host) but is still at work.
+            raise RunBusy(
+                f"run {self.run_id} is still being run by process {self.cp.worker_pid} "
+                f"({(self.cp.worker_host or '').partition('|')[0]}); wait for it or cancel it"
+            )
         cfg = self.spec.optimize
         self.cfg = cfg
         self.task = self.spec.task

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import time
@@ -20,8 +21,10 @@ from accelopt_mcp.engine.jobs import (
     OptimizeRequest,
     ProgressEvent,
 )
-from accelopt_mcp.engine.runs import load_run
+from accelopt_mcp.engine.runs import load_run, prepare_run
+from accelopt_mcp.engine.worker import events_path
 from accelopt_mcp.store.postgres import PostgresStore
+from accelopt_mcp.tasks.loader import load_solution, load_task
 from tests.engine.conftest import FAST_BENCH, KERNEL_PATH, TASK_PATH, build_script, models_config
 from tests.llm_standin.process import StandinProcess
 from tests.pg_server import create_database
@@ -141,3 +144,44 @@ def test_cancel_and_resume_interrupted(
         assert restarted.status(doomed).state == "cancelled"
     finally:
         restarted.close()
+
+
+def test_two_managers_resuming_one_run_run_it_once(
+    start_standin: StartStandin, llm_key: str, tmp_path: Path
+) -> None:
+    # Two MCP servers started at once on one database both find the same interrupted run.
+    standin = start_standin(build_script(faults=False, latency_s=0.2))
+    models = models_config(standin.base_url, tmp_path / "models.json")
+    db = str(tmp_path / "kernels.db")
+    out = tmp_path / "out"
+    first = JobManager(db, output_dir=out)
+    second = JobManager(db, output_dir=out)
+    try:
+        request = _request(models)
+        task = load_task(Path(request.task_path))
+        run_id = prepare_run(
+            first.store,
+            task,
+            load_solution(Path(str(request.kernel_path)), task),
+            request.optimize_config(),
+            request=request.model_dump(mode="json"),
+        )
+        assert first.status(run_id).state == "interrupted"
+        assert first.resume_interrupted() == [run_id]
+        assert second.resume_interrupted() == [run_id]
+        final = asyncio.run(first.wait(run_id, timeout_s=120))
+        assert final.state == "completed", final.error
+        # The other worker found the run taken and left it alone.
+        log = out / run_id / "worker.log"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "already being run" not in log.read_text():
+            time.sleep(0.1)
+        assert "already being run" in log.read_text()
+        events = [json.loads(line) for line in events_path(out, run_id).read_text().splitlines()]
+        assert [e["kind"] for e in events].count("run_started") == 1
+        experiences = first.store.recent_experiences(run_id=run_id, limit=1000)
+        assert len(experiences) <= request.topk * request.iterations
+        assert first.status(run_id).state == "completed"
+    finally:
+        first.close()
+        second.close()
