@@ -12,7 +12,9 @@ them in `preexec_fn` is unsafe when the caller has threads (the device pool does
 
 Fork bombs: RLIMIT_NPROC does not bind root, so where the cgroup-v1 `pids` controller is
 writable (root in a container) each run also gets its own pids cgroup with `pids.max`; the cgroup
-also finds descendants that left the process group, so they are killed at the end too.
+also finds descendants that left the process group, so they are killed at the end too. Without
+that cgroup (cgroup v2 hosts, or not root) such descendants are found by a per-run marker
+variable in their environment, which every process the child starts inherits.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ _SECRET_NAME = re.compile(
     r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|DSN|CREDENTIAL|COOKIE|AUTH|PRIVATE)",
     re.IGNORECASE,
 )
+# Set to a fresh token in each child's environment: finds its descendants without a cgroup.
+_RUN_MARKER = "ACCELOPT_SANDBOX_RUN"
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 _MEMORY_MARKERS = (
@@ -247,12 +251,31 @@ class _PidsCgroup:
                 time.sleep(0.01)
 
 
-def _kill_everything(pgid: int, cgroup: _PidsCgroup) -> None:
-    """SIGKILL the child's process group and everything in its cgroup, until nothing is left."""
+def _marked_pids(marker: bytes) -> list[int]:
+    """Live processes whose environment holds `marker` (NAME=token): the child's descendants,
+    wherever they moved (another session, reparented to init). Zombies show no environment."""
+    own = os.getpid()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == own:
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:
+            continue
+        if marker in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def _kill_everything(pgid: int, cgroup: _PidsCgroup, marker: bytes) -> None:
+    """SIGKILL the child's process group and everything in its cgroup (without one: every
+    process carrying the run's marker), until nothing is left."""
     for _ in range(200):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
-        remaining = cgroup.pids()
+        remaining = cgroup.pids() if cgroup.path is not None else _marked_pids(marker)
         for pid in remaining:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
@@ -321,12 +344,15 @@ def run_sandboxed(
         "cpus": sorted(cpus) if cpus else None,
         "argv": list(argv),
     }
+    child_env = sandbox_environment(work_dir, env, cpus)
+    child_env[_RUN_MARKER] = uuid.uuid4().hex
+    marker = f"{_RUN_MARKER}={child_env[_RUN_MARKER]}".encode()
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
             [sys.executable, "-I", "-S", "-c", _LAUNCHER, json.dumps(launcher_cfg)],
             cwd=work_dir,
-            env=sandbox_environment(work_dir, env, cpus),
+            env=child_env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -361,7 +387,7 @@ def run_sandboxed(
     timed_out = not exited.wait(timeout_s)
     wall_s = time.monotonic() - started
     try:
-        _kill_everything(proc.pid, cgroup)
+        _kill_everything(proc.pid, cgroup, marker)
         exited.wait()
         # Nothing else will ever wait for this pid: tell Popen so it does not try.
         proc.returncode = -1

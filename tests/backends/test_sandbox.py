@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -148,3 +150,73 @@ def test_missing_program_is_a_launcher_failure_not_an_exception() -> None:
     result = run_sandboxed(["/nonexistent/program"], timeout_s=5, memory_limit_mb=256)
     assert result.returncode == 125
     assert "sandbox launcher failed" in result.stderr
+
+
+# A grandchild that leaves the process group (setsid) and closes its descriptors, as a daemon
+# does. The sandbox prints the daemon's pid and how the run ended.
+_DAEMON_RUN = r"""
+import sys
+from accelopt_mcp.backends.sandbox import run_sandboxed
+
+code = '''
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        sys.stdout.write(str(os.getpid()) + "\\n")
+        sys.stdout.flush()
+        for fd in range(1024):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        time.sleep(120)
+    os._exit(0)
+time.sleep(float(sys.argv[1]))
+'''
+result = run_sandboxed(
+    [sys.executable, "-c", code, sys.argv[1]], timeout_s=1.5, memory_limit_mb=1024
+)
+print(result.stdout.split()[0], result.timed_out, flush=True)
+"""
+
+
+@pytest.mark.parametrize("child_sleeps_s", [0.5, 30.0], ids=["exits", "times-out"])
+def test_daemonized_grandchild_dies_without_a_pids_cgroup(child_sleeps_s: float) -> None:
+    """Hosts without a writable cgroup-v1 `pids` hierarchy (cgroup v2, or not root) still get
+    every descendant killed, including one that left the process group. Simulated here with a
+    private mount namespace in which /sys/fs/cgroup/pids is an empty tmpfs."""
+    cgroup_root = Path("/sys/fs/cgroup/pids")
+    if os.geteuid() != 0 or not cgroup_root.is_dir():
+        pytest.skip("needs root and a cgroup-v1 pids hierarchy to hide")
+    hide_cgroup = f'mount -t tmpfs none {cgroup_root} && exec "$0" -c "$1" "$2"'
+    try:
+        done = subprocess.run(
+            [
+                "unshare",
+                "-m",
+                "sh",
+                "-c",
+                hide_cgroup,
+                sys.executable,
+                _DAEMON_RUN,
+                str(child_sleeps_s),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+    except FileNotFoundError:
+        pytest.skip("unshare is not installed")
+    if done.returncode != 0 and "mount" in done.stderr + done.stdout:
+        pytest.skip(f"cannot make a private mount namespace here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    pid, timed_out = done.stdout.split()
+    assert timed_out == str(child_sleeps_s > 1.5)
+    daemon = int(pid)
+    try:
+        assert wait_until_dead(daemon), "the daemonized grandchild outlived the sandbox run"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(daemon, signal.SIGKILL)
