@@ -58,12 +58,22 @@ _MEMORY_MARKERS = (
     "OutOfMemory",
 )
 
-# Runs with `python -I -S -c`: no site, no user code. Applies the limits, joins the cgroup,
-# then becomes the real command. Any failure here is reported on stderr with exit code 125.
+# Runs with `python -I -S -c`: no site, no user code. Asks for SIGKILL when the thread that
+# started it dies (a server or worker killed mid-run can no longer enforce the timeout), applies
+# the limits, joins the cgroup, then becomes the real command. Any failure here is reported on
+# stderr with exit code 125.
 _LAUNCHER = r"""
 import json, os, resource, sys
 cfg = json.loads(sys.argv[1])
 try:
+    try:
+        import ctypes
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, 9)
+    except (ImportError, OSError, AttributeError):
+        pass
+    if os.getppid() != cfg["parent"]:
+        os._exit(125)  # the caller died before the request above took effect
     if cfg["cgroup_procs"]:
         with open(cfg["cgroup_procs"], "w") as f:
             f.write(str(os.getpid()))
@@ -339,6 +349,7 @@ def run_sandboxed(
         # Counted per user, so leave room for the caller's own processes of the same user.
         limits["RLIMIT_NPROC"] = max_processes + len(os.listdir("/proc"))
     launcher_cfg = {
+        "parent": os.getpid(),
         "cgroup_procs": cgroup.procs_file,
         "limits": limits,
         "cpus": sorted(cpus) if cpus else None,

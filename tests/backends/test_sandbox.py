@@ -220,3 +220,35 @@ def test_daemonized_grandchild_dies_without_a_pids_cgroup(child_sleeps_s: float)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(daemon, signal.SIGKILL)
+
+
+def test_a_running_kernel_dies_with_the_process_that_profiles_it(tmp_path: Path) -> None:
+    """A server or job worker killed mid-profile (SIGKILL, OOM killer) cannot enforce the
+    timeout any more; its kernel must not spin on a core for ever."""
+    pid_file = tmp_path / "kernel.pid"
+    kernel = f"import os\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\nwhile True: pass\n"
+    profiler = (
+        "import sys\n"
+        "from accelopt_mcp.backends.sandbox import run_sandboxed\n"
+        "run_sandboxed([sys.executable, '-c', sys.argv[1]], timeout_s=600, memory_limit_mb=512)\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", profiler, kernel], cwd=Path(__file__).resolve().parents[2]
+    )
+    kernel_pid = None
+    try:
+        deadline = time.monotonic() + 30
+        while kernel_pid is None and time.monotonic() < deadline:
+            text = pid_file.read_text() if pid_file.exists() else ""
+            kernel_pid = int(text) if text else None
+            time.sleep(0.05)
+        assert kernel_pid is not None, "the kernel never started"
+        process.kill()
+        process.wait(timeout=10)
+        assert wait_until_dead(kernel_pid, within_s=5), "the kernel outlived its profiler"
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+        if kernel_pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(kernel_pid, signal.SIGKILL)
