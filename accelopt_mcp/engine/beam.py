@@ -84,7 +84,11 @@ class InitialKernelFailed(RuntimeError):
     """The starting kernel does not pass its own task; there is nothing to optimize from."""
 
 
-class RunBusy(RuntimeError):
+class RunNotRunnable(RuntimeError):
+    """This process must leave the run alone; nothing was written to it."""
+
+
+class RunBusy(RunNotRunnable):
     """Another live process is already running this run; this one leaves it alone."""
 
 
@@ -111,13 +115,17 @@ class BeamSearch:
         output_dir: Path | None = None,
         pool: DevicePool | None = None,
         role_configs: RoleConfigs | None = None,
+        statuses: frozenset[str] | None = None,
     ) -> None:
+        """statuses: run only a run in one of these states (checked under the run's lock), else
+        raise RunNotRunnable; None: any run not yet completed."""
         self.store = store
         self.run_id = run_id
         self.on_event = on_event
         self.output_dir = output_dir
         self._given_pool = pool
         self._role_configs = role_configs
+        self._statuses = statuses
         self._stop: tuple[str, str] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._save_lock = asyncio.Lock()
@@ -179,6 +187,10 @@ class BeamSearch:
 
     async def _run(self) -> RunRecord:
         run, self.spec, self.cp = await self._db(load_run, self.store, self.run_id)
+        if self._statuses is not None and run.status not in self._statuses:
+            raise RunNotRunnable(
+                f"run {self.run_id} is {run.status}, not {' or '.join(sorted(self._statuses))}"
+            )
         if run.status == "completed":
             return run
         if (

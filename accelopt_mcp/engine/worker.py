@@ -14,7 +14,7 @@ import logging
 import sys
 from pathlib import Path
 
-from accelopt_mcp.engine.beam import BeamSearch
+from accelopt_mcp.engine.beam import BeamSearch, RunNotRunnable
 from accelopt_mcp.engine.events import EngineEvent
 from accelopt_mcp.engine.runs import default_output_dir
 from accelopt_mcp.store import open_store
@@ -44,9 +44,21 @@ class EventLog:
 async def run_worker(run_id: str, output_dir: Path) -> int:
     store = open_store(None)
     log = EventLog(events_path(output_dir, run_id))
-    engine = BeamSearch(store, run_id, on_event=log, output_dir=output_dir)
+    # A job's worker is started for a new or interrupted run. By the time it holds the run's lock
+    # the run may have ended (cancelled from another server, finished by another worker): then
+    # it is left as it is.
+    engine = BeamSearch(
+        store,
+        run_id,
+        on_event=log,
+        output_dir=output_dir,
+        statuses=frozenset({"pending", "running"}),
+    )
     try:
         run = await engine.run_with_signals()
+    except RunNotRunnable as exc:
+        print(f"run {run_id} left alone: {exc}", file=sys.stderr)
+        return 0
     except Exception as exc:
         print(f"run {run_id} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

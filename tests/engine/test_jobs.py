@@ -185,3 +185,34 @@ def test_two_managers_resuming_one_run_run_it_once(
     finally:
         first.close()
         second.close()
+
+
+def test_a_job_cancelled_by_another_manager_is_not_run_later(
+    start_standin: StartStandin, llm_key: str, tmp_path: Path
+) -> None:
+    # Server A queues a job behind a running one; server B, on the same database, cancels it.
+    standin = start_standin(build_script(faults=False, latency_s=0.3))
+    models = models_config(standin.base_url, tmp_path / "models.json")
+    db = str(tmp_path / "kernels.db")
+    out = tmp_path / "out"
+    first = JobManager(db, output_dir=out, max_parallel_jobs=1)
+    second = JobManager(db, output_dir=out)
+    try:
+        busy = first.start(_request(models, iterations=5))
+        queued = first.start(_request(models, iterations=1))
+        assert second.cancel(queued).state == "cancelled"
+        assert first.cancel(busy).state == "cancelled"  # frees the slot the queued job waited for
+        log = out / queued / "worker.log"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "left alone" not in (
+            log.read_text() if log.exists() else ""
+        ):
+            time.sleep(0.1)
+        assert "left alone" in log.read_text()
+        assert first.status(queued).state == "cancelled"
+        run, _, checkpoint = load_run(first.store, queued)
+        assert checkpoint.initial is None and not checkpoint.slots
+        assert run.error == "cancelled on request"
+    finally:
+        first.close()
+        second.close()
