@@ -218,7 +218,8 @@ class _PidsCgroup:
             _PIDS_CGROUP_ROOT, os.W_OK
         ):
             return
-        path = _PIDS_CGROUP_ROOT / f"accelopt-sandbox-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        _remove_stale_cgroups()
+        path = _PIDS_CGROUP_ROOT / f"{_cgroup_prefix()}{os.getpid()}-{uuid.uuid4().hex[:12]}"
         try:
             path.mkdir()
             if max_processes is not None:
@@ -277,6 +278,40 @@ def _marked_pids(marker: bytes) -> list[int]:
         if marker in environ.split(b"\0"):
             found.append(int(entry.name))
     return found
+
+
+def _cgroup_prefix() -> str:
+    """Names of per-run groups start with this, then the owner's pid. The pid namespace is in
+    it so that a sweep never takes another namespace's (unknown to our /proc) for stale."""
+    try:
+        namespace = "".join(filter(str.isdigit, os.readlink("/proc/self/ns/pid")))
+    except OSError:
+        namespace = "0"
+    return f"accelopt-sandbox-{namespace}-"
+
+
+def _remove_stale_cgroups() -> None:
+    """Per-run groups whose owner died mid-run (a killed server or job worker): kill what is
+    still inside (the kernel's descendants) and remove the group once it is empty."""
+    prefix = _cgroup_prefix()
+    try:
+        stale = [
+            path
+            for path in _PIDS_CGROUP_ROOT.glob(f"{prefix}*")
+            if not Path(f"/proc/{path.name.removeprefix(prefix).split('-')[0]}").exists()
+        ]
+    except OSError:
+        return
+    for path in stale:
+        try:
+            pids = [int(p) for p in (path / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            continue
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            path.rmdir()
 
 
 def _kill_everything(pgid: int, cgroup: _PidsCgroup, marker: bytes) -> None:

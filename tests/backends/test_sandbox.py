@@ -252,3 +252,50 @@ def test_a_running_kernel_dies_with_the_process_that_profiles_it(tmp_path: Path)
         if kernel_pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(kernel_pid, signal.SIGKILL)
+
+
+def test_what_a_killed_profiler_left_is_cleaned_up_by_the_next_run(tmp_path: Path) -> None:
+    """A profiler killed mid-run leaves its per-run pids cgroup, and any grandchild of the
+    kernel inside it; the next sandboxed run on the host kills those and removes the group."""
+    cgroup_root = Path("/sys/fs/cgroup/pids")
+    if not (cgroup_root / "cgroup.procs").exists() or not os.access(cgroup_root, os.W_OK):
+        pytest.skip("no writable cgroup-v1 pids hierarchy here")
+    pid_file = tmp_path / "grandchild.pid"
+    kernel = (
+        "import os, subprocess, sys, time\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+        "time.sleep(120)\n"
+    )
+    profiler = (
+        "import sys\n"
+        "from accelopt_mcp.backends.sandbox import run_sandboxed\n"
+        "run_sandboxed([sys.executable, '-c', sys.argv[1]], timeout_s=600, memory_limit_mb=512)\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", profiler, kernel], cwd=Path(__file__).resolve().parents[2]
+    )
+    grandchild = None
+    try:
+        deadline = time.monotonic() + 30
+        while grandchild is None and time.monotonic() < deadline:
+            text = pid_file.read_text() if pid_file.exists() else ""
+            grandchild = int(text) if text else None
+            time.sleep(0.05)
+        assert grandchild is not None, "the kernel never started its grandchild"
+        left = list(cgroup_root.glob(f"accelopt-sandbox-*-{process.pid}-*"))
+        assert left, "the profiler made no cgroup"
+        process.kill()
+        process.wait(timeout=10)
+        assert run_code("pass").ok
+        assert wait_until_dead(grandchild), "the killed run's grandchild is still running"
+        deadline = time.monotonic() + 5
+        while any(path.exists() for path in left) and time.monotonic() < deadline:
+            run_code("pass")
+        assert not any(path.exists() for path in left), "the killed run's cgroup stayed"
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+        if grandchild is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(grandchild, signal.SIGKILL)
