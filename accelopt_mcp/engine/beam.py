@@ -162,6 +162,7 @@ class BeamSearch:
     # ------------------------------------------------------------------ the run
 
     async def run(self) -> RunRecord:
+        await self._db(load_run, self.store, self.run_id)  # a stored run, before its folder
         with self._claim():
             return await self._run()
 

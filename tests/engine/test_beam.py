@@ -15,7 +15,7 @@ from accelopt_mcp.backends.base import Task
 from accelopt_mcp.engine.beam import BeamSearch
 from accelopt_mcp.engine.checkpoint import Checkpoint
 from accelopt_mcp.engine.memory import OptimizationMemory
-from accelopt_mcp.engine.runs import change_settings, load_run, prepare_run
+from accelopt_mcp.engine.runs import RunNotFound, change_settings, load_run, prepare_run
 from accelopt_mcp.hashing import benchmark_config_hash
 from accelopt_mcp.llm import LlmConfigError
 from accelopt_mcp.models import Solution
@@ -229,3 +229,11 @@ def test_unusable_settings_fail_the_run_with_the_reason(
     run, _, _ = load_run(store, run_id)
     assert run.status == "failed"
     assert run.error and "missing-models.json does not exist" in run.error
+
+
+def test_unknown_run_id_creates_nothing(store: KernelStore, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with pytest.raises(RunNotFound, match="no run"):
+        asyncio.run(BeamSearch(store, "../../escaped", output_dir=out / "a" / "b").run())
+    assert not (tmp_path / "escaped").exists()
+    assert not out.exists()
