@@ -90,7 +90,7 @@ def parse_json_list(text: str) -> list[Any]:
     for candidate in candidates:
         try:
             value = json.loads(candidate)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # nesting beyond Python's stack
             continue
         found = _as_list(value)
         if found is not None:
@@ -124,7 +124,7 @@ def _longest_embedded_list(text: str) -> list[Any] | None:
     for match in re.finditer(r"[\[{]", text):
         try:
             value, end = decoder.raw_decode(text, match.start())
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             continue
         found = _as_list(value)
         span = end - match.start()

@@ -68,3 +68,21 @@ def test_plan_objects_survive_parsing() -> None:
 def test_no_list_is_a_malformed_reply(reply: str) -> None:
     with pytest.raises(MalformedReply, match="no JSON list in the reply"):
         parse_json_list(reply)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    ["[" * 5000, "Plans:\n```json\n" + "[" * 5000 + "\n```", '["tile", ' + "[" * 5000],
+)
+def test_runaway_nesting_is_a_malformed_reply_not_a_recursion_error(reply: str) -> None:
+    """A degenerate generation ("[[[[..." repeated) is a bad reply to ask again for, not an
+    exception that ends the run."""
+    with pytest.raises(MalformedReply, match="no JSON list in the reply"):
+        parse_json_list(reply)
+
+
+def test_a_list_after_runaway_nesting_is_still_found() -> None:
+    assert parse_json_list("[" * 5000 + '\nsorry, the plans: ["tile", "unroll"]') == [
+        "tile",
+        "unroll",
+    ]
