@@ -14,9 +14,10 @@ _MAX_ERROR_CHARS = 500
 
 _PATTERNS = (
     re.compile(r"(?i)(bearer\s+)[^\s'\",}]+"),
+    re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?basic\s+)[^\s'\",}]+"),
     re.compile(r"\bsk-[A-Za-z0-9_\-*]{6,}"),
     re.compile(r"(?i)(api[_-]?key['\"]?\s*[:=]\s*['\"]?)[^\s'\",}]+"),
-    re.compile(r"(://)[^/\s:@]+:[^/\s@]+(?=@)"),
+    re.compile(r"(://)[^/\s:@]*:[^/\s@]+(?=@)"),
 )
 
 

@@ -21,3 +21,15 @@ def test_short_error_is_one_bounded_line() -> None:
     text = "line one\nline two " + "x" * 2000
     short = short_error(text)
     assert "\n" not in short and len(short) == 500 and short.endswith("...")
+
+
+def test_password_without_user_and_basic_credentials_are_scrubbed() -> None:
+    """A proxy's URL with only a password (`https://:pw@host`), and the Basic header httpx
+    builds from a URL's user:password, echoed back in an error body."""
+    text = (
+        "proxy https://:hunter2pw@gw.example/v1 said 401 for Authorization: Basic "
+        "Ym9iOmh1bnRlcjJwdw=="
+    )
+    cleaned = redact(text)
+    assert "hunter2pw" not in cleaned and "Ym9iOmh1bnRlcjJwdw" not in cleaned
+    assert "gw.example/v1 said 401" in cleaned
