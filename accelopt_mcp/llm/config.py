@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 ROLES: tuple[str, ...] = ("planner", "executor", "summarizer")
@@ -30,7 +30,8 @@ class LlmConfigError(ValueError):
 class ModelConfig(BaseModel):
     """How one role talks to its model."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # base_url may hold a user:password, so a validation error never repeats a value.
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
     base_url: str | None = None
     """None: the OPENAI_BASE_URL environment variable, else OpenAI's public endpoint."""
@@ -53,6 +54,25 @@ class ModelConfig(BaseModel):
     retry_base_s: float = Field(default=1.0, ge=0)
     retry_max_s: float = Field(default=60.0, ge=0)
     concurrency: int = Field(default=8, ge=1)
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_base_url(cls, value: str | None) -> str | None:
+        # The message never repeats the URL: it may hold a user:password.
+        if value is None:
+            return value
+        try:
+            parsed = urlparse(value)
+            usable = parsed.scheme in ("http", "https") and bool(parsed.hostname)
+            _ = parsed.port  # raises ValueError for a port that is not 0-65535
+        except ValueError:
+            usable = False
+        if not usable:
+            raise ValueError(
+                "must be an http:// or https:// URL with a host and, if any, a port of 0-65535 "
+                "(e.g. https://api.openai.com/v1 or http://127.0.0.1:8000/v1)"
+            )
+        return value
 
     def resolved_base_url(self) -> str:
         return self.base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_DEFAULT_BASE_URL

@@ -136,3 +136,24 @@ def test_price_table_matches_dated_names_by_longest_prefix() -> None:
     assert table.cost("gpt-x-mini-2025-04-14", 1_000_000, 1_000_000) == pytest.approx(0.3)
     assert table.cost("gpt-x-2025", 1_000_000, 0) == pytest.approx(1.0)
     assert table.cost("openai/gpt-oss-120b", 10**9, 10**9) == 0.0
+
+
+@pytest.mark.parametrize(
+    "base_url",
+    [
+        "http://bob:hunter2pw@127.0.0.1:99999/v1",
+        "http://bob:hunter2pw@[::1/v1",
+        "ftp://bob:hunter2pw@llm.example/v1",
+        "bob:hunter2pw@llm.example/v1",
+    ],
+)
+def test_an_unusable_base_url_is_refused_at_load_without_echoing_it(
+    tmp_path: Path, base_url: str
+) -> None:
+    """Otherwise the first call dies with an OverflowError or InvalidURL from deep inside the
+    HTTP stack, with no ledger row and no hint of the config field at fault."""
+    path = tmp_path / "models.json"
+    path.write_text(json.dumps({"default": {"base_url": base_url}}))
+    with pytest.raises(LlmConfigError, match="base_url") as caught:
+        load_role_configs(path)
+    assert "hunter2pw" not in str(caught.value)
