@@ -86,19 +86,36 @@ def select_pairs(
     negative_threshold: float,
 ) -> list[Pair]:
     """Up to topk // 2 positive pairs (speedup >= positive_threshold, best first), the rest of
-    the topk slots filled with negative pairs (speedup <= negative_threshold, worst first)."""
+    the topk slots filled with negative pairs (speedup <= negative_threshold, worst first).
+    Plans whose representatives are the same stored kernel of the same parent give one pair."""
     representatives = plan_representatives(attempts)
-    positives = sorted(
-        (a for a in representatives if (a.speedup or 0.0) >= positive_threshold),
-        key=lambda a: (-(a.speedup or 0.0), a.key),
+    positives = _distinct(
+        sorted(
+            (a for a in representatives if (a.speedup or 0.0) >= positive_threshold),
+            key=lambda a: (-(a.speedup or 0.0), a.key),
+        )
     )[: topk // 2]
-    negatives = sorted(
-        (a for a in representatives if (a.speedup or 0.0) <= negative_threshold),
-        key=lambda a: (a.speedup or 0.0, a.key),
+    negatives = _distinct(
+        sorted(
+            (a for a in representatives if (a.speedup or 0.0) <= negative_threshold),
+            key=lambda a: (a.speedup or 0.0, a.key),
+        )
     )[: max(0, topk - len(positives))]
     return [Pair(attempt=a, speedup=a.speedup or 0.0, positive=True) for a in positives] + [
         Pair(attempt=a, speedup=a.speedup or 0.0, positive=False) for a in negatives
     ]
+
+
+def _distinct(attempts: list[AttemptRecord]) -> list[AttemptRecord]:
+    """The first attempt of each (parent, kernel) pair, in order."""
+    seen: set[tuple[str, str | None]] = set()
+    kept = []
+    for attempt in attempts:
+        pair = (attempt.parent_id, attempt.solution_id)
+        if pair not in seen:
+            seen.add(pair)
+            kept.append(attempt)
+    return kept
 
 
 class BeamEntry(BaseModel):

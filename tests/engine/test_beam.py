@@ -136,6 +136,8 @@ def test_full_loop_invariants(
     for iteration in (1, 2, 3):
         of_iteration = [item for item in items if item.iteration == iteration]
         assert len(of_iteration) <= config.topk
+        pairs = [(item.slow_solution_id, item.fast_solution_id) for item in of_iteration]
+        assert len(pairs) == len(set(pairs)), "one slow -> fast pair summarized twice"
         positives = 0
         for item in of_iteration:
             slot = slots_by_solution.get((item.slow_solution_id, item.fast_solution_id))

@@ -82,3 +82,23 @@ def test_next_beam_dedups_by_hash_and_branch() -> None:
     assert [e.latency_ms for e in beam] == [2.0, 5.0, 6.0]
     assert len({e.branch for e in beam}) == 3
     assert [e.solution_id for e in next_beam(old, [], width=2)] == ["old"]
+
+
+def test_a_pair_found_by_two_plans_is_summarized_once() -> None:
+    # Two plans of one parent whose best attempts wrote the same kernel (one stored solution):
+    # one slow -> fast pair, so one memory item, and the free slot goes to the next pair.
+    same = attempt(0, 0, 2.0)
+    twin = same.model_copy(update={"plan_index": 1})
+    worse = attempt(1, 1, 30.0).model_copy(update={"plan_index": 2})
+    slowest = attempt(3, 0, 40.0)
+    again = slowest.model_copy(update={"plan_index": 4})
+    other = attempt(5, 0, 4.0)
+    pairs = select_pairs(
+        [same, twin, worse, slowest, again, other],
+        topk=4,
+        positive_threshold=1.04,
+        negative_threshold=0.87,
+    )
+    ids = [(p.attempt.parent_id, p.attempt.solution_id) for p in pairs]
+    assert len(ids) == len(set(ids)) == 4
+    assert [p.speedup for p in pairs] == [5.0, 2.5, 0.25, 10.0 / 30.0]
