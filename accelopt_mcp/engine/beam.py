@@ -536,14 +536,22 @@ class BeamSearch:
         existing = await self._db(self.memory.items_of_iteration, iteration)
         done = {(item.slow_solution_id, item.fast_solution_id) for item in existing}
 
-        async def one(pair: Pair) -> int:
+        def slow_fast(pair: Pair) -> tuple[str, str]:
             attempt = pair.attempt
             assert attempt.solution_id is not None
             if pair.speedup >= 1.0:
-                slow_id, fast_id = attempt.parent_id, attempt.solution_id
-            else:
-                slow_id, fast_id = attempt.solution_id, attempt.parent_id
-            if (slow_id, fast_id) in done or self._stop is not None:
+                return attempt.parent_id, attempt.solution_id
+            return attempt.solution_id, attempt.parent_id
+
+        # A resumed iteration may select other pairs than before the stop (its LLM_FAILED
+        # attempts were tried again); what it already stored still counts against TopK.
+        todo = [pair for pair in pairs if slow_fast(pair) not in done]
+        todo = todo[: max(0, self.cfg.topk - len(done))]
+
+        async def one(pair: Pair) -> int:
+            attempt = pair.attempt
+            slow_id, fast_id = slow_fast(pair)
+            if self._stop is not None:
                 return 0
             slow, fast = await self._solution(slow_id), await self._solution(fast_id)
             factor = max(pair.speedup, 1.0 / pair.speedup)
@@ -574,7 +582,7 @@ class BeamSearch:
             self._emit("experience_added", iteration, f"memory item: {summary.title}")
             return 1
 
-        tasks = [self._spawn(one(pair)) for pair in pairs]
+        tasks = [self._spawn(one(pair)) for pair in todo]
         results = await asyncio.gather(*tasks, return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):

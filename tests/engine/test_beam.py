@@ -13,13 +13,14 @@ import pytest
 
 from accelopt_mcp.backends.base import Task
 from accelopt_mcp.engine.beam import BeamSearch
-from accelopt_mcp.engine.checkpoint import Checkpoint
+from accelopt_mcp.engine.checkpoint import Checkpoint, run_config
 from accelopt_mcp.engine.memory import OptimizationMemory
 from accelopt_mcp.engine.runs import RunNotFound, change_settings, load_run, prepare_run
 from accelopt_mcp.hashing import benchmark_config_hash
 from accelopt_mcp.llm import LlmConfigError
 from accelopt_mcp.models import Solution
-from accelopt_mcp.store.base import KernelStore
+from accelopt_mcp.store.base import KernelStore, RunUpdate
+from tests.engine import kernels
 from tests.engine.conftest import (
     FAST_BENCH,
     build_script,
@@ -27,6 +28,7 @@ from tests.engine.conftest import (
     models_config,
     run_engine,
     settings,
+    text,
 )
 from tests.llm_standin.process import StandinProcess
 
@@ -239,3 +241,53 @@ def test_unknown_run_id_creates_nothing(store: KernelStore, tmp_path: Path) -> N
         asyncio.run(BeamSearch(store, "../../escaped", output_dir=out / "a" / "b").run())
     assert not (tmp_path / "escaped").exists()
     assert not out.exists()
+
+
+def test_resumed_summarizing_keeps_topk_per_iteration(
+    store: KernelStore,
+    silu_task: Task,
+    silu_baseline: Solution,
+    start_standin: StartStandin,
+    llm_key: str,
+    tmp_path: Path,
+) -> None:
+    # Three plans, one attempt each: a faster kernel, a slower one, and an executor call that
+    # fails for good (LLM_FAILED, tried again on resume). TopK 2: both pairs are summarized.
+    much_slower = kernels.SLOWER.replace("range(3)", "range(12)")
+    script = build_script(
+        faults=False,
+        executor=[
+            text(kernels.reply(kernels.FAST)),
+            text(kernels.reply(kernels.SLOWER)),
+            {"kind": "status", "status": 500},
+            text(kernels.reply(much_slower)),
+        ],
+    )
+    standin = start_standin(script)
+    models = models_config(
+        standin.base_url,
+        tmp_path / "models.json",
+        executor={"concurrency": 1, "max_retries": 0},
+    )
+    config = settings(models, iterations=1, beam=1, plans=3, attempts=1, topk=2)
+    run_id, run = run_engine(store, silu_task, silu_baseline, config)
+    assert run.status == "completed", run.error
+    _, spec, checkpoint = load_run(store, run_id)
+    assert Counter(s.status for s in checkpoint.slots.values())["LLM_FAILED"] == 1
+    assert len(store.recent_experiences(run_id=run_id, limit=100)) == 2
+
+    # The process dies after the summaries are stored, before the iteration is recorded done.
+    crashed = checkpoint.model_copy(
+        update={"completed_iteration": 0, "history": [], "beam": [checkpoint.initial]}
+    )
+    store.update_run(
+        run_id,
+        RunUpdate(status="running", current_iteration=0, config=run_config(spec, crashed)),
+    )
+    run = asyncio.run(BeamSearch(store, run_id).run())
+    assert run.status == "completed", run.error
+    _, _, final = load_run(store, run_id)
+    assert all(s.status != "LLM_FAILED" for s in final.slots.values())  # tried again
+    items = store.recent_experiences(run_id=run_id, limit=100)
+    assert len(items) <= config.topk
+    assert final.history[0].experiences_added == len(items)
