@@ -23,7 +23,12 @@ from typing import Any
 import numpy as np
 
 from accelopt_mcp.backends.base import Availability, Backend, BenchmarkConfig, Task
-from accelopt_mcp.backends.sandbox import SandboxResult, run_sandboxed
+from accelopt_mcp.backends.sandbox import (
+    SandboxResult,
+    remove_abandoned_work_dirs,
+    run_sandboxed,
+    work_dir_prefix,
+)
 from accelopt_mcp.models import (
     Correctness,
     Definition,
@@ -147,6 +152,7 @@ class CpuBackend(Backend):
                 )
         self.cpus = set(cpus) if cpus else None
         self.hardware = host_hardware()
+        remove_abandoned_work_dirs("cpu")
         # Reference timings by (reference, workload, timing settings): the reference does not
         # change between candidates, so it is timed once per backend instance.
         self._reference_rounds: dict[str, list[list[int]]] = {}
@@ -174,7 +180,9 @@ class CpuBackend(Backend):
                 f"{language.value!r}: profile it with the "
                 f"{'nki' if language == Language.NKI else 'flashinfer'} backend",
             )
-        with tempfile.TemporaryDirectory(prefix="accelopt-cpu-", ignore_cleanup_errors=True) as tmp:
+        with tempfile.TemporaryDirectory(
+            prefix=work_dir_prefix("cpu"), ignore_cleanup_errors=True
+        ) as tmp:
             work = Path(tmp)
             try:
                 job, reference_key = self._write_job(work, task, solution, config)

@@ -29,7 +29,11 @@ from accelopt_mcp.backends.base import (
 )
 from accelopt_mcp.backends.flashinfer_runner import FlashInferRunResult, FlashInferSettings
 from accelopt_mcp.backends.roofline import is_above_peak, peak_counters, peak_for, percent_of_peak
-from accelopt_mcp.backends.sandbox import run_sandboxed
+from accelopt_mcp.backends.sandbox import (
+    remove_abandoned_work_dirs,
+    run_sandboxed,
+    work_dir_prefix,
+)
 from accelopt_mcp.models import (
     Environment,
     Evaluation,
@@ -134,6 +138,7 @@ class FlashInferBackend(Backend):
         self.python = python
         self.extra_env = dict(extra_env or {})
         self._probe: _Probe | None = None
+        remove_abandoned_work_dirs("flashinfer")
 
     def availability(self) -> Availability:
         probe = self._host_probe()
@@ -184,7 +189,7 @@ class FlashInferBackend(Backend):
         if not availability.usable:
             raise BackendUnavailableError(availability.reason)
         config = config or BenchmarkConfig()
-        with tempfile.TemporaryDirectory(prefix="accelopt-flashinfer-") as scratch:
+        with tempfile.TemporaryDirectory(prefix=work_dir_prefix("flashinfer")) as scratch:
             work = Path(scratch)
             root = work / "traces"
             write_trace_set(root, task, solution)

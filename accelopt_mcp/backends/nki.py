@@ -30,7 +30,12 @@ from accelopt_mcp.backends.base import (
 )
 from accelopt_mcp.backends.nki_runner import NkiJob, NkiRunResult
 from accelopt_mcp.backends.roofline import is_above_peak, peak_counters, percent_of_peak
-from accelopt_mcp.backends.sandbox import SandboxResult, run_sandboxed
+from accelopt_mcp.backends.sandbox import (
+    SandboxResult,
+    remove_abandoned_work_dirs,
+    run_sandboxed,
+    work_dir_prefix,
+)
 from accelopt_mcp.models import (
     Correctness,
     Environment,
@@ -111,6 +116,7 @@ class NkiBackend(Backend):
         self.extra_env = dict(extra_env or {})
         self.retries = retries
         self._state: _HostState | None = None
+        remove_abandoned_work_dirs("nki")
 
     # ------------------------------------------------------------------ availability
 
@@ -289,7 +295,7 @@ class NkiBackend(Backend):
                 "the nki backend runs solutions whose spec.language is 'nki'"
             )
         explicit = config.model_fields_set
-        with tempfile.TemporaryDirectory(prefix="accelopt-nki-") as scratch:
+        with tempfile.TemporaryDirectory(prefix=work_dir_prefix("nki")) as scratch:
             work = Path(scratch)
             task_file = work / "task.py"
             task_file.write_text(task.definition.reference, encoding="utf-8")

@@ -280,14 +280,37 @@ def _marked_pids(marker: bytes) -> list[int]:
     return found
 
 
+def _pid_namespace() -> str:
+    try:
+        return "".join(filter(str.isdigit, os.readlink("/proc/self/ns/pid"))) or "0"
+    except OSError:
+        return "0"
+
+
 def _cgroup_prefix() -> str:
     """Names of per-run groups start with this, then the owner's pid. The pid namespace is in
     it so that a sweep never takes another namespace's (unknown to our /proc) for stale."""
+    return f"accelopt-sandbox-{_pid_namespace()}-"
+
+
+def work_dir_prefix(kind: str) -> str:
+    """Prefix for a backend's per-evaluation temp dirs: kind, pid namespace and owner pid, so
+    that `remove_abandoned_work_dirs` can tell which ones nobody will remove."""
+    return f"accelopt-{kind}-{_pid_namespace()}-{os.getpid()}-"
+
+
+def remove_abandoned_work_dirs(kind: str) -> None:
+    """Remove the temp dirs of `kind` whose owner died mid-evaluation (a killed server or job
+    worker never ran its cleanup). Only this pid namespace's, and only of dead owners."""
+    prefix = f"accelopt-{kind}-{_pid_namespace()}-"
     try:
-        namespace = "".join(filter(str.isdigit, os.readlink("/proc/self/ns/pid")))
+        found = list(Path(tempfile.gettempdir()).glob(f"{prefix}*"))
     except OSError:
-        namespace = "0"
-    return f"accelopt-sandbox-{namespace}-"
+        return
+    for path in found:
+        owner = path.name.removeprefix(prefix).split("-")[0]
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _remove_stale_cgroups() -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -306,3 +309,39 @@ def test_cpus_must_be_usable_cores() -> None:
     with pytest.raises(ValueError, match="subset"):
         CpuBackend(cpus={10_000})
     assert CpuBackend().availability().usable
+
+
+def test_work_dir_of_a_killed_profiler_is_removed_by_the_next_backend(tmp_path: Path) -> None:
+    """A server or job worker killed mid-evaluation cannot remove its temp dir; the next cpu
+    backend on the host does, once that process is gone."""
+    marker = tmp_path / "kernel.cwd"
+    kernel = (
+        "import os, time\n"
+        "def run(x, scale):\n"
+        f"    open({str(marker)!r}, 'w').write(os.getcwd())\n"
+        "    time.sleep(600)\n"
+    )
+    profiler = (
+        "import sys\n"
+        "from tests.backends.test_cpu_backend import CpuBackend, evaluate, BenchmarkConfig\n"
+        "evaluate(CpuBackend(), sys.argv[1], BenchmarkConfig(timeout_seconds=600))\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", profiler, kernel], cwd=Path(__file__).resolve().parents[2]
+    )
+    work_dir = None
+    try:
+        deadline = time.monotonic() + 60
+        while work_dir is None and time.monotonic() < deadline:
+            text = marker.read_text() if marker.exists() else ""
+            work_dir = Path(text) if text else None
+            time.sleep(0.05)
+        assert work_dir is not None and work_dir.is_dir(), "the kernel never ran"
+        process.kill()
+        process.wait(timeout=10)
+        assert work_dir.is_dir()
+        assert evaluate(CpuBackend(), VECTORIZED).status == EvaluationStatus.PASSED
+        assert not work_dir.exists(), "the killed profiler's temp dir stayed"
+    finally:
+        process.kill()
+        process.wait(timeout=10)
