@@ -65,7 +65,11 @@ def test_full_loop_invariants(
 ) -> None:
     standin = start_standin(build_script(executor=executor_with_hang()))
     config = settings(
-        models_config(standin.base_url, tmp_path / "models.json"), iterations=3, plans=3, exp_n=2
+        models_config(standin.base_url, tmp_path / "models.json"),
+        iterations=3,
+        plans=3,
+        topk=4,
+        exp_n=2,
     )
     run_id, run = run_engine(store, silu_task, silu_baseline, config, tmp_path / "out")
 
