@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -87,6 +88,21 @@ def check_bind(host: str, token: str | None) -> None:
         )
 
 
+def rebinding_guard(host: str) -> TransportSecuritySettings | None:
+    """Host/Origin checks against DNS rebinding for a loopback bind (where no token may be
+    needed): the SDK adds them only for 127.0.0.1, localhost and ::1 spelled just so, not for
+    127.0.0.2 or 0:0:0:0:0:0:0:1. Elsewhere the token is the guard."""
+    if not is_loopback(host):
+        return None
+    named = f"[{host}]" if ":" in host else host
+    hosts = list(dict.fromkeys(["127.0.0.1:*", "localhost:*", "[::1]:*", f"{named}:*"]))
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=hosts,
+        allowed_origins=[f"http://{h}" for h in hosts],
+    )
+
+
 def http_app(server: AccelOptServer, *, host: str, token: str | None) -> ASGIApp:
     """The streamable-HTTP app at /mcp, with /health, behind the token gate when a token is
     set."""
@@ -100,7 +116,9 @@ def http_app(server: AccelOptServer, *, host: str, token: str | None) -> ASGIApp
             {"status": "ok", "server": server.name, "store": kind, "tools": len(tools)}
         )
 
-    app: ASGIApp = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+    app: ASGIApp = server.streamable_http_app(
+        streamable_http_path=MCP_PATH, host=host, transport_security=rebinding_guard(host)
+    )
     return BearerTokenGate(app, token) if token else app
 
 

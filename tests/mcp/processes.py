@@ -64,7 +64,9 @@ class HttpServer:
 
     @property
     def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        # A wildcard bind answers on 127.0.0.1; a specific address only on itself.
+        address = "127.0.0.1" if self.host in ("0.0.0.0", "::", "localhost") else self.host
+        return f"http://{f'[{address}]' if ':' in address else address}:{self.port}"
 
     @property
     def url(self) -> str:

@@ -158,3 +158,25 @@ async def test_http_public_bind_with_token(tmp_path: Path) -> None:
             Client(streamable_http_client(server.url, http_client=http)) as client,
         ):
             assert (await ok(client, "list_backends"))["backends"]
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2"])
+async def test_http_on_loopback_without_token_refuses_rebound_names(
+    host: str, tmp_path: Path
+) -> None:
+    """Without a token, what keeps a web page from driving a loopback server through the
+    browser (DNS rebinding: a name of the attacker's that resolves to 127.x.y.z) is the check
+    of the Host and Origin headers. It must hold on every loopback address it may bind."""
+    with HttpServer(str(tmp_path / "k.db"), host=host) as server:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+        accept = {"Accept": "application/json, text/event-stream"}
+        rebound = httpx.post(
+            server.url, json=body, headers={**accept, "Host": "evil.example"}, timeout=5
+        )
+        assert rebound.status_code == 421
+        cross_site = httpx.post(
+            server.url, json=body, headers={**accept, "Origin": "http://evil.example"}, timeout=5
+        )
+        assert cross_site.status_code == 403
+        async with Client(server.url) as client:
+            assert (await ok(client, "list_backends"))["backends"]
