@@ -213,6 +213,10 @@ class BeamSearch:
         pid = os.getpid()
         self.cp.worker_pid = pid
         self.cp.worker_host = f"{socket.gethostname()}|{process_start_token(pid)}"
+        if self.cp.started_at is not None and self.cp.saved_at is not None:
+            # The last worker died without finishing (SIGKILL, crash): its time counts too,
+            # up to its last checkpoint, or a wall budget would start afresh after every crash.
+            self.cp.elapsed_before_s += max(0.0, self.cp.saved_at - self.cp.started_at)
         self.cp.started_at = time.time()
         self.cp.stop_reason = None
         pool: DevicePool | None = None
@@ -678,6 +682,7 @@ class BeamSearch:
             if self._best is not None:
                 fields.setdefault("best_solution_id", self._best.solution_id)
                 fields.setdefault("best_latency_ms", self._best.latency_ms)
+            self.cp.saved_at = time.time()
             update = RunUpdate(config=run_config(self.spec, self.cp), **fields)
             await self._db(self.store.update_run, self.run_id, update)
 

@@ -63,6 +63,9 @@ class Checkpoint(BaseModel):
     started_at: float | None = None
     """Unix time the current worker started; elapsed time adds up over resumes."""
     elapsed_before_s: float = 0.0
+    saved_at: float | None = None
+    """Unix time of the worker's last checkpoint write: a worker that died without finishing
+    (started_at still set) had run until at least then."""
 
     def slots_of(self, iteration: int) -> list[AttemptRecord]:
         return [s for s in self.slots.values() if s.iteration == iteration]

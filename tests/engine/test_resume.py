@@ -154,3 +154,86 @@ def test_resume_after_sigkill_loses_and_redoes_nothing(
         if process.stdout is not None:
             process.stdout.close()
         store.close()
+
+
+def test_time_before_a_sigkill_counts_against_the_wall_budget(
+    start_standin: StartStandin, tmp_path: Path
+) -> None:
+    standin = start_standin(build_script(faults=False, latency_s=0.3))
+    models = models_config(standin.base_url, tmp_path / "models.json", executor={"concurrency": 1})
+    preset = tmp_path / "preset.json"
+    preset.write_text(
+        json.dumps(
+            {
+                "iterations": 4,
+                "beam": 2,
+                "plans": 2,
+                "attempts": 2,
+                "workers": 2,
+                "benchmark": {
+                    "seeds": [0, 1],
+                    "warmup_runs": 1,
+                    "iterations": 3,
+                    "max_measurement_rounds": 1,
+                    "timeout_seconds": 4,
+                },
+            }
+        )
+    )
+    db_path = tmp_path / "kernels.db"
+    env = {**os.environ, KEY_ENV: KEY, "ACCELOPT_HOME": str(tmp_path / "home")}
+    common = ["--store", str(db_path), "--output-dir", str(tmp_path / "out"), "--quiet"]
+    launched = time.monotonic()
+    process = subprocess.Popen(
+        [
+            *ACCELOPT,
+            "optimize",
+            str(KERNEL_PATH),
+            "--task",
+            str(TASK_PATH),
+            "--preset",
+            str(preset),
+            "--config",
+            str(models),
+            *common,
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    store = SqliteStore(db_path)
+    try:
+        # Let it work for a while (well over the 1 s budget given below), then kill it.
+        run_id = None
+        while time.monotonic() < launched + 90 and process.poll() is None:
+            runs = store.list_runs(limit=1) if db_path.exists() else []
+            if runs:
+                run_id = runs[0].id
+                _, _, checkpoint = load_run(store, run_id)
+                if len(checkpoint.slots) >= 3 and time.monotonic() > launched + 8:
+                    break
+            time.sleep(0.05)
+        assert process.poll() is None, "the run ended before it could be killed"
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        assert run_id is not None
+        calls_before = len(standin.requests())
+
+        resumed = subprocess.run(
+            [*ACCELOPT, "resume", run_id, "--budget-wall-s", "1", *common],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        run, _, final = load_run(store, run_id)
+        assert run.status == "budget_exhausted"
+        assert run.error and "wall-time budget" in run.error
+        assert len(standin.requests()) == calls_before, "the killed run's time was not counted"
+        assert final.elapsed_before_s > 1
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        store.close()
