@@ -194,12 +194,9 @@ class BeamSearch:
             )
         if run.status == "completed":
             return run
-        if (
-            run.status in ("running", "pending")
-            and self.cp.worker_pid != os.getpid()
-            and worker_alive(self.cp)
-        ):
+        if run.status == "running" and self.cp.worker_pid != os.getpid() and worker_alive(self.cp):
             # Its worker wrote elsewhere (another output dir or host) but is still at work.
+            # (A pending run's recorded worker, if any, finished it before it was reopened.)
             raise RunBusy(
                 f"run {self.run_id} is still being run by process {self.cp.worker_pid} "
                 f"({(self.cp.worker_host or '').partition('|')[0]}); wait for it or cancel it"

@@ -4,6 +4,8 @@ store (SQLite and PostgreSQL). The assertions are the algorithm's invariants."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import subprocess
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +17,13 @@ from accelopt_mcp.backends.base import Task
 from accelopt_mcp.engine.beam import BeamSearch
 from accelopt_mcp.engine.checkpoint import Checkpoint, run_config
 from accelopt_mcp.engine.memory import OptimizationMemory
-from accelopt_mcp.engine.runs import RunNotFound, change_settings, load_run, prepare_run
+from accelopt_mcp.engine.runs import (
+    RunNotFound,
+    change_settings,
+    load_run,
+    prepare_run,
+    process_start_token,
+)
 from accelopt_mcp.hashing import benchmark_config_hash
 from accelopt_mcp.llm import LlmConfigError
 from accelopt_mcp.models import Solution
@@ -295,3 +303,31 @@ def test_resumed_summarizing_keeps_topk_per_iteration(
     items = store.recent_experiences(run_id=run_id, limit=100)
     assert len(items) <= config.topk
     assert final.history[0].experiences_added == len(items)
+
+
+def test_a_reopened_run_is_not_refused_for_its_last_workers_process(
+    store: KernelStore,
+    silu_task: Task,
+    silu_baseline: Solution,
+    start_standin: StartStandin,
+    llm_key: str,
+    tmp_path: Path,
+) -> None:
+    # The process that last ran it (e.g. a notebook) is still alive, but the run was finished
+    # and reopened (`accelopt resume --iterations`): pending, nobody runs it.
+    standin = start_standin(build_script(faults=False))
+    config = settings(models_config(standin.base_url, tmp_path / "models.json"), iterations=1)
+    run_id = prepare_run(store, silu_task, silu_baseline, config)
+    alive = subprocess.Popen(["sleep", "60"])
+    try:
+        _, spec, checkpoint = load_run(store, run_id)
+        token = process_start_token(alive.pid)
+        finished_by = checkpoint.model_copy(
+            update={"worker_pid": alive.pid, "worker_host": f"{socket.gethostname()}|{token}"}
+        )
+        store.update_run(run_id, RunUpdate(config=run_config(spec, finished_by)))
+        run = asyncio.run(BeamSearch(store, run_id, output_dir=tmp_path / "out").run())
+        assert run.status == "completed", run.error
+    finally:
+        alive.kill()
+        alive.wait()
