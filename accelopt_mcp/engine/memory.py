@@ -55,5 +55,9 @@ class OptimizationMemory:
         return self.store.remove_experience(item_id)
 
     def items_of_iteration(self, iteration: int) -> list[ExperienceRecord]:
-        own = self.store.recent_experiences(run_id=self.run_id, limit=_MAX_SCAN)
-        return [item for item in own if item.iteration == iteration]
+        """What this run stored for the iteration, removed items too: they were appended (and
+        summarizing their pair again would bring back a lesson taken out by hand)."""
+        found = self.store.search_experiences(
+            namespace=self.namespace, include_removed=True, limit=_MAX_SCAN
+        )
+        return [i for i in found if i.run_id == self.run_id and i.iteration == iteration]

@@ -331,3 +331,46 @@ def test_a_reopened_run_is_not_refused_for_its_last_workers_process(
     finally:
         alive.kill()
         alive.wait()
+
+
+def test_a_removed_lesson_is_not_summarized_again_on_resume(
+    store: KernelStore,
+    silu_task: Task,
+    silu_baseline: Solution,
+    start_standin: StartStandin,
+    llm_key: str,
+    tmp_path: Path,
+) -> None:
+    standin = start_standin(
+        build_script(
+            faults=False,
+            executor=[text(kernels.reply(kernels.FAST)), text(kernels.reply(kernels.SLOWER))],
+        )
+    )
+    config = settings(
+        models_config(standin.base_url, tmp_path / "models.json"),
+        iterations=1,
+        beam=1,
+        plans=2,
+        attempts=1,
+        topk=2,
+    )
+    run_id, run = run_engine(store, silu_task, silu_baseline, config)
+    assert run.status == "completed", run.error
+    items = store.recent_experiences(run_id=run_id, limit=100)
+    assert len(items) == 2
+    # The user takes a lesson out of memory; the run dies before it records the iteration done.
+    assert store.remove_experience(items[0].id)
+    _, spec, checkpoint = load_run(store, run_id)
+    crashed = checkpoint.model_copy(
+        update={"completed_iteration": 0, "history": [], "beam": [checkpoint.initial]}
+    )
+    store.update_run(
+        run_id,
+        RunUpdate(status="running", current_iteration=0, config=run_config(spec, crashed)),
+    )
+    summarizer_calls = sum(1 for r in standin.requests() if r["role"] == "summarizer")
+    run = asyncio.run(BeamSearch(store, run_id).run())
+    assert run.status == "completed", run.error
+    assert sum(1 for r in standin.requests() if r["role"] == "summarizer") == summarizer_calls
+    assert [i.id for i in store.recent_experiences(run_id=run_id, limit=100)] == [items[1].id]
