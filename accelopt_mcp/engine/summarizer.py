@@ -25,7 +25,7 @@ def parse_summary(text: str) -> Summary | NothingChanged:
     for match in re.finditer(r"\{", text):
         try:
             value, _ = decoder.raw_decode(text, match.start())
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # nesting beyond Python's stack
             continue
         if not isinstance(value, dict):
             continue
