@@ -25,6 +25,7 @@ import numpy as np
 from accelopt_mcp.backends.base import Availability, Backend, BenchmarkConfig, Task
 from accelopt_mcp.backends.sandbox import (
     SandboxResult,
+    read_result_file,
     remove_abandoned_work_dirs,
     run_sandboxed,
     work_dir_prefix,
@@ -382,10 +383,14 @@ def _output_plan(definition: Definition, axes: dict[str, int]) -> list[dict[str,
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+    text = read_result_file(path)
+    if text is None:
         return None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _float(value: Any) -> float:

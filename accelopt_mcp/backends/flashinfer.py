@@ -18,7 +18,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from accelopt_mcp.backends.base import (
     Availability,
@@ -30,6 +30,7 @@ from accelopt_mcp.backends.base import (
 from accelopt_mcp.backends.flashinfer_runner import FlashInferRunResult, FlashInferSettings
 from accelopt_mcp.backends.roofline import is_above_peak, peak_counters, peak_for, percent_of_peak
 from accelopt_mcp.backends.sandbox import (
+    read_result_file,
     remove_abandoned_work_dirs,
     run_sandboxed,
     work_dir_prefix,
@@ -231,7 +232,18 @@ class FlashInferBackend(Backend):
                     log=f"flashinfer-bench's process {sandbox.describe()}:\n"
                     f"{sandbox.stderr[-4000:]}",
                 )
-            result = FlashInferRunResult.model_validate_json(result_file.read_text("utf-8"))
+            try:
+                result = FlashInferRunResult.model_validate_json(
+                    read_result_file(result_file) or ""
+                )
+            except (ValidationError, RecursionError):  # oversized or garbled
+                return Evaluation(
+                    status=EvaluationStatus.RUNTIME_ERROR,
+                    environment=Environment(hardware=availability.hardware or self.device),
+                    timestamp=_now(),
+                    log="flashinfer-bench's process left an unreadable or oversized result "
+                    f"file ({sandbox.describe()}):\n{sandbox.stderr[-4000:]}",
+                )
         if result.evaluation is not None:
             return to_evaluation(result.evaluation, task)
         error = result.error or "no result"

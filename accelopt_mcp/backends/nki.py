@@ -19,7 +19,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from accelopt_mcp.backends.base import (
     Availability,
@@ -32,6 +32,7 @@ from accelopt_mcp.backends.nki_runner import NkiJob, NkiRunResult
 from accelopt_mcp.backends.roofline import is_above_peak, peak_counters, percent_of_peak
 from accelopt_mcp.backends.sandbox import (
     SandboxResult,
+    read_result_file,
     remove_abandoned_work_dirs,
     run_sandboxed,
     work_dir_prefix,
@@ -347,9 +348,11 @@ class NkiBackend(Backend):
                 # a fork bomb.
                 max_processes=1024,
             )
-            if sandbox.timed_out or not result_file.is_file():
+            raw = None if sandbox.timed_out else read_result_file(result_file)
+            try:
+                result = NkiRunResult.model_validate_json(raw or "")
+            except (ValidationError, RecursionError):  # missing, oversized or forged
                 return None, sandbox
-            result = NkiRunResult.model_validate_json(result_file.read_text(encoding="utf-8"))
         if "backend_error" in result.flags:
             raise BackendUnavailableError(f"nki backend: {result.log} {INSTALL_HINT}")
         if "task_error" in result.flags:

@@ -363,6 +363,20 @@ def _memory_suspected(stderr: str, max_rss_mb: float, limit_mb: int, killed: boo
     return max_rss_mb >= 0.9 * limit_mb or (killed and max_rss_mb >= 0.5 * limit_mb)
 
 
+RESULT_FILE_MAX_BYTES = 16 << 20
+
+
+def read_result_file(path: Path, max_bytes: int = RESULT_FILE_MAX_BYTES) -> str | None:
+    """The text a child left in its result file, or None when there is none or it is larger
+    than `max_bytes`: a candidate that floods its result file must not flood the parent."""
+    try:
+        if path.stat().st_size > max_bytes:
+            return None
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
 def run_sandboxed(
     argv: list[str],
     *,

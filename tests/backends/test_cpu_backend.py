@@ -254,6 +254,28 @@ def test_forged_result_file_is_rejected(backend: CpuBackend) -> None:
     assert "forged_result" in evaluation.flags
 
 
+@pytest.mark.parametrize(
+    "payload",
+    [
+        "'{\"a\": ' * 100000",  # nested past Python's stack
+        "'[' + '0,' * (20 << 20) + '0]'",  # larger than the parent will read
+    ],
+)
+def test_a_flooded_or_garbled_result_file_is_a_failed_attempt(
+    backend: CpuBackend, payload: str
+) -> None:
+    code = f"""
+    import os
+
+    def run(x, scale):
+        with open("result.json", "w") as f:
+            f.write({payload})
+        os._exit(0)
+    """
+    evaluation = evaluate(backend, code)
+    assert evaluation.status == EvaluationStatus.RUNTIME_ERROR
+
+
 def test_roofline_counters_and_above_peak_flag(backend: CpuBackend) -> None:
     task = scale_task()
     honest = task.model_copy(

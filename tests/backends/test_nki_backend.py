@@ -247,6 +247,14 @@ def test_hanging_kernel_times_out(tmp_path: Path) -> None:
     assert "time limit" in evaluation.log
 
 
+def test_a_kernel_that_forges_its_result_file_is_a_failed_attempt(tmp_path: Path) -> None:
+    backend = make_backend(tmp_path)
+    forge = 'import os\nopen("result.json", "w").write("{\\"status\\": 1}")\nos._exit(0)'
+    evaluation = backend.evaluate(silu_task(), nki_solution(numpy_kernel(forge)), FAST)
+    assert evaluation.status == EvaluationStatus.RUNTIME_ERROR
+    assert evaluation.performance is None
+
+
 # --------------------------------------------------------------------------- without hardware
 
 
