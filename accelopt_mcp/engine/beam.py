@@ -681,7 +681,14 @@ class BeamSearch:
                 fields.setdefault("best_latency_ms", self._best.latency_ms)
             self.cp.saved_at = time.time()
             update = RunUpdate(config=run_config(self.spec, self.cp), **fields)
-            await self._db(self.store.update_run, self.run_id, update)
+            write = asyncio.ensure_future(self._db(self.store.update_run, self.run_id, update))
+            try:
+                await asyncio.shield(write)
+            except asyncio.CancelledError:
+                # The write goes on in its thread; keep the lock until it lands so that an
+                # older snapshot can never overwrite a later one.
+                await write
+                raise
 
     def _elapsed(self) -> float:
         started = self.cp.started_at or time.time()
