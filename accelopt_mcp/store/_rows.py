@@ -88,6 +88,14 @@ def require_str(value: object, what: str) -> str:
     return value
 
 
+def check_limit(limit: int | None, offset: int = 0) -> None:
+    """A page request: `limit` a non-negative int or None (all), `offset` a non-negative int."""
+    if limit is not None and (not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit must be a non-negative integer or None, got {limit!r}")
+    if not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"offset must be a non-negative integer, got {offset!r}")
+
+
 def check_strings(**values: object) -> None:
     """Keys and filters are strings (or None); say so before the database reports a type
     mismatch in its own words."""

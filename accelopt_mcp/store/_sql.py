@@ -51,13 +51,6 @@ def _cols(alias: str, columns: tuple[str, ...], prefix: str = "") -> str:
     return ", ".join(f"{alias}.{c} AS {prefix}{c}" for c in columns)
 
 
-def _check_limit(limit: int | None, offset: int = 0) -> None:
-    if limit is not None and (not isinstance(limit, int) or limit < 0):
-        raise ValueError(f"limit must be a non-negative integer or None, got {limit!r}")
-    if not isinstance(offset, int) or offset < 0:
-        raise ValueError(f"offset must be a non-negative integer, got {offset!r}")
-
-
 class SqlKernelStore(KernelStore, abc.ABC):
     """KernelStore over schema_v2's tables; subclasses supply a connection and a dialect."""
 
@@ -268,7 +261,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
         limit: int | None = None,
         offset: int = 0,
     ) -> list[StoredSolution]:
-        _check_limit(limit, offset)
+        _rows.check_limit(limit, offset)
         _rows.check_strings(
             definition_name=definition_name, run_id=run_id, language=language, author=author
         )
@@ -352,7 +345,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
         limit: int | None = None,
         offset: int = 0,
     ) -> list[StoredProfile]:
-        _check_limit(limit, offset)
+        _rows.check_limit(limit, offset)
         _rows.check_strings(
             workload_uuid=workload_uuid, run_id=run_id, hardware=hardware, status=status
         )
@@ -386,7 +379,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
         workload_uuid: str | None = None,
         limit: int = 10,
     ) -> list[RankedSolution]:
-        _check_limit(limit)
+        _rows.check_limit(limit)
         _rows.check_strings(
             definition_name=definition_name, hardware=hardware, workload_uuid=workload_uuid
         )
@@ -496,7 +489,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
     def list_runs(
         self, *, definition_name: str | None = None, status: str | None = None, limit: int = 50
     ) -> list[RunRecord]:
-        _check_limit(limit)
+        _rows.check_limit(limit)
         _rows.check_strings(definition_name=definition_name, status=status)
         filters = {"r.definition_name": definition_name, "r.status": status}
         where = [f"{col} = ?" for col, value in filters.items() if value is not None] or ["1 = 1"]
@@ -549,7 +542,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
     def recent_experiences(
         self, *, run_id: str | None = None, namespace: str | None = None, limit: int
     ) -> list[ExperienceRecord]:
-        _check_limit(limit)
+        _rows.check_limit(limit)
         _rows.check_strings(run_id=run_id, namespace=namespace)
         filters = {"e.run_id": run_id, "e.namespace": namespace}
         where = ["e.removed = FALSE"]
@@ -574,7 +567,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
         include_removed: bool = False,
         limit: int = 50,
     ) -> list[ExperienceRecord]:
-        _check_limit(limit)
+        _rows.check_limit(limit)
         _rows.check_strings(text=text, definition_name=definition_name, namespace=namespace)
         where: list[str] = []
         params: list[Any] = []

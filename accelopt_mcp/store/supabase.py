@@ -69,13 +69,6 @@ def _doc(record: BaseModel) -> Any:
     return json.loads(_rows.record_json(record))
 
 
-def _check_limit(limit: int | None, offset: int = 0) -> None:
-    if limit is not None and (not isinstance(limit, int) or limit < 0):
-        raise ValueError(f"limit must be a non-negative integer or None, got {limit!r}")
-    if not isinstance(offset, int) or offset < 0:
-        raise ValueError(f"offset must be a non-negative integer, got {offset!r}")
-
-
 def _regex_literal(text: str) -> str:
     """`text` as a PostgreSQL regular expression matching it literally: a backslash before a
     non-alphanumeric character makes it literal (before a letter it would be an escape)."""
@@ -367,7 +360,7 @@ class SupabaseStore(KernelStore):
         limit: int | None = None,
         offset: int = 0,
     ) -> list[StoredSolution]:
-        _check_limit(limit, offset)
+        _rows.check_limit(limit, offset)
         _rows.check_strings(
             definition_name=definition_name, run_id=run_id, language=language, author=author
         )
@@ -458,7 +451,7 @@ class SupabaseStore(KernelStore):
         limit: int | None = None,
         offset: int = 0,
     ) -> list[StoredProfile]:
-        _check_limit(limit, offset)
+        _rows.check_limit(limit, offset)
         _rows.check_strings(
             workload_uuid=workload_uuid, run_id=run_id, hardware=hardware, status=status
         )
@@ -492,7 +485,7 @@ class SupabaseStore(KernelStore):
         workload_uuid: str | None = None,
         limit: int = 10,
     ) -> list[RankedSolution]:
-        _check_limit(limit)
+        _rows.check_limit(limit)
         _rows.check_strings(
             definition_name=definition_name, hardware=hardware, workload_uuid=workload_uuid
         )
@@ -622,7 +615,7 @@ class SupabaseStore(KernelStore):
     def list_runs(
         self, *, definition_name: str | None = None, status: str | None = None, limit: int = 50
     ) -> list[RunRecord]:
-        _check_limit(limit)
+        _rows.check_limit(limit)
         _rows.check_strings(definition_name=definition_name, status=status)
 
         def query() -> Query:
@@ -677,7 +670,7 @@ class SupabaseStore(KernelStore):
     def recent_experiences(
         self, *, run_id: str | None = None, namespace: str | None = None, limit: int
     ) -> list[ExperienceRecord]:
-        _check_limit(limit)
+        _rows.check_limit(limit)
         _rows.check_strings(run_id=run_id, namespace=namespace)
 
         def query() -> Query:
@@ -704,7 +697,7 @@ class SupabaseStore(KernelStore):
         include_removed: bool = False,
         limit: int = 50,
     ) -> list[ExperienceRecord]:
-        _check_limit(limit)
+        _rows.check_limit(limit)
         _rows.check_strings(text=text, definition_name=definition_name, namespace=namespace)
 
         def query() -> Query:
