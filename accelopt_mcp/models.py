@@ -24,6 +24,8 @@ from pydantic import (
     model_validator,
 )
 
+from accelopt_mcp.pysource import parse_python
+
 NonEmptyString = Annotated[str, Field(min_length=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 
@@ -110,7 +112,7 @@ class Definition(Record):
     @model_validator(mode="after")
     def _check(self) -> Definition:
         try:
-            module = ast.parse(self.reference, mode="exec")
+            module = parse_python(self.reference, mode="exec")
         except SyntaxError as exc:
             raise ValueError(f"reference is not valid Python: {exc}") from exc
         if not any(isinstance(n, ast.FunctionDef) and n.name == "run" for n in module.body):
@@ -123,7 +125,7 @@ class Definition(Record):
             raise ValueError(f"input and output names overlap: {sorted(overlap)}")
         for constraint in self.constraints:
             try:
-                ast.parse(constraint, mode="eval")
+                parse_python(constraint, mode="eval")
             except SyntaxError as exc:
                 raise ValueError(f"constraint {constraint!r} is not a Python expression") from exc
         for tensor, spec in {**self.inputs, **self.outputs}.items():

@@ -41,6 +41,7 @@ from accelopt_mcp.models import (
     Performance,
     Solution,
 )
+from accelopt_mcp.pysource import parse_python
 from accelopt_mcp.tasks.inputs import InputError, input_plan
 
 RUNNER_MODULE = "accelopt_mcp.backends.cpu_runner"
@@ -76,7 +77,7 @@ def host_hardware() -> str:
 def reference_style(reference: str) -> str:
     """'nkibench' when the reference draws its own inputs (`get_inputs`), else 'flashinfer'."""
     try:
-        module = ast.parse(reference)
+        module = parse_python(reference)
     except SyntaxError:
         return "flashinfer"
     names = {n.name for n in module.body if isinstance(n, ast.FunctionDef)}
@@ -85,7 +86,7 @@ def reference_style(reference: str) -> str:
 
 def imports_torch(source: str) -> bool:
     try:
-        module = ast.parse(source)
+        module = parse_python(source)
     except SyntaxError:
         return False
     for node in ast.walk(module):

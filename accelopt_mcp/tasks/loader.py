@@ -9,6 +9,7 @@ from pathlib import Path
 
 from accelopt_mcp.backends.base import Task
 from accelopt_mcp.models import BuildSpec, Definition, Language, Solution, SourceFile, Workload
+from accelopt_mcp.pysource import parse_python
 from accelopt_mcp.tasks.flashinfer_format import (
     TaskFileError,
     is_trace_set,
@@ -145,7 +146,7 @@ def solution_from_kernel_file(
     if not source.strip():
         raise TaskFileError(f"kernel file {str(path)!r} is empty")
     try:
-        module = ast.parse(source)
+        module = parse_python(source)
     except SyntaxError as exc:
         raise TaskFileError(f"kernel file {str(path)!r} is not valid Python: {exc}") from exc
     functions = {

@@ -25,6 +25,7 @@ from accelopt_mcp.models import (
     TensorSpec,
     Workload,
 )
+from accelopt_mcp.pysource import parse_python
 from accelopt_mcp.tasks.flashinfer_format import TaskFileError, read_json
 
 FORMAT_TAG = "format:nkibench"
@@ -50,7 +51,7 @@ class NkiBenchEntry(BaseModel):
 
 def is_nkibench_task(source: str) -> bool:
     try:
-        module = ast.parse(source)
+        module = parse_python(source)
     except SyntaxError:
         return False
     names = {n.name for n in module.body if isinstance(n, ast.FunctionDef)}
@@ -60,7 +61,7 @@ def is_nkibench_task(source: str) -> bool:
 def shape_constants(source: str) -> dict[str, int]:
     """Module-level `NAME = <int>` assignments with upper-case names: the task's axes."""
     values: dict[str, int] = {}
-    for node in ast.parse(source).body:
+    for node in parse_python(source).body:
         if (
             isinstance(node, ast.Assign)
             and len(node.targets) == 1
@@ -74,7 +75,7 @@ def shape_constants(source: str) -> dict[str, int]:
 
 
 def _forward_parameters(source: str) -> list[str]:
-    for node in ast.parse(source).body:
+    for node in parse_python(source).body:
         if isinstance(node, ast.FunctionDef) and node.name == "forward":
             return [a.arg for a in node.args.args]
     return []
