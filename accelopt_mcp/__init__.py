@@ -1,3 +1,31 @@
-"""accelopt-mcp: AccelOpt-style kernel optimization behind an MCP server."""
+"""accelopt-mcp: AccelOpt-style kernel optimization behind an MCP server.
+
+Imports run one way, from the front ends down to the records. `LAYERS` below is the order,
+lowest first; a module may import its own package and anything in a lower layer, never a peer
+in its own layer or anything above (tests/test_layers.py enforces it, and that the module graph
+has no cycles). A new top-level module or package gets a place here first.
+"""
 
 __version__ = "0.1.0"
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    # Foundations: parsing source text safely from threads; child processes with limits.
+    ("pysource", "isolation"),
+    # Records: Definition, Workload, Solution, Evaluation, Trace, Task, BenchmarkConfig...
+    ("models",),
+    # The hashes that identify records (dedup in every store).
+    ("hashing",),
+    # Task and kernel formats (NKIBench modules, FlashInfer-Trace files) read into records.
+    ("tasks",),
+    # Peers that know nothing of each other: the kernel database, the LLM client, the
+    # profiling backends.
+    ("store", "llm", "backends"),
+    # Whole directories in and out of a store.
+    ("transfer",),
+    # The AccelOpt loop (and its jobs), and profiling one kernel into the store.
+    ("engine", "profiling"),
+    # Front ends: the `accelopt` command and the MCP tools, thin shells over the layers below.
+    ("cli", "mcp_tools"),
+    # The MCP server's transports (stdio, HTTP); nothing imports it.
+    ("server",),
+)

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
-from accelopt_mcp.backends.base import BenchmarkConfig, Task
 from accelopt_mcp.backends.registry import get_backend
-from accelopt_mcp.models import Evaluation, Solution
+from accelopt_mcp.models import BenchmarkConfig, Evaluation, Solution, Task
 from accelopt_mcp.store.base import KernelStore
-from accelopt_mcp.tasks.nkibench import import_nkibench_dir
-from accelopt_mcp.traceset import TransferCounts
 
 
 class ProfileOutcome(BaseModel):
@@ -57,18 +53,3 @@ def profile_kernel(
             task.workload.uuid, outcome.solution_id, evaluation, config.perf_fields()
         )
     return outcome
-
-
-def import_nkibench(store: KernelStore, root: Path) -> TransferCounts:
-    """Every case of an NKIBench-layout directory (summary.json) as definition, workload and
-    baseline solution. Idempotent."""
-    counts = TransferCounts()
-    for entry in import_nkibench_dir(Path(root)):
-        store.upsert_definition(entry.definition)
-        counts.definitions += 1
-        store.upsert_workload(entry.definition.name, entry.workload)
-        counts.workloads += 1
-        if entry.solution is not None:
-            store.upsert_solution(entry.solution)
-            counts.solutions += 1
-    return counts

@@ -16,3 +16,22 @@ def parse_python(source: str, mode: str = "exec") -> Any:
     """ast.parse, one thread at a time. Raises SyntaxError as ast.parse does."""
     with _PARSE_LOCK:
         return ast.parse(source, mode=mode)
+
+
+def imports_any(module: ast.Module, roots: tuple[str, ...]) -> bool:
+    """Whether a parsed module imports (anywhere, even inside a function) a package whose top
+    level name is one of `roots`, e.g. ("torch",)."""
+    for node in ast.walk(module):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] in roots for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in roots:
+            return True
+    return False
+
+
+def source_imports_any(source: str, roots: tuple[str, ...]) -> bool:
+    """imports_any for source text; False when the text is not valid Python."""
+    try:
+        return imports_any(parse_python(source), roots)
+    except SyntaxError:
+        return False

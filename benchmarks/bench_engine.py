@@ -30,7 +30,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from accelopt_mcp.backends.base import BenchmarkConfig
 from accelopt_mcp.backends.pool import DevicePool, PooledEvaluation
 from accelopt_mcp.engine.beam import BeamSearch
 from accelopt_mcp.engine.checkpoint import Checkpoint, read_run, run_config
@@ -38,9 +37,11 @@ from accelopt_mcp.engine.config import OptimizeConfig
 from accelopt_mcp.engine.runs import prepare_run
 from accelopt_mcp.engine.selection import BeamEntry
 from accelopt_mcp.hashing import solution_hash
-from accelopt_mcp.store.base import LlmCallIn, RunUpdate
+from accelopt_mcp.models import BenchmarkConfig, LlmCallIn
+from accelopt_mcp.store.base import RunUpdate
 from accelopt_mcp.store.sqlite import SqliteStore
-from accelopt_mcp.tasks.loader import load_solution, load_task
+from accelopt_mcp.tasks.kernels import load_solution
+from accelopt_mcp.tasks.loader import load_task
 from tests.engine.conftest import KERNEL_PATH, KEY, KEY_ENV, TASK_PATH, models_config
 from tests.llm_standin.process import StandinProcess
 from tests.llm_standin.script import StandinScript

@@ -22,11 +22,11 @@ import sys
 import time
 from pathlib import Path
 
-from accelopt_mcp.backends.base import BenchmarkConfig, Task
 from accelopt_mcp.backends.cpu import CpuBackend
 from accelopt_mcp.backends.pool import DevicePool
-from accelopt_mcp.models import Solution
-from accelopt_mcp.tasks.loader import load_solution, load_task
+from accelopt_mcp.models import BenchmarkConfig, Solution, Task
+from accelopt_mcp.tasks.kernels import load_solution
+from accelopt_mcp.tasks.loader import load_task
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "cpu" / "nkibench"
 CONFIG = BenchmarkConfig()

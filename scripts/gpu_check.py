@@ -20,9 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from accelopt_mcp.backends.base import BenchmarkConfig, Roofline, Task  # noqa: E402
 from accelopt_mcp.backends.flashinfer import FlashInferBackend  # noqa: E402
-from accelopt_mcp.models import Definition, Solution, Trace  # noqa: E402
+from accelopt_mcp.models import BenchmarkConfig, Definition, Roofline, Solution, Task, Trace  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "flashinfer"
 REQUIREMENTS = {"torch": "torch", "triton": "triton", "flashinfer_bench": "flashinfer-bench==0.1.2"}

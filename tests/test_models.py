@@ -212,8 +212,7 @@ def test_benchmark_config_hash_ignores_key_order_only() -> None:
 
 
 def test_roofline_travels_as_a_definition_tag() -> None:
-    from accelopt_mcp.backends.base import Roofline, Task
-    from accelopt_mcp.models import Workload
+    from accelopt_mcp.models import Roofline, Task, Workload
 
     data = json.loads((TRACESET / "definitions/rmsnorm/rmsnorm_h128.json").read_text())
     declared = Roofline(flops=2**20, bytes_moved=3 * 2**20 + 7, compute_unit="vector")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from accelopt_mcp.store import describe_store_url, shown_url
 from accelopt_mcp.store.base import StoreError
+from accelopt_mcp.store.url import describe_store_url, shown_url
 
 
 @pytest.mark.parametrize(

@@ -8,17 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from accelopt_mcp.models import Solution
-from accelopt_mcp.store.base import (
-    ExperienceIn,
-    KernelStore,
-    LlmCallIn,
-    RunRecord,
-    RunUpdate,
-)
+from accelopt_mcp.models import LlmCallIn, Solution
+from accelopt_mcp.store.base import ExperienceIn, KernelStore, RunRecord, RunUpdate
 from accelopt_mcp.store.postgres import PostgresStore
 from accelopt_mcp.store.sqlite import SqliteStore
-from accelopt_mcp.traceset import TraceSetError, export_traceset, import_traceset
+from accelopt_mcp.transfer.traceset import TraceSetError, export_traceset, import_traceset
 from tests.flashinfer_bench_copy import load_with_flashinfer_bench
 from tests.pg_server import create_database
 

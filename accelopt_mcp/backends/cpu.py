@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from accelopt_mcp.backends.base import Availability, Backend, BenchmarkConfig, Task
-from accelopt_mcp.backends.sandbox import (
+from accelopt_mcp.backends.base import Availability, Backend
+from accelopt_mcp.isolation.sandbox import (
     SandboxResult,
     read_result_file,
     remove_abandoned_work_dirs,
@@ -31,6 +31,7 @@ from accelopt_mcp.backends.sandbox import (
     work_dir_prefix,
 )
 from accelopt_mcp.models import (
+    BenchmarkConfig,
     Correctness,
     Definition,
     Environment,
@@ -40,11 +41,13 @@ from accelopt_mcp.models import (
     LatencyStats,
     Performance,
     Solution,
+    Task,
 )
-from accelopt_mcp.pysource import parse_python
+from accelopt_mcp.pysource import parse_python, source_imports_any
 from accelopt_mcp.tasks.inputs import InputError, input_plan
 
 RUNNER_MODULE = "accelopt_mcp.backends.cpu_runner"
+TORCH = ("torch",)
 MAX_LOG_CHARS = 16_000
 STDERR_TAIL_CHARS = 4_000
 # Generous per-core peaks (5 GHz, two 512-bit FMA units in fp32; a very fast memory system):
@@ -84,61 +87,10 @@ def reference_style(reference: str) -> str:
     return "nkibench" if "get_inputs" in names else "flashinfer"
 
 
-def imports_torch(source: str) -> bool:
-    try:
-        module = parse_python(source)
-    except SyntaxError:
-        return False
-    for node in ast.walk(module):
-        if isinstance(node, ast.Import) and any(
-            a.name.split(".")[0] == "torch" for a in node.names
-        ):
-            return True
-        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
-            return True
-    return False
-
-
 def runner_argv(job: Path, result: Path) -> list[str]:
     # -I: the sandbox dir (where the candidate's files are) is not on sys.path, so a kernel
     # file cannot shadow numpy or our runner.
     return [sys.executable, "-I", "-m", RUNNER_MODULE, str(job), str(result)]
-
-
-def probe_nkibench_task(
-    source: str, *, timeout_s: float = 120, memory_limit_mb: int = 8192
-) -> dict:
-    """Run an NKIBench task module's get_inputs()/forward() once in the sandbox and return the
-    shapes and dtypes: {"inputs": [{"shape", "dtype"}...], "outputs": [...]}."""
-    with tempfile.TemporaryDirectory(prefix="accelopt-probe-", ignore_cleanup_errors=True) as tmp:
-        work = Path(tmp)
-        (work / "reference.py").write_text(source)
-        job = {
-            "mode": "describe",
-            "style": "nkibench",
-            "reference_path": "reference.py",
-            "use_torch": imports_torch(source),
-        }
-        (work / "job.json").write_text(json.dumps(job))
-        run = run_sandboxed(
-            runner_argv(work / "job.json", work / "result.json"),
-            timeout_s=timeout_s,
-            memory_limit_mb=memory_limit_mb,
-            cwd=work,
-        )
-        result_file = work / "result.json"
-        if not result_file.exists():
-            raise ValueError(
-                f"running the task's get_inputs()/forward() failed: {run.describe()}\n"
-                f"{run.stderr[-STDERR_TAIL_CHARS:]}"
-            )
-        data = json.loads(result_file.read_text())
-    if data.get("error"):
-        error = data["error"]
-        raise ValueError(
-            f"the task module does not run: {error['message']}\n{error.get('traceback', '')}"
-        )
-    return data["describe"]
 
 
 class CpuBackend(Backend):
@@ -232,8 +184,8 @@ class CpuBackend(Backend):
             target = kernel_dir / source.path
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(source.content)
-        use_torch = imports_torch(definition.reference) or any(
-            imports_torch(s.content) for s in solution.sources if s.path.endswith(".py")
+        use_torch = source_imports_any(definition.reference, TORCH) or any(
+            source_imports_any(s.content, TORCH) for s in solution.sources if s.path.endswith(".py")
         )
         plan = input_plan(definition, workload) if style == "flashinfer" else None
         timing = config.perf_fields()

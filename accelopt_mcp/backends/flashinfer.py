@@ -20,27 +20,23 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from accelopt_mcp.backends.base import (
-    Availability,
-    Backend,
-    BackendUnavailableError,
-    BenchmarkConfig,
-    Task,
-)
+from accelopt_mcp.backends.base import Availability, Backend, BackendUnavailableError
 from accelopt_mcp.backends.flashinfer_runner import FlashInferRunResult, FlashInferSettings
 from accelopt_mcp.backends.roofline import is_above_peak, peak_counters, peak_for, percent_of_peak
-from accelopt_mcp.backends.sandbox import (
+from accelopt_mcp.isolation.sandbox import (
     read_result_file,
     remove_abandoned_work_dirs,
     run_sandboxed,
     work_dir_prefix,
 )
 from accelopt_mcp.models import (
+    BenchmarkConfig,
     Environment,
     Evaluation,
     EvaluationStatus,
     Language,
     Solution,
+    Task,
     Trace,
 )
 

@@ -21,16 +21,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
-from accelopt_mcp.backends.base import (
-    Availability,
-    Backend,
-    BackendUnavailableError,
-    BenchmarkConfig,
-    Task,
-)
+from accelopt_mcp.backends.base import Availability, Backend, BackendUnavailableError
 from accelopt_mcp.backends.nki_runner import NkiJob, NkiRunResult
 from accelopt_mcp.backends.roofline import is_above_peak, peak_counters, percent_of_peak
-from accelopt_mcp.backends.sandbox import (
+from accelopt_mcp.isolation.sandbox import (
     SandboxResult,
     read_result_file,
     remove_abandoned_work_dirs,
@@ -38,6 +32,7 @@ from accelopt_mcp.backends.sandbox import (
     work_dir_prefix,
 )
 from accelopt_mcp.models import (
+    BenchmarkConfig,
     Correctness,
     Environment,
     Evaluation,
@@ -46,6 +41,7 @@ from accelopt_mcp.models import (
     LatencyStats,
     Performance,
     Solution,
+    Task,
 )
 
 INSTALL_HINT = (

@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from accelopt_mcp.backends.base import Backend, BenchmarkConfig, Task
-from accelopt_mcp.models import Evaluation, Solution
+from accelopt_mcp.backends.base import Backend
+from accelopt_mcp.models import BenchmarkConfig, Evaluation, Solution, Task
 
 BackendFactory = Callable[..., Backend]
 

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from accelopt_mcp.backends.base import Roofline
+from accelopt_mcp.models import Roofline
 
 ComputeUnit = Literal["matmul_fp32", "matmul_bf16", "vector"]
 

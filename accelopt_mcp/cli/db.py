@@ -17,8 +17,8 @@ from accelopt_mcp.cli.common import (
     opened_store,
     print_json,
 )
-from accelopt_mcp.store import describe_store_url
 from accelopt_mcp.store.base import StoreError
+from accelopt_mcp.store.url import describe_store_url
 
 app = typer.Typer(
     help="The kernel database: init, check, stats, best, lineage, export, import.",
@@ -158,7 +158,7 @@ def export_(
     store: StoreOption = None,
 ) -> None:
     """Write the whole database as a FlashInfer-Trace directory (plus lineage, runs, memory)."""
-    from accelopt_mcp.traceset import export_traceset
+    from accelopt_mcp.transfer.traceset import export_traceset
 
     with opened_store(store) as db:
         counts = export_traceset(db, directory)

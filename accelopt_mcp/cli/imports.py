@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from accelopt_mcp.cli.common import StoreOption, console, opened_store
-from accelopt_mcp.services import ImportFormat, import_directory
+from accelopt_mcp.transfer import ImportFormat, import_directory
 
 app = typer.Typer(help="Load benchmark directories into the kernel database.", no_args_is_help=True)
 

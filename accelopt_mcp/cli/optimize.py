@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from pydantic import ValidationError
@@ -14,9 +14,9 @@ from rich.table import Table
 
 from accelopt_mcp.cli.common import StoreOption, console, fail, opened_store
 from accelopt_mcp.engine.beam import BeamSearch, InitialKernelFailed, RunBusy
-from accelopt_mcp.engine.config import OptimizeConfig
+from accelopt_mcp.engine.config import resolve_optimize_config
 from accelopt_mcp.engine.events import EngineEvent
-from accelopt_mcp.engine.presets import PRESETS, load_preset
+from accelopt_mcp.engine.presets import PRESETS
 from accelopt_mcp.engine.report import plot_best_latency
 from accelopt_mcp.engine.runs import (
     RunNotFound,
@@ -26,10 +26,11 @@ from accelopt_mcp.engine.runs import (
     prepare_run,
     worker_alive,
 )
-from accelopt_mcp.llm import LlmConfigError
+from accelopt_mcp.llm import LlmConfigError, model_config_names
 from accelopt_mcp.store.base import KernelStore, RunUpdate
 from accelopt_mcp.tasks.flashinfer_format import TaskFileError
-from accelopt_mcp.tasks.loader import load_solution, load_task
+from accelopt_mcp.tasks.kernels import load_solution
+from accelopt_mcp.tasks.loader import load_task
 
 OutputDirOption = Annotated[
     Path | None,
@@ -60,7 +61,12 @@ def optimize(
     positive_threshold: Annotated[float | None, typer.Option(help="e.g. 1.04")] = None,
     negative_threshold: Annotated[float | None, typer.Option(help="e.g. 0.87")] = None,
     config: Annotated[
-        Path | None, typer.Option("--config", help="Model config (templates/models/*.json).")
+        str | None,
+        typer.Option(
+            "--config",
+            help="Model config: a file, or the name of one in templates/models "
+            f"({', '.join(model_config_names()) or 'none shipped'}).",
+        ),
     ] = None,
     budget_usd: Annotated[float | None, typer.Option(help="Stop at this LLM spend.")] = None,
     budget_tokens: Annotated[int | None, typer.Option(help="Stop at this many tokens.")] = None,
@@ -75,10 +81,6 @@ def optimize(
     quiet: QuietOption = False,
 ) -> None:
     """Optimize KERNEL for TASK with the AccelOpt beam search; stores everything in the DB."""
-    try:
-        fields: dict[str, Any] = load_preset(preset or "quick")
-    except ValueError as exc:
-        fail(str(exc))
     overrides = {
         "backend": backend,
         "iterations": iterations,
@@ -89,22 +91,18 @@ def optimize(
         "exp_n": exp_n,
         "positive_threshold": positive_threshold,
         "negative_threshold": negative_threshold,
-        "models_config": str(config) if config else None,
+        "models_config": config,
         "budget_usd": budget_usd,
         "budget_tokens": budget_tokens,
         "budget_wall_s": budget_wall_s,
         "namespace": namespace,
+        "seed_from_namespace": seed_memory or None,
         "workers": workers,
     }
-    fields.update({key: value for key, value in overrides.items() if value is not None})
-    if seed_memory:
-        fields["seed_from_namespace"] = True
     try:
-        settings = OptimizeConfig.model_validate(fields)
+        settings = resolve_optimize_config(preset, overrides)
         loaded_task = load_task(task, workload=workload)
         solution = load_solution(kernel, loaded_task)
-    except ValidationError as exc:
-        fail(f"invalid run settings: {_describe(exc)}")
     except (TaskFileError, ValueError, FileNotFoundError) as exc:
         fail(str(exc))
     with opened_store(store) as db:
@@ -117,13 +115,6 @@ def optimize(
         )
         console.print(f"run [bold]{run_id}[/] ({escape(loaded_task.definition.name)})")
         _drive(db, run_id, output_dir or default_output_dir(), quiet)
-
-
-def _describe(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(part) for part in error['loc']) or 'settings'}: {error['msg']}"
-        for error in exc.errors()
-    )
 
 
 def resume(

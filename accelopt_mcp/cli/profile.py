@@ -9,12 +9,13 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from accelopt_mcp.backends.base import BackendUnavailableError, BenchmarkConfig
+from accelopt_mcp.backends.base import BackendUnavailableError
 from accelopt_mcp.cli.common import JsonOption, StoreOption, console, fail, opened_store, print_json
-from accelopt_mcp.models import Evaluation
+from accelopt_mcp.models import BenchmarkConfig, Evaluation
 from accelopt_mcp.profiling import ProfileOutcome, profile_kernel
 from accelopt_mcp.tasks.flashinfer_format import TaskFileError
-from accelopt_mcp.tasks.loader import load_solution, load_task
+from accelopt_mcp.tasks.kernels import load_solution
+from accelopt_mcp.tasks.loader import load_task
 
 
 def profile(

@@ -24,7 +24,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from accelopt_mcp.backends.base import BenchmarkConfig
 from accelopt_mcp.backends.pool import DevicePool
 from accelopt_mcp.backends.registry import backend_factory, get_backend
 from accelopt_mcp.engine.checkpoint import (
@@ -66,15 +65,8 @@ from accelopt_mcp.llm import (
     RoleConfigs,
     load_role_configs,
 )
-from accelopt_mcp.models import Evaluation, Solution, SourceFile
-from accelopt_mcp.store.base import (
-    ConflictError,
-    ExperienceIn,
-    KernelStore,
-    LlmCallIn,
-    RunRecord,
-    RunUpdate,
-)
+from accelopt_mcp.models import BenchmarkConfig, Evaluation, LlmCallIn, Solution, SourceFile
+from accelopt_mcp.store.base import ConflictError, ExperienceIn, KernelStore, RunRecord, RunUpdate
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

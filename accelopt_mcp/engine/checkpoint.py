@@ -8,14 +8,14 @@ own, written before the checkpoint mentions them.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from accelopt_mcp.backends.base import Task
 from accelopt_mcp.engine.config import OptimizeConfig
 from accelopt_mcp.engine.selection import AttemptRecord, BeamEntry
-from accelopt_mcp.models import Solution
+from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.store.base import RunRecord
 
 FINAL_SLOT_STATES = frozenset(
@@ -69,6 +69,20 @@ class Checkpoint(BaseModel):
 
     def slots_of(self, iteration: int) -> list[AttemptRecord]:
         return [s for s in self.slots.values() if s.iteration == iteration]
+
+    def start_clock(self) -> None:
+        """A worker starts (or resumes) the run now."""
+        if self.started_at is not None and self.saved_at is not None:
+            # The last worker died without finishing (SIGKILL, crash): its time counts too,
+            # up to its last checkpoint, or a wall budget would start afresh after every crash.
+            self.elapsed_before_s += max(0.0, self.saved_at - self.started_at)
+        self.started_at = time.time()
+
+    def stop_clock(self) -> None:
+        """The worker is done with the run: its time so far joins elapsed_before_s."""
+        started = self.started_at or time.time()
+        self.elapsed_before_s += time.time() - started
+        self.started_at = None
 
 
 class RunSpec(BaseModel):

@@ -1,10 +1,17 @@
-"""Every knob of one optimization run, validated once at the boundary."""
+"""Every knob of one optimization run, validated once at the boundary, and the one resolver
+(preset + overrides + model config by name or path) that the CLI and the MCP tools both call."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from collections.abc import Mapping
+from typing import Any
 
-from accelopt_mcp.backends.base import BenchmarkConfig
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from accelopt_mcp.backends.registry import backend_names
+from accelopt_mcp.engine.presets import load_preset
+from accelopt_mcp.llm.config import find_model_config
+from accelopt_mcp.models import BenchmarkConfig
 
 
 class OptimizeConfig(BaseModel):
@@ -61,3 +68,38 @@ class OptimizeConfig(BaseModel):
 
     def memory_namespace(self) -> str:
         return self.namespace or self.backend
+
+
+class RunSettingsError(ValueError):
+    """Run settings that cannot work; the message names the field and what it accepts."""
+
+
+def resolve_optimize_config(
+    preset: str | None = None, overrides: Mapping[str, Any] | None = None
+) -> OptimizeConfig:
+    """A run's settings: the preset's (quick, paper or a JSON file of OptimizeConfig fields;
+    default quick) overlaid with `overrides` (OptimizeConfig field names; None means "the
+    preset's value"). A model config given by name (templates/models) becomes its path and is
+    loaded once, so a broken one is reported before any run is stored. Raises RunSettingsError
+    (or LlmConfigError, both ValueErrors) with a one-line message."""
+    fields: dict[str, Any] = load_preset(preset or "quick")
+    fields.update({key: value for key, value in (overrides or {}).items() if value is not None})
+    backend = fields.get("backend", "cpu")
+    if backend not in backend_names():
+        raise RunSettingsError(
+            f"unknown backend {backend!r}; choose one of {', '.join(backend_names())}"
+        )
+    if fields.get("models_config"):
+        fields["models_config"] = str(find_model_config(str(fields["models_config"])))
+    try:
+        return OptimizeConfig.model_validate(fields)
+    except ValidationError as exc:
+        raise RunSettingsError(f"invalid run settings: {describe_validation_error(exc)}") from None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """`field: problem; other.field: problem` for a one-line message."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or 'settings'}: {error['msg']}"
+        for error in exc.errors()
+    )

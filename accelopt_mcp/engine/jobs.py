@@ -23,11 +23,10 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from accelopt_mcp.backends.base import BenchmarkConfig
 from accelopt_mcp.engine.checkpoint import Checkpoint, IterationSummary, RunSpec
 from accelopt_mcp.engine.config import OptimizeConfig
 from accelopt_mcp.engine.runs import (
@@ -39,10 +38,10 @@ from accelopt_mcp.engine.runs import (
     worker_alive,
 )
 from accelopt_mcp.engine.worker import events_path
-from accelopt_mcp.models import BuildSpec, Language, Solution, SourceFile
 from accelopt_mcp.store import STORE_ENV, open_store
 from accelopt_mcp.store.base import RunRecord, RunUpdate
-from accelopt_mcp.tasks.loader import load_solution, load_task
+from accelopt_mcp.tasks.kernels import kernel_solution
+from accelopt_mcp.tasks.loader import load_task
 
 JobState = Literal[
     "pending", "running", "completed", "failed", "cancelled", "budget_exhausted", "interrupted"
@@ -61,30 +60,18 @@ class JobNotFinished(RuntimeError):
 
 
 class OptimizeRequest(BaseModel):
-    """Everything a job needs; JSON-serialisable."""
+    """Everything a job needs: what to optimize (a kernel, given by path or as source text, and a
+    task) and how (one OptimizeConfig, from `resolve_optimize_config`). JSON-serialisable."""
 
     kernel_path: str | None = None
+    """A kernel .py or solution .json."""
     kernel_source: str | None = None
+    """Or the kernel's Python source."""
     task_path: str
+    """A definition .json, an NKIBench task .py or a folder holding one."""
     workload: str | None = None
-    backend: str = "cpu"
-    iterations: int = Field(ge=1)
-    beam: int = Field(ge=1)
-    plans: int = Field(ge=1)
-    attempts: int = Field(ge=1)
-    topk: int = Field(ge=0)
-    exp_n: int = Field(ge=0)
-    positive_threshold: float
-    negative_threshold: float
-    models_config: str | None = None
-    budget_usd: float | None = None
-    budget_tokens: int | None = None
-    budget_wall_s: float | None = None
-    namespace: str | None = None
-    seed_memory: bool = False
-    workers: int | None = None
-    benchmark: dict[str, Any] | None = None
-    """BenchmarkConfig fields (seeds, iterations, timeout_seconds, ...); None: defaults."""
+    """A workload uuid or index; default the first."""
+    config: OptimizeConfig = Field(default_factory=OptimizeConfig)
 
     @model_validator(mode="after")
     def _one_kernel(self) -> OptimizeRequest:
@@ -94,27 +81,6 @@ class OptimizeRequest(BaseModel):
                 "kernel_source (the kernel's Python source)"
             )
         return self
-
-    def optimize_config(self) -> OptimizeConfig:
-        return OptimizeConfig(
-            iterations=self.iterations,
-            beam=self.beam,
-            plans=self.plans,
-            attempts=self.attempts,
-            topk=self.topk,
-            exp_n=self.exp_n,
-            positive_threshold=self.positive_threshold,
-            negative_threshold=self.negative_threshold,
-            backend=self.backend,
-            benchmark=BenchmarkConfig(**(self.benchmark or {})),
-            models_config=self.models_config,
-            budget_usd=self.budget_usd,
-            budget_tokens=self.budget_tokens,
-            budget_wall_s=self.budget_wall_s,
-            namespace=self.namespace,
-            seed_from_namespace=self.seed_memory,
-            workers=self.workers,
-        )
 
 
 class JobStatus(BaseModel):
@@ -164,24 +130,6 @@ class ProgressEvent(BaseModel):
 ProgressCallback = Callable[[ProgressEvent], Awaitable[None]]
 
 
-def solution_from_source(source: str, definition: str, backend: str) -> Solution:
-    """A single-file solution around kernel source given as text (entry `kernel`, else `run`)."""
-    entry = "kernel" if "def kernel(" in source else "run"
-    language = Language.NKI if backend == "nki" else Language.PYTHON
-    return Solution(
-        name=f"{definition}-submitted",
-        definition=definition,
-        author="user",
-        spec=BuildSpec(
-            language=language,
-            target_hardware=["trainium" if backend == "nki" else backend],
-            entry_point=f"kernel.py::{entry}",
-            destination_passing_style=False,
-        ),
-        sources=[SourceFile(path="kernel.py", content=source)],
-    )
-
-
 class JobManager:
     def __init__(
         self,
@@ -208,19 +156,15 @@ class JobManager:
     def start(self, request: OptimizeRequest) -> str:
         """Store the run and queue its worker; returns the job (= run) id at once."""
         task = load_task(Path(request.task_path), workload=request.workload)
-        if request.kernel_path is not None:
-            solution = load_solution(Path(request.kernel_path), task)
-        else:
-            assert request.kernel_source is not None
-            solution = solution_from_source(
-                request.kernel_source, task.definition.name, request.backend
-            )
+        solution = kernel_solution(
+            task, kernel_path=request.kernel_path, kernel_source=request.kernel_source
+        )
         run_id = prepare_run(
             self.store,
             task,
             solution,
-            request.optimize_config(),
-            request=request.model_dump(mode="json"),
+            request.config,
+            request=request.model_dump(mode="json", exclude={"config"}),
         )
         with self._lock:
             self._queue.append(run_id)

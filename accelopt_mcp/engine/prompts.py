@@ -11,9 +11,8 @@ import re
 from functools import cache
 from importlib import resources
 
-from accelopt_mcp.backends.base import Task
 from accelopt_mcp.llm import ChatMessage
-from accelopt_mcp.models import Evaluation, Language, Solution
+from accelopt_mcp.models import Evaluation, Language, Solution, Task
 from accelopt_mcp.store.base import ExperienceRecord
 
 FAMILIES = ("cpu", "nki", "gpu")

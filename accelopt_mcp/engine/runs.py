@@ -10,12 +10,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from accelopt_mcp.backends.base import Task
 from accelopt_mcp.engine.checkpoint import Checkpoint, RunSpec, read_run, run_config
 from accelopt_mcp.engine.config import OptimizeConfig
-from accelopt_mcp.models import Solution
-from accelopt_mcp.store import default_sqlite_path
+from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.store.base import KernelStore, RunRecord, RunUpdate
+from accelopt_mcp.store.url import default_sqlite_path
 
 
 class RunNotFound(KeyError):

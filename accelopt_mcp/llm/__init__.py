@@ -9,7 +9,9 @@ from accelopt_mcp.llm.config import (
     ModelPrice,
     PriceTable,
     RoleConfigs,
+    find_model_config,
     load_role_configs,
+    model_config_names,
     role_configs_from_dict,
 )
 from accelopt_mcp.llm.parsing import MalformedReply, extract_code_block, parse_json_list
@@ -32,7 +34,9 @@ __all__ = [
     "PriceTable",
     "RoleConfigs",
     "extract_code_block",
+    "find_model_config",
     "load_role_configs",
+    "model_config_names",
     "parse_json_list",
     "role_configs_from_dict",
 ]

@@ -28,7 +28,7 @@ from accelopt_mcp.llm.budget import Budget, BudgetExceeded
 from accelopt_mcp.llm.config import ROLES, LlmConfigError, ModelConfig, RoleConfigs
 from accelopt_mcp.llm.parsing import MalformedReply
 from accelopt_mcp.llm.redaction import short_error
-from accelopt_mcp.store.base import LlmCallIn
+from accelopt_mcp.models import LlmCallIn
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

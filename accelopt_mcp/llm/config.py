@@ -158,6 +158,32 @@ class _ConfigFile(BaseModel):
     prices: dict[str, Any] = Field(default_factory=dict)
 
 
+# Model configs shipped in the source tree (templates/models/*.json), usable by name.
+MODEL_TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "models"
+
+
+def model_config_names() -> list[str]:
+    """Names of the model configs shipped in templates/models (present in a source checkout)."""
+    if not MODEL_TEMPLATES.is_dir():
+        return []
+    return sorted(p.stem for p in MODEL_TEMPLATES.glob("*.json"))
+
+
+def find_model_config(name_or_path: str) -> Path:
+    """The model config file a name (a config in templates/models) or a path means, loaded once
+    so that a broken one is reported now (LlmConfigError says what to fix), not at the first
+    LLM call of a run."""
+    for path in (Path(name_or_path).expanduser(), MODEL_TEMPLATES / f"{name_or_path}.json"):
+        if path.is_file():
+            load_role_configs(path)
+            return path
+    names = ", ".join(model_config_names()) or "none shipped with this install"
+    raise LlmConfigError(
+        f"model config {name_or_path!r} is neither a file nor a shipped config name ({names}); "
+        "give the path of a JSON/TOML model config (see templates/models/README.md)"
+    )
+
+
 def load_role_configs(path: Path | None = None) -> RoleConfigs:
     """Role configs from a JSON or TOML file; None gives the defaults (OpenAI, or whatever
     OPENAI_BASE_URL points at, with the key from OPENAI_API_KEY)."""

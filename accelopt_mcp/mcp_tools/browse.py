@@ -56,12 +56,11 @@ def register(server: AccelOptServer, state: ServerState) -> None:
         mime_type="application/json",
     )
     def definition_solutions(name: str) -> str:
-        from accelopt_mcp.services import ranked_solutions
 
         store = state.store()
         if store.get_definition(name) is None:
             raise ResourceNotFoundError(f"no definition named {name!r}")
-        entries = ranked_solutions(store, name)[:LISTING_LIMIT]
+        entries = store.ranked_solutions(name)[:LISTING_LIMIT]
         return _json([solution_summary(e.solution, e.best_profile).model_dump() for e in entries])
 
     @server.resource(

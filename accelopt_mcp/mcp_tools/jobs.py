@@ -12,12 +12,12 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from accelopt_mcp.engine.jobs import JobNotFinished, JobStatus, ProgressEvent
+from accelopt_mcp.engine.config import resolve_optimize_config
+from accelopt_mcp.engine.jobs import JobNotFinished, JobStatus, OptimizeRequest, ProgressEvent
 from accelopt_mcp.engine.presets import PRESETS
 from accelopt_mcp.mcp_tools.app import AccelOptServer
 from accelopt_mcp.mcp_tools.state import ServerState
 from accelopt_mcp.mcp_tools.views import MAX_PAGE, SOURCE_CHARS, TextSlice, cut
-from accelopt_mcp.services import optimize_request
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
 JobId = Annotated[str, Field(description="The id start_optimization returned.")]
@@ -106,29 +106,34 @@ def register(server: AccelOptServer, state: ServerState) -> None:
         once: planner, executor and summarizer LLM calls in a beam search, every attempt
         profiled and stored. Follow it with wait_for_job (progress notifications) or
         job_status; job_result when it has finished; cancel_job to stop it."""
-        request = optimize_request(
+        config = resolve_optimize_config(
             preset,
+            {
+                "backend": backend,
+                "iterations": iterations,
+                "beam": beam,
+                "plans": plans,
+                "attempts": attempts,
+                "topk": topk,
+                "exp_n": exp_n,
+                "positive_threshold": positive_threshold,
+                "negative_threshold": negative_threshold,
+                "models_config": models_config,
+                "budget_usd": budget_usd,
+                "budget_tokens": budget_tokens,
+                "budget_wall_s": budget_wall_s,
+                "namespace": namespace,
+                "seed_from_namespace": seed_memory or None,
+                "workers": workers,
+                "benchmark": benchmark,
+            },
+        )
+        request = OptimizeRequest(
             task_path=task_path,
             kernel_path=kernel_path,
             kernel_source=kernel_source,
             workload=workload,
-            backend=backend,
-            iterations=iterations,
-            beam=beam,
-            plans=plans,
-            attempts=attempts,
-            topk=topk,
-            exp_n=exp_n,
-            positive_threshold=positive_threshold,
-            negative_threshold=negative_threshold,
-            models_config=models_config,
-            budget_usd=budget_usd,
-            budget_tokens=budget_tokens,
-            budget_wall_s=budget_wall_s,
-            namespace=namespace,
-            seed_memory=seed_memory or None,
-            workers=workers,
-            benchmark=benchmark,
+            config=config,
         )
         jobs = state.jobs()
         job_id = jobs.start(request)

@@ -29,10 +29,10 @@ from accelopt_mcp.mcp_tools.views import (
     workload_summary,
 )
 from accelopt_mcp.models import Definition, Evaluation, Solution, Workload
-from accelopt_mcp.services import ImportFormat, import_directory, ranked_solutions
 from accelopt_mcp.store.base import KernelStore, StoredDefinition, StoredSolution
 from accelopt_mcp.store.detect import StoreCheck, check_store
-from accelopt_mcp.traceset import TransferCounts
+from accelopt_mcp.transfer import ImportFormat, import_directory
+from accelopt_mcp.transfer.traceset import TransferCounts
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
 UPSERT = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True)
@@ -185,8 +185,8 @@ def register(server: AccelOptServer, state: ServerState) -> None:
         passed. Use get_solution for a kernel's source and solution_lineage for its history."""
         store = state.store()
         _definition(store, definition_name)
-        entries = ranked_solutions(
-            store, definition_name, hardware=hardware, language=language, run_id=run_id
+        entries = store.ranked_solutions(
+            definition_name, hardware=hardware, language=language, run_id=run_id
         )
         return SolutionPage(
             definition_name=definition_name,

@@ -8,13 +8,14 @@ from typing import Annotated
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from accelopt_mcp.backends.base import Availability, BenchmarkConfig
+from accelopt_mcp.backends.base import Availability
 from accelopt_mcp.backends.registry import backend_names, list_backends
 from accelopt_mcp.mcp_tools.app import AccelOptServer
 from accelopt_mcp.mcp_tools.state import ServerState
 from accelopt_mcp.mcp_tools.views import clip
+from accelopt_mcp.models import BenchmarkConfig
 from accelopt_mcp.profiling import profile_kernel
-from accelopt_mcp.services import kernel_solution
+from accelopt_mcp.tasks.kernels import kernel_solution
 from accelopt_mcp.tasks.loader import load_task
 
 

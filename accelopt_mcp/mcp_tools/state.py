@@ -8,8 +8,9 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from accelopt_mcp.store import describe_store_url, open_store
+from accelopt_mcp.store import open_store
 from accelopt_mcp.store.base import KernelStore
+from accelopt_mcp.store.url import describe_store_url
 
 if TYPE_CHECKING:
     from accelopt_mcp.engine.jobs import JobManager

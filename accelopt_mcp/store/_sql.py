@@ -14,14 +14,13 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from accelopt_mcp import hashing
-from accelopt_mcp.models import Definition, Evaluation, Solution, Workload
+from accelopt_mcp.models import Definition, Evaluation, LlmCallIn, Solution, Workload
 from accelopt_mcp.store import _rows
 from accelopt_mcp.store.base import (
     ConflictError,
     ExperienceIn,
     ExperienceRecord,
     KernelStore,
-    LlmCallIn,
     LlmCallRecord,
     LlmTotals,
     RankedSolution,

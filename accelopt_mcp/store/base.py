@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from accelopt_mcp.models import Definition, Evaluation, Solution, Workload
+from accelopt_mcp.models import Definition, Evaluation, LlmCallIn, Solution, Workload
 
 # --------------------------------------------------------------------------- errors
 
@@ -84,6 +84,15 @@ class RankedSolution(BaseModel):
     profile: StoredProfile
 
 
+class RankedEntry(BaseModel):
+    """A solution in a definition's ranking, with its fastest correct profile if it has one."""
+
+    solution: StoredSolution
+    best_profile: StoredProfile | None = Field(
+        default=None, description="Its fastest correct profile; None when none passed."
+    )
+
+
 RunStatus = Literal["pending", "running", "completed", "failed", "cancelled", "budget_exhausted"]
 
 
@@ -139,18 +148,6 @@ class ExperienceRecord(ExperienceIn):
     id: str
     removed: bool = False
     created_at: datetime | None = None
-
-
-class LlmCallIn(BaseModel):
-    run_id: str | None = None
-    role: str
-    model: str
-    tokens_in: int = 0
-    tokens_out: int = 0
-    latency_s: float = 0.0
-    cost_usd: float = 0.0
-    ok: bool = True
-    error: str | None = None
 
 
 class LlmCallRecord(LlmCallIn):
@@ -285,6 +282,30 @@ class KernelStore(abc.ABC):
         limit: int = 10,
     ) -> list[RankedSolution]:
         """Correct (PASSED) solutions, fastest first, one entry per solution (its best profile)."""
+
+    def ranked_solutions(
+        self,
+        definition_name: str,
+        *,
+        hardware: str | None = None,
+        language: str | None = None,
+        run_id: str | None = None,
+    ) -> list[RankedEntry]:
+        """Every solution of a definition, best first: correct ones by latency, then the rest
+        (never passed, or not on this hardware) oldest first."""
+        solutions = self.list_solutions(
+            definition_name=definition_name, run_id=run_id, language=language
+        )
+        wanted = {s.id for s in solutions}
+        ranked = self.best_solutions(definition_name, hardware=hardware, limit=max(len(wanted), 1))
+        entries = [
+            RankedEntry(solution=r.solution, best_profile=r.profile)
+            for r in ranked
+            if r.solution.id in wanted
+        ]
+        seen = {e.solution.id for e in entries}
+        entries += [RankedEntry(solution=s) for s in solutions if s.id not in seen]
+        return entries
 
     # runs ----------------------------------------------------------------
     @abc.abstractmethod

@@ -22,10 +22,10 @@ import httpx
 import psycopg
 from pydantic import BaseModel, Field
 
-from accelopt_mcp.store import describe_store_url
 from accelopt_mcp.store._rows import TABLES
 from accelopt_mcp.store.base import StoreError
 from accelopt_mcp.store.postgres import mask_dsn
+from accelopt_mcp.store.url import describe_store_url
 
 SUPABASE_URL_ENV = "SUPABASE_URL"
 SUPABASE_KEY_ENV = "SUPABASE_KEY"

@@ -25,14 +25,13 @@ from pydantic import BaseModel
 from supabase import Client, ClientOptions, create_client
 
 from accelopt_mcp import hashing
-from accelopt_mcp.models import Definition, Evaluation, Solution, Workload
+from accelopt_mcp.models import Definition, Evaluation, LlmCallIn, Solution, Workload
 from accelopt_mcp.store import _rows
 from accelopt_mcp.store.base import (
     ConflictError,
     ExperienceIn,
     ExperienceRecord,
     KernelStore,
-    LlmCallIn,
     LlmCallRecord,
     LlmTotals,
     RankedSolution,

@@ -1,27 +1,23 @@
-"""The two entry points the CLI and the MCP server call: a task from a path, a solution from a
-path. Formats are told apart by content, not by where the files sit.
-"""
+"""A task from a path, whatever its format (told apart by content, not by where the files sit).
+Kernels (solutions) are loaded by accelopt_mcp.tasks.kernels."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
-from accelopt_mcp.backends.base import Task
-from accelopt_mcp.models import BuildSpec, Definition, Language, Solution, SourceFile, Workload
-from accelopt_mcp.pysource import parse_python
+from accelopt_mcp.models import (
+    Definition,
+    Task,
+    Workload,
+)
 from accelopt_mcp.tasks.flashinfer_format import (
     TaskFileError,
     is_trace_set,
     load_definition,
-    load_solution_json,
     load_trace_set,
     load_workloads,
 )
 from accelopt_mcp.tasks.nkibench import default_workload, definition_from_task, is_nkibench_task
-
-ENTRY_SYMBOLS = ("kernel", "optimized_kernel", "run")
-NKI_MODULES = ("neuronxcc", "nki")
 
 
 def load_task(path: Path, *, workload: str | None = None) -> Task:
@@ -116,67 +112,3 @@ def _choose(definition: Definition, known: list[Workload], selector: str | None)
 def load_workload_file(path: Path, definition: Definition, selector: str | None = None) -> Workload:
     """A workload from a separate workload JSON/JSONL file."""
     return _choose(definition, load_workloads(Path(path), definition.name), selector)
-
-
-def load_solution(
-    path: Path, task: Task, *, name: str | None = None, author: str = "user"
-) -> Solution:
-    """A solution from a solution .json, or from a kernel .py file (python, or nki when it
-    imports neuronxcc / nki; entry `kernel`, else `optimized_kernel`, else `run`)."""
-    path = Path(path)
-    if path.suffix == ".json":
-        solution = load_solution_json(path)
-        if solution.definition != task.definition.name:
-            raise TaskFileError(
-                f"solution {str(path)!r} is for definition {solution.definition!r}, not "
-                f"{task.definition.name!r}"
-            )
-        return solution.model_copy(update={"name": name}) if name else solution
-    if path.suffix == ".py":
-        return solution_from_kernel_file(path, task.definition.name, name=name, author=author)
-    raise TaskFileError(f"solution path {str(path)!r} must be a solution .json or a kernel .py")
-
-
-def solution_from_kernel_file(
-    path: Path, definition: str, *, name: str | None = None, author: str = "user"
-) -> Solution:
-    if not path.is_file():
-        raise TaskFileError(f"kernel file {str(path)!r} does not exist")
-    source = path.read_text()
-    if not source.strip():
-        raise TaskFileError(f"kernel file {str(path)!r} is empty")
-    try:
-        module = parse_python(source)
-    except SyntaxError as exc:
-        raise TaskFileError(f"kernel file {str(path)!r} is not valid Python: {exc}") from exc
-    functions = {
-        n.name for n in module.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
-    }
-    entry = next((symbol for symbol in ENTRY_SYMBOLS if symbol in functions), None)
-    if entry is None:
-        raise TaskFileError(
-            f"kernel file {str(path)!r} defines none of the entry functions {list(ENTRY_SYMBOLS)} "
-            f"(top-level functions: {sorted(functions) or 'none'}); name the kernel `kernel`"
-        )
-    language = Language.NKI if _imports_any(module, NKI_MODULES) else Language.PYTHON
-    return Solution(
-        name=name or path.stem,
-        definition=definition,
-        author=author,
-        spec=BuildSpec(
-            language=language,
-            target_hardware=["trainium"] if language == Language.NKI else ["cpu"],
-            entry_point=f"{path.name}::{entry}",
-            destination_passing_style=False,
-        ),
-        sources=[SourceFile(path=path.name, content=source)],
-    )
-
-
-def _imports_any(module: ast.Module, roots: tuple[str, ...]) -> bool:
-    for node in ast.walk(module):
-        if isinstance(node, ast.Import) and any(a.name.split(".")[0] in roots for a in node.names):
-            return True
-        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in roots:
-            return True
-    return False

@@ -15,18 +15,20 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from accelopt_mcp.backends.base import Roofline
 from accelopt_mcp.models import (
     AxisConst,
     Definition,
     DType,
     RandomInput,
+    Roofline,
     Solution,
     TensorSpec,
     Workload,
 )
 from accelopt_mcp.pysource import parse_python
 from accelopt_mcp.tasks.flashinfer_format import TaskFileError, read_json
+from accelopt_mcp.tasks.kernels import solution_from_kernel_file
+from accelopt_mcp.tasks.probe import probe_nkibench_task
 
 FORMAT_TAG = "format:nkibench"
 _WORKLOAD_NAMESPACE = uuid.UUID("6f1b7f3e-3a52-4c51-9a7e-5b1de0a8c0a1")
@@ -125,8 +127,6 @@ def definition_from_task(
 ) -> Definition:
     """Read an NKIBench task module and describe it as a Definition. Runs get_inputs() and
     forward() once, sandboxed, to learn the shapes and dtypes."""
-    from accelopt_mcp.backends.cpu import probe_nkibench_task
-
     if not path.is_file():
         raise TaskFileError(f"NKIBench task file {str(path)!r} does not exist")
     source = path.read_text()
@@ -232,8 +232,6 @@ def read_summary(root: Path) -> list[NkiBenchCase]:
 
 def import_nkibench_dir(root: Path, *, author: str = "nkibench") -> list[NkiBenchEntry]:
     """Every case of an NKIBench-layout directory as definition + workload + baseline kernel."""
-    from accelopt_mcp.tasks.loader import solution_from_kernel_file
-
     entries = []
     for case in read_summary(root):
         definition = definition_from_task(case.task_path, problem=case.problem, values=case.values)

@@ -10,18 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from accelopt_mcp.backends.base import BenchmarkConfig, Roofline, Task
 from accelopt_mcp.backends.cpu import CpuBackend, host_hardware
 from accelopt_mcp.models import (
     AxisConst,
     AxisVar,
+    BenchmarkConfig,
     BuildSpec,
     Definition,
     EvaluationStatus,
     RandomInput,
+    Roofline,
     ScalarInput,
     Solution,
     SourceFile,
+    Task,
     TensorSpec,
     Workload,
 )

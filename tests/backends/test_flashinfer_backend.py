@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from accelopt_mcp.backends.base import BackendUnavailableError, BenchmarkConfig, Roofline, Task
+from accelopt_mcp.backends.base import BackendUnavailableError
 from accelopt_mcp.backends.flashinfer import (
     INSTALL_HINT,
     NO_CUDA,
@@ -20,11 +20,14 @@ from accelopt_mcp.backends.flashinfer import (
     write_trace_set,
 )
 from accelopt_mcp.models import (
+    BenchmarkConfig,
     BuildSpec,
     Definition,
     EvaluationStatus,
     Language,
+    Roofline,
     Solution,
+    Task,
     Trace,
 )
 from tests.flashinfer_bench_copy import load_with_flashinfer_bench

@@ -10,17 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from accelopt_mcp.backends.base import BackendUnavailableError, BenchmarkConfig, Roofline, Task
+from accelopt_mcp.backends.base import BackendUnavailableError
 from accelopt_mcp.backends.nki import INSTALL_HINT, NkiBackend
 from accelopt_mcp.models import (
     AxisConst,
+    BenchmarkConfig,
     BuildSpec,
     Definition,
     EvaluationStatus,
     Language,
     RandomInput,
+    Roofline,
     Solution,
     SourceFile,
+    Task,
     TensorSpec,
     Workload,
 )
@@ -321,7 +324,8 @@ def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_example_directory_loads_and_profiles_through_the_task_loaders(tmp_path: Path) -> None:
-    from accelopt_mcp.tasks.loader import load_solution, load_task
+    from accelopt_mcp.tasks.kernels import load_solution
+    from accelopt_mcp.tasks.loader import load_task
     from accelopt_mcp.tasks.nkibench import import_nkibench_dir
 
     entries = import_nkibench_dir(EXAMPLE)

@@ -9,10 +9,11 @@ import textwrap
 
 import pytest
 
-from accelopt_mcp.backends.base import BackendUnavailableError, BenchmarkConfig
+from accelopt_mcp.backends.base import BackendUnavailableError
 from accelopt_mcp.backends.cpu import CpuBackend
 from accelopt_mcp.backends.pool import DevicePool, DeviceSlot, PooledEvaluation
 from accelopt_mcp.backends.registry import backend_names, get_backend, list_backends
+from accelopt_mcp.models import BenchmarkConfig
 from tests.backends.test_cpu_backend import python_solution, scale_task
 
 CONFIG = BenchmarkConfig(warmup_runs=1, iterations=3, max_measurement_rounds=1)

@@ -4,7 +4,6 @@ import math
 
 import pytest
 
-from accelopt_mcp.backends.base import Roofline
 from accelopt_mcp.backends.roofline import (
     TRN1,
     TRN2,
@@ -14,6 +13,7 @@ from accelopt_mcp.backends.roofline import (
     peak_for,
     percent_of_peak,
 )
+from accelopt_mcp.models import Roofline
 
 
 def test_trn1_figures_are_the_nkibench_ones() -> None:

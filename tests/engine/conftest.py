@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from accelopt_mcp.backends.base import BenchmarkConfig, Task
 from accelopt_mcp.engine.beam import BeamSearch
 from accelopt_mcp.engine.config import OptimizeConfig
 from accelopt_mcp.engine.runs import prepare_run
-from accelopt_mcp.models import Solution
+from accelopt_mcp.models import BenchmarkConfig, Solution, Task
 from accelopt_mcp.store.base import KernelStore, RunRecord
 from accelopt_mcp.store.postgres import PostgresStore
 from accelopt_mcp.store.sqlite import SqliteStore
-from accelopt_mcp.tasks.loader import load_solution, load_task
+from accelopt_mcp.tasks.kernels import load_solution
+from accelopt_mcp.tasks.loader import load_task
 from tests.engine import kernels
 from tests.llm_standin.process import StandinProcess
 from tests.llm_standin.script import StandinScript

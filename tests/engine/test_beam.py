@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from accelopt_mcp.backends.base import Task
 from accelopt_mcp.engine.beam import BeamSearch
 from accelopt_mcp.engine.checkpoint import Checkpoint, run_config
 from accelopt_mcp.engine.memory import OptimizationMemory
@@ -26,7 +25,7 @@ from accelopt_mcp.engine.runs import (
 )
 from accelopt_mcp.hashing import benchmark_config_hash
 from accelopt_mcp.llm import LlmConfigError
-from accelopt_mcp.models import Solution
+from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.store.base import KernelStore, RunUpdate
 from tests.engine import kernels
 from tests.engine.conftest import (

@@ -9,10 +9,9 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from accelopt_mcp.backends.base import Task
 from accelopt_mcp.cli import _register, app
 from accelopt_mcp.engine.presets import PRESETS
-from accelopt_mcp.models import Solution
+from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.store.sqlite import SqliteStore
 from tests.engine.conftest import REPO, build_script, models_config, run_engine, settings
 from tests.llm_standin.process import StandinProcess

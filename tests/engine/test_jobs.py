@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from accelopt_mcp.engine.config import OptimizeConfig
 from accelopt_mcp.engine.jobs import (
     JobManager,
     JobNotFinished,
@@ -24,7 +25,8 @@ from accelopt_mcp.engine.jobs import (
 from accelopt_mcp.engine.runs import load_run, prepare_run
 from accelopt_mcp.engine.worker import events_path
 from accelopt_mcp.store.postgres import PostgresStore
-from accelopt_mcp.tasks.loader import load_solution, load_task
+from accelopt_mcp.tasks.kernels import load_solution
+from accelopt_mcp.tasks.loader import load_task
 from tests.engine.conftest import FAST_BENCH, KERNEL_PATH, TASK_PATH, build_script, models_config
 from tests.llm_standin.process import StandinProcess
 from tests.pg_server import create_database
@@ -33,9 +35,11 @@ StartStandin = Callable[[dict[str, Any]], StandinProcess]
 
 
 def _request(models: Path, **fields: Any) -> OptimizeRequest:
-    base: dict[str, Any] = {
-        "kernel_path": str(KERNEL_PATH),
-        "task_path": str(TASK_PATH),
+    target = {"kernel_path": str(KERNEL_PATH), "task_path": str(TASK_PATH)}
+    for key in ("kernel_path", "kernel_source", "task_path", "workload"):
+        if key in fields:
+            target[key] = fields.pop(key)
+    config: dict[str, Any] = {
         "iterations": 2,
         "beam": 2,
         "plans": 2,
@@ -48,7 +52,7 @@ def _request(models: Path, **fields: Any) -> OptimizeRequest:
         "workers": 2,
         "benchmark": FAST_BENCH.model_dump(),
     }
-    return OptimizeRequest(**{**base, **fields})
+    return OptimizeRequest(**target, config=OptimizeConfig(**{**config, **fields}))
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -163,7 +167,7 @@ def test_two_managers_resuming_one_run_run_it_once(
             first.store,
             task,
             load_solution(Path(str(request.kernel_path)), task),
-            request.optimize_config(),
+            request.config,
             request=request.model_dump(mode="json"),
         )
         assert first.status(run_id).state == "interrupted"
@@ -190,7 +194,7 @@ def test_two_managers_resuming_one_run_run_it_once(
         events = [json.loads(line) for line in events_path(out, run_id).read_text().splitlines()]
         assert [e["kind"] for e in events].count("run_started") == 1
         experiences = first.store.recent_experiences(run_id=run_id, limit=1000)
-        assert len(experiences) <= request.topk * request.iterations
+        assert len(experiences) <= request.config.topk * request.config.iterations
         assert first.status(run_id).state == "completed"
     finally:
         first.close()

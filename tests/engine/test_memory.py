@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from accelopt_mcp.backends.base import Task
 from accelopt_mcp.engine.config import OptimizeConfig
 from accelopt_mcp.engine.memory import OptimizationMemory
 from accelopt_mcp.engine.runs import prepare_run
-from accelopt_mcp.models import Solution
+from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.store.base import ExperienceIn, KernelStore
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 
-from accelopt_mcp.backends.base import Task
 from accelopt_mcp.engine.prompts import (
     FAMILIES,
     executor_messages,
@@ -12,7 +11,7 @@ from accelopt_mcp.engine.prompts import (
     planner_messages,
     summarizer_messages,
 )
-from accelopt_mcp.models import Environment, Evaluation, EvaluationStatus, Solution
+from accelopt_mcp.models import Environment, Evaluation, EvaluationStatus, Solution, Task
 from accelopt_mcp.store.base import ExperienceRecord
 
 COUNTERS = {f"counter_{n}": float(n) for n in range(12)}

@@ -23,7 +23,7 @@ from accelopt_mcp.llm import (
     parse_json_list,
     role_configs_from_dict,
 )
-from accelopt_mcp.store.base import LlmCallIn
+from accelopt_mcp.models import LlmCallIn
 from tests.llm.conftest import TEST_KEY_ENV, configs_for
 from tests.llm_standin.process import StandinProcess
 

@@ -9,11 +9,11 @@ import pydantic
 import pytest
 
 from accelopt_mcp import hashing
+from accelopt_mcp.models import LlmCallIn
 from accelopt_mcp.store.base import (
     ConflictError,
     ExperienceIn,
     KernelStore,
-    LlmCallIn,
     RunRecord,
     RunUpdate,
     UnknownReferenceError,

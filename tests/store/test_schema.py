@@ -10,7 +10,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from accelopt_mcp.store.base import LlmCallIn, RunRecord, StoreUnavailableError
+from accelopt_mcp.models import LlmCallIn
+from accelopt_mcp.store.base import RunRecord, StoreUnavailableError
 from accelopt_mcp.store.postgres import (
     PostgresStore,
     behind_transaction_pooler,

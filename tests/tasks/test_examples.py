@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from accelopt_mcp.backends.base import BenchmarkConfig
 from accelopt_mcp.backends.cpu import CpuBackend
-from accelopt_mcp.tasks.loader import load_solution, load_task
+from accelopt_mcp.models import BenchmarkConfig
+from accelopt_mcp.tasks.kernels import load_solution
+from accelopt_mcp.tasks.loader import load_task
 
 ROOT = Path(__file__).resolve().parents[2] / "examples" / "cpu"
 CONFIG = BenchmarkConfig(iterations=5, max_measurement_rounds=2)

@@ -8,7 +8,8 @@ import pytest
 
 from accelopt_mcp.models import Language
 from accelopt_mcp.tasks.flashinfer_format import TaskFileError
-from accelopt_mcp.tasks.loader import load_solution, load_task
+from accelopt_mcp.tasks.kernels import load_solution
+from accelopt_mcp.tasks.loader import load_task
 
 ROOT = Path(__file__).resolve().parents[2] / "examples" / "cpu"
 FI = ROOT / "flashinfer"

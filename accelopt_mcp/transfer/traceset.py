@@ -24,11 +24,10 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from accelopt_mcp.models import Definition, Evaluation, Solution, Trace
+from accelopt_mcp.models import Definition, Evaluation, LlmCallIn, Solution, Trace
 from accelopt_mcp.store.base import (
     ExperienceIn,
     KernelStore,
-    LlmCallIn,
     RunRecord,
     RunUpdate,
     StoredSolution,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from accelopt_mcp.backends.sandbox import run_sandboxed
+from accelopt_mcp.isolation.sandbox import run_sandboxed
 
 
 def run_code(code: str, **kw):
@@ -156,7 +156,7 @@ def test_missing_program_is_a_launcher_failure_not_an_exception() -> None:
 # does. The sandbox prints the daemon's pid and how the run ended.
 _DAEMON_RUN = r"""
 import sys
-from accelopt_mcp.backends.sandbox import run_sandboxed
+from accelopt_mcp.isolation.sandbox import run_sandboxed
 
 code = '''
 import os, sys, time
@@ -229,7 +229,7 @@ def test_a_running_kernel_dies_with_the_process_that_profiles_it(tmp_path: Path)
     kernel = f"import os\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\nwhile True: pass\n"
     profiler = (
         "import sys\n"
-        "from accelopt_mcp.backends.sandbox import run_sandboxed\n"
+        "from accelopt_mcp.isolation.sandbox import run_sandboxed\n"
         "run_sandboxed([sys.executable, '-c', sys.argv[1]], timeout_s=600, memory_limit_mb=512)\n"
     )
     process = subprocess.Popen(
@@ -269,7 +269,7 @@ def test_what_a_killed_profiler_left_is_cleaned_up_by_the_next_run(tmp_path: Pat
     )
     profiler = (
         "import sys\n"
-        "from accelopt_mcp.backends.sandbox import run_sandboxed\n"
+        "from accelopt_mcp.isolation.sandbox import run_sandboxed\n"
         "run_sandboxed([sys.executable, '-c', sys.argv[1]], timeout_s=600, memory_limit_mb=512)\n"
     )
     process = subprocess.Popen(

@@ -1,0 +1,73 @@
+"""The records layer: every kind of record the project passes around, one kind per module.
+
+Most follow the FlashInfer-Trace layout of flashinfer-bench 0.1.2 (Definition, Workload,
+Solution, Evaluation, Trace), re-declared here so the core does not import torch or CUDA: files
+written from these models load in flashinfer-bench and theirs load here. Two additions that
+flashinfer-bench ignores on load (pydantic drops unknown fields there): the `nki` language, and
+on Evaluation the latency statistics and hardware counters that the planner reads. Ours alone:
+Task and Roofline (what a backend is asked to run), BenchmarkConfig (how it checks and times),
+LlmCallIn (a row of the LLM cost ledger).
+
+Records import nothing of the project but `accelopt_mcp.pysource`; import them from here
+(`from accelopt_mcp.models import Solution`), not from the submodules.
+"""
+
+from __future__ import annotations
+
+from accelopt_mcp.models.base import NonEmptyString, NonNegativeInt, Record, Tagged
+from accelopt_mcp.models.benchmark import BenchmarkConfig
+from accelopt_mcp.models.definition import Axis, AxisConst, AxisVar, Definition, DType, TensorSpec
+from accelopt_mcp.models.evaluation import (
+    Correctness,
+    Environment,
+    Evaluation,
+    EvaluationStatus,
+    LatencyStats,
+    Performance,
+)
+from accelopt_mcp.models.llm_call import LlmCallIn
+from accelopt_mcp.models.solution import Binding, BuildSpec, Language, Solution, SourceFile
+from accelopt_mcp.models.task import ROOFLINE_TAG, Roofline, Task
+from accelopt_mcp.models.trace import Trace
+from accelopt_mcp.models.workload import (
+    InputSpec,
+    RandomInput,
+    SafetensorsInput,
+    ScalarInput,
+    Workload,
+)
+
+__all__ = [
+    "ROOFLINE_TAG",
+    "Axis",
+    "AxisConst",
+    "AxisVar",
+    "BenchmarkConfig",
+    "Binding",
+    "BuildSpec",
+    "Correctness",
+    "DType",
+    "Definition",
+    "Environment",
+    "Evaluation",
+    "EvaluationStatus",
+    "InputSpec",
+    "Language",
+    "LatencyStats",
+    "LlmCallIn",
+    "NonEmptyString",
+    "NonNegativeInt",
+    "Performance",
+    "RandomInput",
+    "Record",
+    "Roofline",
+    "SafetensorsInput",
+    "ScalarInput",
+    "Solution",
+    "SourceFile",
+    "Tagged",
+    "Task",
+    "TensorSpec",
+    "Trace",
+    "Workload",
+]

@@ -1,0 +1,43 @@
+"""What every record shares: unknown fields ignored on load (as flashinfer-bench does),
+JSON written the way flashinfer-bench writes it."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+)
+
+NonEmptyString = Annotated[str, Field(min_length=1)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+
+
+class Record(BaseModel):
+    """Base of every record: unknown fields are ignored, as flashinfer-bench does."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    def to_json(self) -> str:
+        """The JSON form flashinfer-bench writes: fields never set are left out."""
+        return self.model_dump_json(indent=2, exclude_unset=True)
+
+
+# --------------------------------------------------------------------------- definition
+
+
+class Tagged(Record):
+    """A member of a union told apart by its `type` field. The field is always written out,
+    even when left at its default, so the JSON says which member it is."""
+
+    def model_post_init(self, context: Any, /) -> None:
+        self.model_fields_set.add("type")
+
+
+def union_member_kind(value: Any, infer: Any) -> str | None:
+    # Files written with exclude_unset by other tools may leave `type` out; infer it then.
+    if isinstance(value, dict):
+        return value.get("type") or infer(value)
+    return getattr(value, "type", None)
