@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from accelopt_mcp.backends.base import Availability, Backend
+from accelopt_mcp.backends.base import Availability, Backend, BackendInfo
 from accelopt_mcp.isolation.sandbox import (
     SandboxResult,
     read_result_file,
@@ -94,7 +94,13 @@ def runner_argv(job: Path, result: Path) -> list[str]:
 
 
 class CpuBackend(Backend):
-    name = "cpu"
+    info = BackendInfo(
+        name="cpu",
+        summary="this host's CPU: Python/NumPy (or PyTorch-CPU) kernels",
+        prompt_family="cpu",
+        device_kind="cpu",
+        target_hardware=("cpu",),
+    )
 
     def __init__(self, cpus: set[int] | None = None) -> None:
         if cpus is not None:

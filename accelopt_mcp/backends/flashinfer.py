@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from accelopt_mcp.backends.base import Availability, Backend, BackendUnavailableError
+from accelopt_mcp.backends.base import Availability, Backend, BackendInfo, BackendUnavailableError
 from accelopt_mcp.backends.flashinfer_runner import FlashInferRunResult, FlashInferSettings
 from accelopt_mcp.backends.roofline import is_above_peak, peak_counters, peak_for, percent_of_peak
 from accelopt_mcp.isolation.sandbox import (
@@ -116,7 +116,13 @@ def write_trace_set(root: Path, task: Task, solution: Solution) -> dict[str, Pat
 
 
 class FlashInferBackend(Backend):
-    name = "flashinfer"
+    info = BackendInfo(
+        name="flashinfer",
+        summary="NVIDIA GPUs: Triton/CUDA/Python solutions through FlashInfer-Bench",
+        prompt_family="gpu",
+        device_kind="gpu",
+        target_hardware=("NVIDIA_H100", "NVIDIA_H200"),
+    )
 
     def __init__(
         self,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
-from accelopt_mcp.backends.base import Availability, Backend, BackendUnavailableError
+from accelopt_mcp.backends.base import Availability, Backend, BackendInfo, BackendUnavailableError
 from accelopt_mcp.backends.nki_runner import NkiJob, NkiRunResult
 from accelopt_mcp.backends.roofline import is_above_peak, peak_counters, percent_of_peak
 from accelopt_mcp.isolation.sandbox import (
@@ -86,7 +86,13 @@ class _HostState(BaseModel):
 
 
 class NkiBackend(Backend):
-    name = "nki"
+    info = BackendInfo(
+        name="nki",
+        summary="AWS Trainium: NKI kernels through the Neuron SDK",
+        prompt_family="nki",
+        device_kind="neuron",
+        target_hardware=("trainium",),
+    )
 
     def __init__(
         self,

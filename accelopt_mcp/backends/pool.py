@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from accelopt_mcp.backends.base import Backend
+from accelopt_mcp.backends.base import Backend, BackendInfo
 from accelopt_mcp.models import BenchmarkConfig, Evaluation, Solution, Task
 
 BackendFactory = Callable[..., Backend]
@@ -64,6 +64,16 @@ class DevicePool:
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ constructors
+
+    @classmethod
+    def for_backend(cls, info: BackendInfo, workers: int | None = None) -> DevicePool:
+        """The pool a backend's device kind calls for: `workers` pinned core groups (default
+        one per usable core), or NeuronCores / GPUs 0..workers-1 (default one)."""
+        if info.device_kind == "cpu":
+            return cls.for_cpu(workers)
+        if info.device_kind == "neuron":
+            return cls.for_neuron_cores(range(workers or 1))
+        return cls.for_gpus(range(workers or 1))
 
     @classmethod
     def for_cpu(cls, workers: int | None = None) -> DevicePool:

@@ -1,13 +1,26 @@
-"""Backends by name. Modules are imported on first use, so a host without the Neuron SDK or
-CUDA still lists every backend and says why one is unusable."""
+"""Backends by name: the one list to extend when adding a backend.
+
+Adding a backend:
+1. Write `accelopt_mcp/backends/<name>.py` with a `Backend` subclass that sets `info`
+   (`BackendInfo`: name, one-line summary, prompt family, device kind, target hardware) and
+   implements `availability()` and `evaluate()`. Run the candidate in a child process
+   (`accelopt_mcp.isolation.sandbox`), never in this one.
+2. Add one line to `_BACKENDS` below.
+Help texts, `--backend` validation, the engine's prompt family, the device pool and the
+target hardware of loaded kernels all read the class's `info`; nothing else needs an edit
+(a new prompt family needs its templates in engine/prompt_templates/, a new device kind its
+constructor in backends/pool.py).
+
+Modules are imported on first use, so a host without the Neuron SDK or CUDA still lists every
+backend and says why one is unusable.
+"""
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from typing import Any
 
-from accelopt_mcp.backends.base import Availability, Backend, BackendUnavailableError
+from accelopt_mcp.backends.base import Availability, Backend, BackendInfo, BackendUnavailableError
 
 _BACKENDS: dict[str, tuple[str, str]] = {
     "cpu": ("accelopt_mcp.backends.cpu", "CpuBackend"),
@@ -37,18 +50,35 @@ def backend_class(name: str) -> type[Backend]:
     cls = getattr(module, class_name, None)
     if cls is None:
         raise BackendUnavailableError(f"{module_name} defines no {class_name}")
+    if not (isinstance(cls, type) and issubclass(cls, Backend)):
+        raise BackendUnavailableError(f"{module_name}.{class_name} is not a Backend")
+    if cls.info.name != name:
+        raise BackendUnavailableError(
+            f"{module_name}.{class_name} calls itself {cls.info.name!r}, registered as {name!r}"
+        )
     return cls
+
+
+def backend_info(name: str) -> BackendInfo:
+    """What a backend declares about itself (ValueError for an unknown name)."""
+    return backend_class(name).info
+
+
+def backend_help() -> str:
+    """'cpu (this host's CPU: ...), nki (...), ...' for help texts; a backend whose module is
+    missing from this build is listed by name only."""
+    parts = []
+    for name in _BACKENDS:
+        try:
+            parts.append(f"{name} ({backend_info(name).summary})")
+        except BackendUnavailableError:
+            parts.append(name)
+    return ", ".join(parts)
 
 
 def get_backend(name: str, **kwargs: Any) -> Backend:
     """A backend instance, e.g. get_backend("cpu", cpus={0})."""
     return backend_class(name)(**kwargs)
-
-
-def backend_factory(name: str) -> Callable[..., Backend]:
-    """A constructor taking per-device keyword arguments, for DevicePool."""
-    cls = backend_class(name)
-    return cls
 
 
 def list_backends() -> list[Availability]:
@@ -60,3 +90,7 @@ def list_backends() -> list[Availability]:
         except Exception as exc:  # a backend that cannot even start is reported, not raised
             found.append(Availability(name=name, usable=False, reason=str(exc) or repr(exc)))
     return found
+
+
+def backend_factory(name: str) -> type[Backend]:  # TEMP: removed once engine/beam.py moves off it
+    return backend_class(name)

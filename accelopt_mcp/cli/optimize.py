@@ -12,6 +12,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from accelopt_mcp.backends.registry import backend_help, backend_info
 from accelopt_mcp.cli.common import StoreOption, console, fail, opened_store
 from accelopt_mcp.engine.beam import BeamSearch, InitialKernelFailed, RunBusy
 from accelopt_mcp.engine.config import resolve_optimize_config
@@ -47,7 +48,9 @@ def optimize(
         Path, typer.Option("--task", help="Task: definition .json, NKIBench task .py or folder.")
     ],
     workload: Annotated[str | None, typer.Option(help="Workload uuid or index.")] = None,
-    backend: Annotated[str | None, typer.Option(help="cpu, nki or flashinfer.")] = None,
+    backend: Annotated[
+        str | None, typer.Option(help=f"One of: {backend_help()} (default cpu).")
+    ] = None,
     preset: Annotated[
         str | None,
         typer.Option(help=f"Run settings: {', '.join(PRESETS)} or a JSON file (default quick)."),
@@ -102,7 +105,11 @@ def optimize(
     try:
         settings = resolve_optimize_config(preset, overrides)
         loaded_task = load_task(task, workload=workload)
-        solution = load_solution(kernel, loaded_task)
+        solution = load_solution(
+            kernel,
+            loaded_task,
+            target_hardware=list(backend_info(settings.backend).target_hardware),
+        )
     except (TaskFileError, ValueError, FileNotFoundError) as exc:
         fail(str(exc))
     with opened_store(store) as db:

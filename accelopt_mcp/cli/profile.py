@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from accelopt_mcp.backends.base import BackendUnavailableError
+from accelopt_mcp.backends.registry import backend_help, backend_info
 from accelopt_mcp.cli.common import JsonOption, StoreOption, console, fail, opened_store, print_json
 from accelopt_mcp.models import BenchmarkConfig, Evaluation
 from accelopt_mcp.profiling import ProfileOutcome, profile_kernel
@@ -27,7 +28,7 @@ def profile(
             help="Definition .json, NKIBench task .py, or a directory holding one.",
         ),
     ],
-    backend: Annotated[str, typer.Option(help="cpu, nki or flashinfer.")] = "cpu",
+    backend: Annotated[str, typer.Option(help=f"One of: {backend_help()}.")] = "cpu",
     workload: Annotated[
         str | None, typer.Option(help="Workload uuid or index (default: the first).")
     ] = None,
@@ -40,9 +41,10 @@ def profile(
 ) -> None:
     """Check a kernel against its task's reference and time both; record the result."""
     try:
+        info = backend_info(backend)
         loaded_task = load_task(task, workload=workload)
-        solution = load_solution(kernel, loaded_task)
-    except (TaskFileError, FileNotFoundError) as exc:
+        solution = load_solution(kernel, loaded_task, target_hardware=list(info.target_hardware))
+    except (TaskFileError, FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     config = BenchmarkConfig()
     updates: dict[str, object] = {}

@@ -27,6 +27,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from accelopt_mcp.backends.registry import backend_info
 from accelopt_mcp.engine.checkpoint import Checkpoint, IterationSummary, RunSpec
 from accelopt_mcp.engine.config import OptimizeConfig
 from accelopt_mcp.engine.runs import (
@@ -157,7 +158,10 @@ class JobManager:
         """Store the run and queue its worker; returns the job (= run) id at once."""
         task = load_task(Path(request.task_path), workload=request.workload)
         solution = kernel_solution(
-            task, kernel_path=request.kernel_path, kernel_source=request.kernel_source
+            task,
+            kernel_path=request.kernel_path,
+            kernel_source=request.kernel_source,
+            target_hardware=list(backend_info(request.config.backend).target_hardware),
         )
         run_id = prepare_run(
             self.store,

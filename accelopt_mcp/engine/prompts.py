@@ -11,24 +11,18 @@ import re
 from functools import cache
 from importlib import resources
 
+from accelopt_mcp.backends.registry import backend_info
 from accelopt_mcp.llm import ChatMessage
-from accelopt_mcp.models import Evaluation, Language, Solution, Task
+from accelopt_mcp.models import Evaluation, Solution, Task
 from accelopt_mcp.store.base import ExperienceRecord
 
 FAMILIES = ("cpu", "nki", "gpu")
-_BACKEND_FAMILY = {"cpu": "cpu", "nki": "nki", "flashinfer": "gpu"}
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
 
-def family_for(backend: str, solution: Solution) -> str:
-    """Which prompt set fits: by backend first, then by the kernel's language."""
-    if backend in _BACKEND_FAMILY:
-        return _BACKEND_FAMILY[backend]
-    if solution.spec.language == Language.NKI:
-        return "nki"
-    if solution.spec.language == Language.PYTHON:
-        return "cpu"
-    return "gpu"
+def family_for(backend: str) -> str:
+    """The prompt set a backend declares (BackendInfo.prompt_family)."""
+    return backend_info(backend).prompt_family
 
 
 @cache

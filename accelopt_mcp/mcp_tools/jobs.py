@@ -12,6 +12,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
+from accelopt_mcp.backends.registry import backend_help
 from accelopt_mcp.engine.config import resolve_optimize_config
 from accelopt_mcp.engine.jobs import JobNotFinished, JobStatus, OptimizeRequest, ProgressEvent
 from accelopt_mcp.engine.presets import PRESETS
@@ -64,7 +65,7 @@ def register(server: AccelOptServer, state: ServerState) -> None:
             str | None, Field(description="Or the initial kernel's Python source.")
         ] = None,
         workload: Annotated[str | None, Field(description="Workload uuid or index.")] = None,
-        backend: Annotated[str, Field(description="cpu, nki or flashinfer.")] = "cpu",
+        backend: Annotated[str, Field(description=f"One of: {backend_help()}.")] = "cpu",
         preset: Annotated[
             str,
             Field(

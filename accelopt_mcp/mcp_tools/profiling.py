@@ -9,7 +9,7 @@ from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from accelopt_mcp.backends.base import Availability
-from accelopt_mcp.backends.registry import backend_names, list_backends
+from accelopt_mcp.backends.registry import backend_help, backend_info, backend_names, list_backends
 from accelopt_mcp.mcp_tools.app import AccelOptServer
 from accelopt_mcp.mcp_tools.state import ServerState
 from accelopt_mcp.mcp_tools.views import clip
@@ -49,7 +49,7 @@ def register(server: AccelOptServer, state: ServerState) -> None:
         annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True),
     )
     def list_backends_tool() -> BackendList:
-        """Every profiling backend (cpu, nki, flashinfer) and whether it can run on this host;
+        """Every profiling backend and whether it can run on this host;
         when it cannot, `reason` says what is missing and where it would run."""
         return BackendList(backends=list_backends())
 
@@ -76,7 +76,7 @@ def register(server: AccelOptServer, state: ServerState) -> None:
         workload: Annotated[
             str | None, Field(description="Workload uuid or index; default the first.")
         ] = None,
-        backend: Annotated[str, Field(description=f"One of {', '.join(backend_names())}.")] = "cpu",
+        backend: Annotated[str, Field(description=f"One of: {backend_help()}.")] = "cpu",
         store: Annotated[
             bool, Field(description="Store the kernel and its profile in the database.")
         ] = True,
@@ -94,8 +94,9 @@ def register(server: AccelOptServer, state: ServerState) -> None:
         task = load_task(Path(task_path).expanduser(), workload=workload)
         solution = kernel_solution(
             task,
-            kernel_path=Path(kernel_path) if kernel_path else None,
+            kernel_path=kernel_path,
             kernel_source=kernel_source,
+            target_hardware=list(backend_info(backend).target_hardware),
         )
         config = BenchmarkConfig(iterations=iterations, timeout_seconds=timeout_seconds)
         outcome = profile_kernel(

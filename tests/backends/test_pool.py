@@ -132,13 +132,10 @@ def test_device_kwargs_fit_every_backend_constructor() -> None:
     """Each pool kind's per-device keywords are accepted by that backend's constructor."""
     import inspect
 
-    from accelopt_mcp.backends.registry import backend_class
+    from accelopt_mcp.backends.registry import backend_class, backend_info
 
-    kinds = {
-        "cpu": DevicePool.for_cpu(1),
-        "nki": DevicePool.for_neuron_cores([0]),
-        "flashinfer": DevicePool.for_gpus([0]),
-    }
+    kinds = {name: DevicePool.for_backend(backend_info(name), 1) for name in backend_names()}
+    assert [d.kind for p in kinds.values() for d in p.devices] == ["cpu", "neuron", "gpu"]
     for name, pool in kinds.items():
         try:
             parameters = inspect.signature(backend_class(name)).parameters

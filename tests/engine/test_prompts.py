@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from accelopt_mcp.engine.prompts import (
     FAMILIES,
     executor_messages,
@@ -67,6 +69,8 @@ def test_executor_and_summarizer_prompts(silu_task: Task, silu_baseline: Solutio
         assert "{{plan}} must stay as written" in user.content
         _, user = summarizer_messages(family, silu_task, tricky, silu_baseline, 3.5)
         assert "3.5x faster" in user.content
-    assert family_for("cpu", silu_baseline) == "cpu"
-    assert family_for("nki", silu_baseline) == "nki"
-    assert family_for("flashinfer", silu_baseline) == "gpu"
+    assert family_for("cpu") == "cpu"
+    assert family_for("nki") == "nki"
+    assert family_for("flashinfer") == "gpu"
+    with pytest.raises(ValueError, match="unknown backend"):
+        family_for("tpu")
