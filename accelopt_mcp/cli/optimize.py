@@ -25,6 +25,7 @@ from accelopt_mcp.engine.runs import (
     default_output_dir,
     load_run,
     prepare_run,
+    speedup,
     worker_alive,
 )
 from accelopt_mcp.llm import LlmConfigError, model_config_names
@@ -211,9 +212,8 @@ class _LiveDisplay:
             table.add_row("status", "starting (profiling the initial kernel)")
             return table
         best = event.best_latency_ms
-        speedup = (
-            f"{event.initial_latency_ms / best:.2f}x" if best and event.initial_latency_ms else "-"
-        )
+        ratio = speedup(event.initial_latency_ms, best)
+        shown = f"{ratio:.2f}x" if ratio else "-"
         table.add_row("iteration", f"{event.iteration} / {event.iterations_total}")
         table.add_row("progress", f"{event.progress * 100:.0f}%")
         table.add_row(
@@ -221,7 +221,7 @@ class _LiveDisplay:
             f"{event.attempts_done} done, {event.attempts_passed} passed, "
             f"{event.attempts_failed} failed",
         )
-        table.add_row("best latency", f"{best:.4g} ms ({speedup})" if best else "-")
+        table.add_row("best latency", f"{best:.4g} ms ({shown})" if best else "-")
         table.add_row("LLM", f"{event.tokens_in + event.tokens_out} tokens, ${event.cost_usd:.4f}")
         table.add_row("last", escape(event.message))
         return table

@@ -9,13 +9,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from accelopt_mcp.cli.common import JsonOption, StoreOption, console, fail, opened_store, print_json
-from accelopt_mcp.engine.runs import RunNotFound, load_run, worker_alive
+from accelopt_mcp.engine.runs import RunNotFound, load_run, run_state, speedup
 
 app = typer.Typer(help="Optimization runs: list them, show one's trace.", no_args_is_help=True)
-
-
-def _state(status: str, alive: bool) -> str:
-    return "interrupted" if status in ("running", "pending") and not alive else status
 
 
 @app.command("list")
@@ -38,14 +34,12 @@ def list_runs(
                 {
                     "id": run.id,
                     "definition": run.definition_name,
-                    "state": _state(run.status, worker_alive(checkpoint)),
+                    "state": run_state(run, checkpoint),
                     "iteration": run.current_iteration,
                     "iterations": spec.optimize.iterations,
                     "initial_latency_ms": initial,
                     "best_latency_ms": run.best_latency_ms,
-                    "speedup": initial / run.best_latency_ms
-                    if initial and run.best_latency_ms
-                    else None,
+                    "speedup": speedup(initial, run.best_latency_ms),
                     "cost_usd": run.cost_usd,
                     "created_at": run.created_at,
                 }
@@ -97,7 +91,7 @@ def show(
     cfg = spec.optimize
     console.print(
         f"[bold]run {run.id}[/] {escape(run.definition_name)}: "
-        f"{_state(run.status, worker_alive(checkpoint))}, iteration {run.current_iteration}/"
+        f"{run_state(run, checkpoint)}, iteration {run.current_iteration}/"
         f"{cfg.iterations} (T={cfg.iterations} B={cfg.beam} N={cfg.plans} K={cfg.attempts} "
         f"TopK={cfg.topk} ExpN={cfg.exp_n}, backend {cfg.backend})"
     )

@@ -23,7 +23,6 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -32,10 +31,13 @@ from accelopt_mcp.engine.checkpoint import Checkpoint, IterationSummary, RunSpec
 from accelopt_mcp.engine.config import OptimizeConfig
 from accelopt_mcp.engine.runs import (
     RunNotFound,
+    RunState,
     default_output_dir,
     load_run,
     prepare_run,
     run_progress,
+    run_state,
+    speedup,
     worker_alive,
 )
 from accelopt_mcp.engine.worker import events_path
@@ -44,9 +46,6 @@ from accelopt_mcp.store.base import RunRecord, RunUpdate
 from accelopt_mcp.tasks.kernels import kernel_solution
 from accelopt_mcp.tasks.loader import load_task
 
-JobState = Literal[
-    "pending", "running", "completed", "failed", "cancelled", "budget_exhausted", "interrupted"
-]
 FINAL_STATES = frozenset({"completed", "failed", "cancelled", "budget_exhausted"})
 _POLL_S = 0.25
 
@@ -86,7 +85,7 @@ class OptimizeRequest(BaseModel):
 
 class JobStatus(BaseModel):
     job_id: str
-    state: JobState
+    state: RunState
     definition_name: str
     iteration: int
     iterations_total: int
@@ -300,20 +299,13 @@ class JobManager:
     # ------------------------------------------------------------------ internals
 
     def _status(self, run: RunRecord, spec: RunSpec, checkpoint: Checkpoint) -> JobStatus:
-        state: JobState = run.status
         with self._lock:
             child = self._children.get(run.id)
             queued = run.id in self._queue
         ours_alive = child is not None and child.poll() is None
-        if state == "running" and not ours_alive and not worker_alive(checkpoint):
-            state = "interrupted"
-        if state == "pending" and not (queued or ours_alive or worker_alive(checkpoint)):
-            state = "interrupted"
+        state = run_state(run, checkpoint, ours_alive=ours_alive, queued=queued)
         running = state == "running"
         progress = run_progress(spec, checkpoint, running=running)
-        speedup = None
-        if progress.initial_latency_ms and run.best_latency_ms:
-            speedup = progress.initial_latency_ms / run.best_latency_ms
         eta = None
         if running and 0 < progress.progress < 1:
             eta = progress.elapsed_s * (1 - progress.progress) / progress.progress
@@ -328,7 +320,7 @@ class JobManager:
             attempts_failed=progress.attempts_failed,
             initial_latency_ms=progress.initial_latency_ms,
             best_latency_ms=run.best_latency_ms,
-            best_speedup=speedup,
+            best_speedup=speedup(progress.initial_latency_ms, run.best_latency_ms),
             best_solution_id=run.best_solution_id,
             tokens_in=run.tokens_in,
             tokens_out=run.tokens_out,

@@ -6,7 +6,7 @@ import socket
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -86,6 +86,33 @@ def worker_alive(checkpoint: Checkpoint) -> bool:
         return True  # another host's worker: assume alive, it cannot be checked from here
     token = process_start_token(checkpoint.worker_pid)
     return token is not None and token == start
+
+
+RunState = Literal[
+    "pending", "running", "completed", "failed", "cancelled", "budget_exhausted", "interrupted"
+]
+"""A stored run status, or "interrupted" (see run_state)."""
+
+
+def run_state(
+    run: RunRecord, checkpoint: Checkpoint, *, ours_alive: bool = False, queued: bool = False
+) -> RunState:
+    """The run's status as users see it: a run stored as running (or pending) whose worker is
+    gone, and that no one here is about to start, is "interrupted" (resume it)."""
+    if run.status not in ("running", "pending"):
+        return run.status
+    if ours_alive or worker_alive(checkpoint):
+        return run.status
+    if run.status == "pending" and queued:
+        return run.status
+    return "interrupted"
+
+
+def speedup(baseline_ms: float | None, latency_ms: float | None) -> float | None:
+    """How many times faster `latency_ms` is than `baseline_ms` (None when either is unknown)."""
+    if not baseline_ms or not latency_ms:
+        return None
+    return baseline_ms / latency_ms
 
 
 class RunProgress(BaseModel):
