@@ -140,12 +140,12 @@ def main() -> None:
         # A two-kernel beam, profiled before the clock starts.
         pool = TimedPool.for_cpu(args.workers)
         pool.intervals = []
-        from accelopt_mcp.backends.registry import backend_factory
+        from accelopt_mcp.backends.registry import backend_class
 
         beam = []
         for index, solution in enumerate((baseline, second)):
             sid = store.upsert_solution(solution, evolve_metadata={"run_id": run_id})
-            evaluation = pool.map(backend_factory("cpu"), [(task, solution)], BENCH)[0]
+            evaluation = pool.map(backend_class("cpu"), [(task, solution)], BENCH)[0]
             store.upsert_profile(
                 task.workload.uuid, sid, evaluation.evaluation, BENCH.perf_fields()
             )

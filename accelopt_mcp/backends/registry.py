@@ -90,7 +90,3 @@ def list_backends() -> list[Availability]:
         except Exception as exc:  # a backend that cannot even start is reported, not raised
             found.append(Availability(name=name, usable=False, reason=str(exc) or repr(exc)))
     return found
-
-
-def backend_factory(name: str) -> type[Backend]:  # TEMP: removed once engine/beam.py moves off it
-    return backend_class(name)

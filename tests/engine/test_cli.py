@@ -10,6 +10,7 @@ from typing import Any
 from typer.testing import CliRunner
 
 from accelopt_mcp.cli import _register, app
+from accelopt_mcp.engine.config import resolve_optimize_config
 from accelopt_mcp.engine.presets import PRESETS
 from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.store.sqlite import SqliteStore
@@ -88,3 +89,23 @@ def test_optimize_refuses_bad_settings(tmp_path: Path) -> None:
     message = " ".join(result.output.split())
     assert "negative_threshold <= 1 <= positive_threshold" in message
     assert "errors.pydantic.dev" not in message
+
+
+def test_optimize_takes_a_model_config_by_name_as_mcp_does(tmp_path: Path) -> None:
+    # One resolver for CLI and MCP: a shipped config's name works in both.
+    assert resolve_optimize_config(None, {"models_config": "llamacpp"}).models_config == str(
+        REPO / "templates" / "models" / "llamacpp.json"
+    )
+    result = runner.invoke(
+        app,
+        [
+            "optimize", str(REPO / "examples/cpu/nkibench/kernels/silu_M512_N1024_0.py"),
+            "--task", str(REPO / "examples/cpu/nkibench/reference/silu_M512_N1024_numpy_0.py"),
+            "--config", "no-such-config", "--store", str(tmp_path / "k.db"),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 2
+    message = " ".join(result.output.split())
+    assert "model config 'no-such-config' is neither a file nor a shipped config name" in message
+    assert "llamacpp" in message and "openai" in message
+    assert not (tmp_path / "k.db").exists()  # refused before any run was stored

@@ -9,7 +9,7 @@ from accelopt_mcp.engine.selection import BeamEntry
 
 
 @dataclass
-class RunState:
+class LiveRun:
     checkpoint: Checkpoint
     """Changed in place and written to the run's row after every step (CheckpointWriter)."""
     best: BeamEntry | None = None

@@ -1,0 +1,82 @@
+"""Turning an iteration's selected (slow, fast) pairs into optimization memory items."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from accelopt_mcp.engine.context import RunContext
+from accelopt_mcp.engine.prompts import summarizer_messages
+from accelopt_mcp.engine.run_control import RunControl
+from accelopt_mcp.engine.selection import Pair
+from accelopt_mcp.engine.summarizer import NothingChanged, summarize_pair
+from accelopt_mcp.llm import BudgetExceeded, LlmCallFailed, MalformedReply
+from accelopt_mcp.store.base import ExperienceIn
+
+log = logging.getLogger(__name__)
+
+
+def slow_fast(pair: Pair) -> tuple[str, str]:
+    """(slow solution id, fast solution id) of a pair, whichever way the attempt went."""
+    attempt = pair.attempt
+    assert attempt.solution_id is not None
+    if pair.speedup >= 1.0:
+        return attempt.parent_id, attempt.solution_id
+    return attempt.solution_id, attempt.parent_id
+
+
+async def summarize_pairs(
+    ctx: RunContext, control: RunControl, iteration: int, pairs: list[Pair]
+) -> int:
+    """Summarize the pairs into memory, at most TopK items for the iteration; how many the
+    iteration has in memory now. The summarizer calls are control's tasks."""
+    if not ctx.cfg.summarize or not pairs:
+        return 0
+    existing = await asyncio.to_thread(ctx.memory.items_of_iteration, iteration)
+    done = {(item.slow_solution_id, item.fast_solution_id) for item in existing}
+    # A resumed iteration may select other pairs than before the stop (its LLM_FAILED
+    # attempts were tried again); what it already stored still counts against TopK.
+    todo = [pair for pair in pairs if slow_fast(pair) not in done]
+    todo = todo[: max(0, ctx.cfg.topk - len(done))]
+    tasks = [control.spawn(_summarize_one(ctx, control, iteration, pair)) for pair in todo]
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+            raise result
+    return len(done) + sum(r for r in results if isinstance(r, int))
+
+
+async def _summarize_one(ctx: RunContext, control: RunControl, iteration: int, pair: Pair) -> int:
+    """1 when the pair became a memory item, else 0."""
+    attempt = pair.attempt
+    slow_id, fast_id = slow_fast(pair)
+    if control.stopping:
+        return 0
+    slow, fast = await ctx.profiles.solution(slow_id), await ctx.profiles.solution(fast_id)
+    factor = max(pair.speedup, 1.0 / pair.speedup)
+    messages = summarizer_messages(ctx.family, ctx.task, slow, fast, factor)
+    try:
+        summary = await summarize_pair(ctx.client, messages)
+    except BudgetExceeded as exc:
+        control.call_refused(exc)
+        return 0
+    except (LlmCallFailed, MalformedReply) as exc:
+        log.warning("run %s: summarizer failed for %s: %s", ctx.run_id, attempt.key, exc)
+        return 0
+    if isinstance(summary, NothingChanged):
+        return 0
+    await asyncio.to_thread(
+        ctx.memory.add,
+        ExperienceIn(
+            definition_name=ctx.task.definition.name,
+            title=summary.title,
+            strategy=summary.strategy,
+            pseudocode=summary.pseudocode,
+            slow_solution_id=slow_id,
+            fast_solution_id=fast_id,
+            speedup=factor,
+            iteration=iteration,
+        ),
+    )
+    ctx.events.emit("experience_added", iteration, f"memory item: {summary.title}")
+    return 1
