@@ -9,8 +9,9 @@ has no cycles). A new top-level module or package gets a place here first.
 __version__ = "0.1.0"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    # Foundations: parsing source text safely from threads; child processes with limits.
-    ("pysource", "isolation"),
+    # Foundations: parsing source text safely from threads; child processes with limits;
+    # masking secrets in messages.
+    ("pysource", "isolation", "redaction"),
     # Records: Definition, Workload, Solution, Evaluation, Trace, Task, BenchmarkConfig...
     ("models",),
     # The hashes that identify records (dedup in every store).

@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal, TypeVar
-from urllib.parse import urlparse
 
 import openai
 from openai import AsyncOpenAI
@@ -27,8 +26,8 @@ from pydantic import BaseModel
 from accelopt_mcp.llm.budget import Budget, BudgetExceeded
 from accelopt_mcp.llm.config import ROLES, LlmConfigError, ModelConfig, RoleConfigs
 from accelopt_mcp.llm.parsing import MalformedReply
-from accelopt_mcp.llm.redaction import short_error
 from accelopt_mcp.models import LlmCallIn
+from accelopt_mcp.redaction import redact, redacted_url
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -36,6 +35,7 @@ T = TypeVar("T")
 _PLACEHOLDER_LOCAL_KEY = "not-needed"
 # A server asking for a longer pause than this is treated as "give up", not waited on.
 _MAX_RETRY_AFTER_S = 300.0
+_MAX_ERROR_CHARS = 500
 
 
 class ChatMessage(BaseModel):
@@ -182,8 +182,9 @@ class LlmClient:
             error = outcome.error or "unknown error"
             if not outcome.retryable or attempt == max_attempts:
                 why = "not retryable" if not outcome.retryable else "no retries left"
+                endpoint = redacted_url(config.resolved_base_url(), [api_key])
                 raise LlmCallFailed(
-                    f"{role} call to model {config.model!r} at {_safe_url(config)} failed after "
+                    f"{role} call to model {config.model!r} at {endpoint} failed after "
                     f"{attempt} attempt(s) ({why}): {error}",
                     role=role,
                     model=config.model,
@@ -322,8 +323,8 @@ def _api_key(role: str, config: ModelConfig) -> str:
         return _PLACEHOLDER_LOCAL_KEY
     raise LlmConfigError(
         f"{role}: the environment variable {config.api_key_env} is not set; export the API key "
-        f"for {_safe_url(config)} in it (or set api_key_env in the model config to the variable "
-        "that holds it)"
+        f"for {redacted_url(config.resolved_base_url())} in it (or set api_key_env in the model "
+        "config to the variable that holds it)"
     )
 
 
@@ -384,14 +385,14 @@ def _retry_after_s(headers: Mapping[str, str]) -> float | None:
 
 def _backoff_s(config: ModelConfig, attempt: int, retry_after: float | None) -> float:
     """Exponential backoff with jitter, never shorter than the server's Retry-After."""
-    exponential = min(config.retry_max_s, config.retry_base_s * 2 ** (attempt - 1))
+    exponential = min(config.retry_max_s, config.retry_base_s * 2.0 ** (attempt - 1))
     jittered = exponential * random.uniform(0.5, 1.0)
     return max(jittered, retry_after) if retry_after is not None else jittered
 
 
-def _safe_url(config: ModelConfig) -> str:
-    """The endpoint without any user:password part or query string."""
-    parsed = urlparse(config.resolved_base_url())
-    host = parsed.hostname or ""
-    port = f":{parsed.port}" if parsed.port else ""
-    return f"{parsed.scheme}://{host}{port}{parsed.path}"
+def short_error(text: str, secrets: Sequence[str] = ()) -> str:
+    """A redacted, one-line, bounded error text for the ledger and exception messages."""
+    flat = " ".join(redact(text, secrets).split())
+    if len(flat) > _MAX_ERROR_CHARS:
+        return flat[: _MAX_ERROR_CHARS - 3] + "..."
+    return flat

@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 from accelopt_mcp.store.base import KernelStore, StoreError
-from accelopt_mcp.store.url import (
-    STORE_ENV,
-    default_sqlite_path,
-    describe_store_url,
-    shown_url,
-)
+from accelopt_mcp.store.url import STORE_ENV, default_sqlite_path, describe_store_url
 
 
 def open_store(url: str | None = None, *, supabase_key: str | None = None) -> KernelStore:
@@ -38,5 +33,4 @@ __all__ = [
     "default_sqlite_path",
     "describe_store_url",
     "open_store",
-    "shown_url",
 ]

@@ -16,15 +16,16 @@ import threading
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import httpx
 import psycopg
 from pydantic import BaseModel, Field
 
+from accelopt_mcp.redaction import redact, redacted_url
 from accelopt_mcp.store._rows import TABLES
 from accelopt_mcp.store.base import StoreError
-from accelopt_mcp.store.postgres import mask_dsn
+from accelopt_mcp.store.postgres import dsn_password, mask_dsn
 from accelopt_mcp.store.url import describe_store_url
 
 SUPABASE_URL_ENV = "SUPABASE_URL"
@@ -74,7 +75,7 @@ def check_store(url: str | None, *, key: str | None = None, timeout_s: float = 5
     except StoreError as exc:
         return StoreCheck(
             kind="unknown",
-            location=_shown_url(url or ""),
+            location=redacted_url(url or ""),
             ok=False,
             problem="bad_url",
             message=str(exc),
@@ -100,25 +101,31 @@ class _DeadlineExceeded(Exception):
     pass
 
 
+class _Raised:
+    """What a probe raised, passed back from its thread."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
 def _within(deadline_s: float, probe: Callable[[], T]) -> T:
     """Run `probe` in a daemon thread and give up waiting after `deadline_s` seconds."""
-    results: queue.Queue[tuple[bool, object]] = queue.Queue(maxsize=1)
+    results: queue.Queue[T | _Raised] = queue.Queue(maxsize=1)
 
     def target() -> None:
         try:
-            results.put((True, probe()))
+            results.put(probe())
         except BaseException as exc:
-            results.put((False, exc))
+            results.put(_Raised(exc))
 
     threading.Thread(target=target, name="accelopt-store-check", daemon=True).start()
     try:
-        succeeded, value = results.get(timeout=deadline_s)
+        value = results.get(timeout=deadline_s)
     except queue.Empty:
         raise _DeadlineExceeded from None
-    if not succeeded:
-        assert isinstance(value, BaseException)
-        raise value
-    return value  # type: ignore[return-value]
+    if isinstance(value, _Raised):
+        raise value.exc
+    return value
 
 
 def schema_file() -> str:
@@ -258,15 +265,22 @@ def _inspect_postgres(dsn: str, timeout_s: float) -> tuple[list[str], dict[str, 
         missing = [name for name, ok in zip(expected, present or (), strict=True) if not ok]
         for function in LINEAGE_FUNCTIONS:
             row = conn.execute("SELECT to_regprocedure(%s) IS NOT NULL", (f"{function}(uuid)",))
-            if not row.fetchone()[0]:
+            if not _scalar(row):
                 missing.append(f"{function}()")
         if missing:
             return missing, {}
         counts = {
-            t: int(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0])  # our constant names
+            t: int(_scalar(conn.execute(f"SELECT count(*) FROM {t}")))  # our constant names
             for t in TABLES
         }
         return [], counts
+
+
+def _scalar(cursor: psycopg.Cursor[tuple[Any, ...]]) -> Any:
+    """The one value of a single-value SELECT."""
+    row = cursor.fetchone()
+    assert row is not None, "a single-value SELECT returns one row"
+    return row[0]
 
 
 def _postgres_failure(
@@ -276,10 +290,7 @@ def _postgres_failure(
     verdict: Callable[[Problem, str, list[str]], StoreCheck],
     init_steps: list[str],
 ) -> StoreCheck:
-    text = str(exc).strip()
-    password = _dsn_password(dsn)
-    if password:
-        text = text.replace(password, "***")
+    text = redact(str(exc).strip(), [dsn_password(dsn)])
     # libpq: "connection to server at "h", port p failed: <reason>\n\t<advice>"
     first_line = text.splitlines()[0] if text else type(exc).__name__
     detail = " ".join(first_line.rsplit("failed: ", 1)[-1].split())
@@ -323,23 +334,7 @@ def _pg_start_steps() -> list[str]:
     ]
 
 
-def _dsn_password(dsn: str) -> str | None:
-    try:
-        return psycopg.conninfo.conninfo_to_dict(dsn).get("password")  # type: ignore[return-value]
-    except psycopg.ProgrammingError:
-        return None
-
-
 # --------------------------------------------------------------------------- supabase
-
-
-def _shown_url(url: str) -> str:
-    """A URL fit for a message: no user-info part (it could hold a password)."""
-    try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError):
-        return "<unparsable URL>"
-    return str(parsed.copy_with(userinfo=b"", query=None, fragment=None))
 
 
 def project_url(url: str) -> str:
@@ -391,17 +386,15 @@ def check_supabase(
     to know the schema is there, not how big it is."""
     key = key if key is not None else os.environ.get(SUPABASE_KEY_ENV) or None
     base = project_url(url)
-    location = _shown_url(base)
+    location = redacted_url(base, [key])
 
     def verdict(problem: Problem, message: str, steps: list[str]) -> StoreCheck:
-        if key:
-            message = message.replace(key, "***")
         return StoreCheck(
             kind="supabase",
             location=location,
             ok=False,
             problem=problem,
-            message=message,
+            message=redact(message, [key]),
             next_steps=steps,
         )
 
@@ -565,7 +558,7 @@ def _describe(response: httpx.Response) -> str:
     return f"HTTP {response.status_code}, {kind}"
 
 
-def _reason(exc: httpx.TransportError) -> str:
+def _reason(exc: httpx.HTTPError) -> str:
     text = str(exc) or type(exc).__name__
     lowered = text.lower()
     if "refused" in lowered:

@@ -8,7 +8,6 @@ applied. A DSN's password never appears in a message.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
@@ -20,6 +19,7 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
+from accelopt_mcp.redaction import redact, redacted_url
 from accelopt_mcp.store._rows import SOLUTION_COLUMNS
 from accelopt_mcp.store._sql import Cursor, Row, SqlKernelStore
 from accelopt_mcp.store.base import (
@@ -52,12 +52,19 @@ def schema_v2() -> str:
     return resources.files("accelopt_mcp.store").joinpath("schema_v2.txt").read_text("utf-8")
 
 
+def _conninfo(dsn: str) -> dict[str, str]:
+    """The DSN's parameters (raises psycopg.ProgrammingError for a malformed one)."""
+    # Parsed from a string, every value is a string; psycopg types them loosely.
+    return {name: str(value) for name, value in conninfo_to_dict(dsn).items() if value is not None}
+
+
 def mask_dsn(dsn: str) -> str:
-    """The DSN as postgresql://user@host:port/dbname: enough to recognise it, no secret."""
+    """The DSN as postgresql://user@host:port/dbname: enough to recognise it, no secret (a DSN
+    psycopg cannot parse is shown redacted instead)."""
     try:
-        parts = conninfo_to_dict(dsn)
+        parts = _conninfo(dsn)
     except psycopg.ProgrammingError:
-        return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", dsn.split("?")[0])
+        return redacted_url(dsn)
     user = parts.get("user")
     host = parts.get("host") or "localhost"
     port = parts.get("port") or "5432"
@@ -69,21 +76,18 @@ def behind_transaction_pooler(dsn: str) -> bool:
     """True for a transaction-mode pooler (Supabase's Supavisor on port 6543, PgBouncer), where
     a server-side prepared statement may land on another backend and must not be used."""
     try:
-        parts = conninfo_to_dict(dsn)
+        parts = _conninfo(dsn)
     except psycopg.ProgrammingError:
         return False
     return parts.get("port") == "6543" or "pooler.supabase.com" in (parts.get("host") or "")
 
 
-def _password(dsn: str) -> str | None:
+def dsn_password(dsn: str) -> str | None:
+    """The DSN's password, if it has one (None for a malformed DSN), to keep out of messages."""
     try:
-        return conninfo_to_dict(dsn).get("password")
+        return _conninfo(dsn).get("password")
     except psycopg.ProgrammingError:
         return None
-
-
-def _scrub(text: str, secret: str | None) -> str:
-    return text.replace(secret, "***") if secret else text
 
 
 class _PgCursor:
@@ -114,7 +118,7 @@ class PostgresStore(SqlKernelStore):
         if not isinstance(dsn, str) or not dsn:
             raise StoreUnavailableError("a PostgreSQL DSN is needed, e.g. postgresql://u@h/db")
         self._dsn = dsn
-        self._secret = _password(dsn)
+        self._secret = dsn_password(dsn)
         self.location = mask_dsn(dsn)
         self._probe()
         self._pool = psycopg_pool.ConnectionPool(
@@ -156,14 +160,16 @@ class PostgresStore(SqlKernelStore):
                 return
         except psycopg.ProgrammingError as exc:
             raise StoreUnavailableError(
-                f"the PostgreSQL DSN is malformed ({_scrub(str(exc), self._secret)}); write it "
+                f"the PostgreSQL DSN is malformed ({redact(str(exc), [self._secret])}); write it "
                 "as postgresql://user:password@host:5432/dbname"
             ) from exc
         except psycopg.OperationalError as exc:
             raise StoreUnavailableError(self._explain(exc)) from exc
 
     def _explain(self, exc: psycopg.OperationalError) -> str:
-        detail = _scrub(str(exc).strip().splitlines()[-1] if str(exc).strip() else "", self._secret)
+        detail = redact(
+            str(exc).strip().splitlines()[-1] if str(exc).strip() else "", [self._secret]
+        )
         lowered = str(exc).lower()
         state = getattr(exc, "sqlstate", None)
         where = self.location
@@ -209,7 +215,7 @@ class PostgresStore(SqlKernelStore):
         except psycopg.Error as exc:
             raise StoreUnavailableError(
                 f"applying schema_v2 to {self.location} failed: "
-                f"{_scrub(str(exc), self._secret)}; the user needs the right to create tables "
+                f"{redact(str(exc), [self._secret])}; the user needs the right to create tables "
                 "and functions in the public schema"
             ) from exc
 
@@ -234,7 +240,7 @@ class PostgresStore(SqlKernelStore):
             raise self._translate(exc) from exc
 
     def _translate(self, exc: psycopg.Error) -> StoreError:
-        message = _scrub(str(exc).strip(), self._secret)
+        message = redact(str(exc).strip(), [self._secret])
         if isinstance(exc, pg_errors.ForeignKeyViolation):
             return UnknownReferenceError(
                 f"a referenced definition, workload, solution or run is not stored ({message})"

@@ -48,7 +48,8 @@ class _SqliteCursor:
         return self._conn.execute(sql.replace("?j", "?"), tuple(params)).fetchall()
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
-        return self._conn.execute(sql.replace("?j", "?"), tuple(params)).fetchone()
+        row: Row | None = self._conn.execute(sql.replace("?j", "?"), tuple(params)).fetchone()
+        return row
 
 
 class SqliteStore(SqlKernelStore):

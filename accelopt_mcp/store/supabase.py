@@ -26,6 +26,7 @@ from supabase import Client, ClientOptions, create_client
 
 from accelopt_mcp import hashing
 from accelopt_mcp.models import Definition, Evaluation, LlmCallIn, Solution, Workload
+from accelopt_mcp.redaction import redact
 from accelopt_mcp.store import _rows
 from accelopt_mcp.store.base import (
     ConflictError,
@@ -119,9 +120,6 @@ class SupabaseStore(KernelStore):
     def _table(self, name: str) -> Any:
         return self._postgrest.from_(name)
 
-    def _scrub(self, text: str) -> str:
-        return text.replace(self._key, "***")
-
     def _run(
         self, query: Query, *, on_missing_reference: Callable[[str], str] | None = None
     ) -> Any:
@@ -138,14 +136,14 @@ class SupabaseStore(KernelStore):
         except httpx.TransportError as exc:
             raise StoreUnavailableError(
                 f"lost the connection to Supabase at {self.location} "
-                f"({self._scrub(str(exc) or type(exc).__name__)})"
+                f"({redact(str(exc) or type(exc).__name__, [self._key])})"
             ) from None
 
     def _translate(
         self, exc: APIError, on_missing_reference: Callable[[str], str] | None
     ) -> StoreError:
         code = exc.code or ""
-        text = self._scrub(" ".join(str(p) for p in (exc.message, exc.details) if p))
+        text = redact(" ".join(str(p) for p in (exc.message, exc.details) if p), [self._key])
         if code == "23503":
             detail = str(exc.details or exc.message or "")
             if on_missing_reference is not None:
@@ -545,7 +543,9 @@ class SupabaseStore(KernelStore):
         ]
 
     # ------------------------------------------------------------------ runs
-    def _run_missing(self, run: RunRecord | RunUpdate, definition_name: str | None) -> Callable:
+    def _run_missing(
+        self, run: RunRecord | RunUpdate, definition_name: str | None
+    ) -> Callable[[str], str]:
         def missing(detail: str) -> str:
             for role in ("initial_solution_id", "best_solution_id"):
                 if role in detail:
@@ -791,4 +791,5 @@ _SEARCHED_FIELDS = ("title", "strategy", "pseudocode")
 
 def _cut(best: dict[str, Row], limit: int) -> float:
     """The latency of the `limit`-th fastest solution found so far."""
-    return sorted(r["latency_ms"] for r in best.values())[limit - 1]
+    latencies: list[float] = sorted(r["latency_ms"] for r in best.values())
+    return latencies[limit - 1]

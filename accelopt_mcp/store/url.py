@@ -1,5 +1,4 @@
-"""Store URLs: which kind of database a URL names, the default SQLite path, and a URL safe to
-show in a message."""
+"""Store URLs: which kind of database a URL names, and the default SQLite path."""
 
 from __future__ import annotations
 
@@ -7,6 +6,7 @@ import os
 import re
 from pathlib import Path
 
+from accelopt_mcp.redaction import redacted_url
 from accelopt_mcp.store.base import StoreError
 
 STORE_ENV = "ACCELOPT_STORE"
@@ -42,13 +42,7 @@ def describe_store_url(url: str | None) -> tuple[str, str]:
     ):
         return "sqlite", url
     raise StoreError(
-        f"cannot tell which database {shown_url(url)!r} names. Use a SQLite path (kernels.db "
+        f"cannot tell which database {redacted_url(url)!r} names. Use a SQLite path (kernels.db "
         "or sqlite:///path/kernels.db), a PostgreSQL DSN (postgresql://user@host:5432/db) or a "
         "Supabase project URL (https://<project>.supabase.co, key in SUPABASE_KEY)."
     )
-
-
-def shown_url(url: str) -> str:
-    """The URL with any password or key=value secret replaced by ***, for messages."""
-    url = re.sub(r"(://[^/@]*?):[^/@]*@", r"\1:***@", url)
-    return re.sub(r"(?i)\b(password|passwd|apikey|api_key|key|token)\s*=\s*\S+", r"\1=***", url)

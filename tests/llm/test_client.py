@@ -24,6 +24,7 @@ from accelopt_mcp.llm import (
     role_configs_from_dict,
 )
 from accelopt_mcp.models import LlmCallIn
+from accelopt_mcp.redaction import REDACTED
 from tests.llm.conftest import TEST_KEY_ENV, configs_for
 from tests.llm_standin.process import StandinProcess
 
@@ -317,7 +318,7 @@ def test_the_key_never_reaches_ledger_rows_or_exceptions(
     error, rows = _complete_fails(configs_for(standin.base_url, max_retries=1))
 
     assert isinstance(error, LlmCallFailed)
-    assert "[redacted]" in str(error)  # the server did echo it; the client scrubbed it
+    assert REDACTED in str(error)  # the server did echo it; the client scrubbed it
     rendered = "".join(traceback.format_exception(error))
     assert secret not in rendered
     assert len(rows) == 2
