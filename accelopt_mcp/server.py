@@ -103,18 +103,22 @@ def rebinding_guard(host: str) -> TransportSecuritySettings | None:
     )
 
 
-def http_app(server: AccelOptServer, *, host: str, token: str | None) -> ASGIApp:
+def http_app(
+    server: AccelOptServer, state: ServerState, *, host: str, token: str | None
+) -> ASGIApp:
     """The streamable-HTTP app at /mcp, with /health, behind the token gate when a token is
     set."""
     check_bind(host, token)
 
-    @server.custom_route(HEALTH_PATH, methods=["GET"])
     async def health(_: Request) -> Response:
-        kind, _location = server.state.describe_store()
+        kind, _location = state.describe_store()
         tools = await server.list_tools()
         return JSONResponse(
             {"status": "ok", "server": server.name, "store": kind, "tools": len(tools)}
         )
+
+    # Called, not used as a decorator: the SDK's custom_route is untyped.
+    server.custom_route(HEALTH_PATH, methods=["GET"])(health)
 
     app: ASGIApp = server.streamable_http_app(
         streamable_http_path=MCP_PATH, host=host, transport_security=rebinding_guard(host)
@@ -122,10 +126,12 @@ def http_app(server: AccelOptServer, *, host: str, token: str | None) -> ASGIApp
     return BearerTokenGate(app, token) if token else app
 
 
-def serve_http(server: AccelOptServer, *, host: str, port: int, token: str | None) -> None:
+def serve_http(
+    server: AccelOptServer, state: ServerState, *, host: str, port: int, token: str | None
+) -> None:
     import uvicorn
 
-    app = http_app(server, host=host, token=token)
+    app = http_app(server, state, host=host, token=token)
     log.warning(
         "accelopt-mcp: streamable HTTP on http://%s:%d%s (token %s)",
         host,
@@ -178,15 +184,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     state = ServerState(
         args.store, jobs_output_dir=args.jobs_dir, max_parallel_jobs=args.max_parallel_jobs
     )
-    server = build_server(state, log_level=args.log_level)
+    # The server's lifespan resumes interrupted jobs as it starts and closes the state as it
+    # stops; the `finally` below covers a start that never got that far.
+    server = build_server(state, resume_jobs=not args.no_resume, log_level=args.log_level)
     token = os.environ.get(TOKEN_ENV) or None
     try:
         if args.http:
-            check_bind(args.host, token)
-        if not args.no_resume:
-            state.resume_jobs()
-        if args.http:
-            serve_http(server, host=args.host, port=args.port, token=token)
+            serve_http(server, state, host=args.host, port=args.port, token=token)
         else:
             server.run("stdio")
     except ServerConfigError as exc:

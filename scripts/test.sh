@@ -22,4 +22,5 @@ PYTHON="${PYTHON:-python3}"
 
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+.venv/bin/mypy accelopt_mcp
 .venv/bin/python -m pytest -q "$@"

@@ -407,7 +407,7 @@ def _died(run: SandboxResult, stage: str, config: BenchmarkConfig) -> tuple[Eval
 
 
 def _error_line(error: dict[str, Any]) -> str:
-    message = error["message"]
+    message: str = error["message"]
     if error["kind"] == "reference":
         message = f"the task's reference failed (not the candidate's fault): {message}"
     if "MemoryError" in message or "Unable to allocate" in message:

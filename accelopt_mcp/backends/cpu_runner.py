@@ -48,7 +48,9 @@ class StageError(Exception):
 class Verdict(Exception):
     """Ends the run with a failed correctness check."""
 
-    def __init__(self, status: str, message: str, correctness: dict | None = None) -> None:
+    def __init__(
+        self, status: str, message: str, correctness: dict[str, float] | None = None
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.correctness = status, message, correctness
 
@@ -109,8 +111,10 @@ def _to_numpy(value: Any) -> np.ndarray:
     if _is_torch(value):
         tensor = value.detach().cpu()
         if not tensor.dtype.is_floating_point or tensor.dtype.itemsize >= 4:
-            return tensor.numpy()
-        return tensor.float().numpy()
+            array: np.ndarray = tensor.numpy()
+        else:
+            array = tensor.float().numpy()
+        return array
     return np.asarray(value)
 
 
@@ -152,7 +156,7 @@ def _compare(out: Any, ref: Any, index: int, rtol: float, atol: float) -> dict[s
         )
     # float32 outputs are compared in float32 (plenty for a relative error >= 1e-7 and half
     # the memory traffic); everything else in float64.
-    work = np.float32 if ref_np.dtype == np.float32 else np.float64
+    work: type[np.floating[Any]] = np.float32 if ref_np.dtype == np.float32 else np.float64
     out_w = out_np.astype(work, copy=False)
     ref_w = ref_np.astype(work, copy=False)
     errors = {
@@ -226,7 +230,7 @@ class Harness:
         self.use_torch = bool(job.get("use_torch"))
         if self.style == "flashinfer" and needs_torch(job.get("input_plan") or []):
             self.use_torch = True
-        self.torch = None
+        self.torch: ModuleType | None = None
         if self.use_torch:
             try:
                 import torch
@@ -244,9 +248,10 @@ class Harness:
                 "reference", f"the reference cannot be imported: {exc!r}", _short_traceback()
             ) from exc
         name = "forward" if self.style == "nkibench" else "run"
-        self.reference_fn = getattr(self.reference, name, None)
-        if not callable(self.reference_fn):
+        reference_fn = getattr(self.reference, name, None)
+        if not callable(reference_fn):
             raise StageError("reference", f"the reference defines no function `{name}`")
+        self.reference_fn: Callable[..., Any] = reference_fn
         self.to_kernel_inputs = getattr(self.reference, "transform_to_nki_inputs", None)
         self.from_kernel_outputs = getattr(self.reference, "transform_nki_outputs", None)
 
@@ -272,7 +277,9 @@ class Harness:
                 "reference", f"the reference raised {exc!r}", _short_traceback()
             ) from exc
 
-    def kernel_call(self, kernel: Callable, inputs: list[Any]) -> tuple[Callable[[], Any], list]:
+    def kernel_call(
+        self, kernel: Callable[..., Any], inputs: list[Any]
+    ) -> tuple[Callable[[], Any], list[Any]]:
         """A zero-argument call of the kernel on fresh copies of `inputs` (prepared now, so the
         copying stays outside any timer) and the list its outputs will be read from."""
         args = [_copy(v) for v in inputs]
@@ -298,7 +305,7 @@ class Harness:
         return np.empty(shape, dtype=spec["dtype"])
 
 
-def _load_kernel(job: dict[str, Any]) -> Callable:
+def _load_kernel(job: dict[str, Any]) -> Callable[..., Any]:
     _stage("kernel import")
     kernel_dir = Path(job["kernel_dir"]).resolve()
     sys.path.insert(0, str(kernel_dir))
@@ -314,7 +321,7 @@ def _load_kernel(job: dict[str, Any]) -> Callable:
         raise StageError(
             "compile", f"the kernel module failed to load: {exc!r}", _short_traceback()
         ) from exc
-    kernel = getattr(module, job["entry_symbol"], None)
+    kernel: object = getattr(module, job["entry_symbol"], None)
     if not callable(kernel):
         defined = sorted(
             n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
@@ -441,7 +448,9 @@ def evaluate(job: dict[str, Any], result: dict[str, Any]) -> None:
     kernel = _load_kernel(job)
     rtol, atol = job["rtol"], job["atol"]
     seeds: list[int] = job["seeds"]
-    seed_inputs, seed_refs, seed_outs = [], [], []
+    seed_inputs: list[list[Any]] = []
+    seed_refs: list[list[Any]] = []
+    seed_outs: list[list[Any]] = []
     worst = {"l2_rel_error": 0.0, "max_absolute_error": 0.0, "max_relative_error": 0.0}
     for seed in seeds:
         _stage(f"correctness seed {seed}")

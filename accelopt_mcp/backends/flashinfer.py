@@ -17,6 +17,7 @@ import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -286,7 +287,7 @@ def benchmark_settings(config: BenchmarkConfig) -> dict[str, float | int]:
     return settings
 
 
-def to_evaluation(raw: dict, task: Task) -> Evaluation:
+def to_evaluation(raw: dict[str, Any], task: Task) -> Evaluation:
     """flashinfer-bench's Evaluation as ours, with roofline counters when the task has work
     figures and the GPU is in the peak table."""
     evaluation = Evaluation.model_validate({**raw, "status": map_status(str(raw.get("status")))})

@@ -13,6 +13,7 @@ repeated while its relative spread is above the tolerance, and the steadiest rou
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.util
 import io
 import re
@@ -23,7 +24,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -31,6 +32,7 @@ from pydantic import BaseModel, Field
 from accelopt_mcp.backends.neuron_profile import NeuronProfileError, run_neuron_profile
 from accelopt_mcp.models import EvaluationStatus
 
+T = TypeVar("T")
 ACCELOPT_COMPILE_OPTIONS = "--disable-dge --logical-nc-config=1"
 _HALF_PRECISION = re.compile(r"float16|\bfp16\b|\bbf16\b")
 
@@ -177,7 +179,7 @@ def _load_kernel(job: NkiJob) -> Callable[..., Any]:
             EvaluationStatus.COMPILE_ERROR,
             f"the kernel module failed to import:\n{_short_traceback()}",
         ) from None
-    kernel = getattr(module, job.entry_symbol, None)
+    kernel: object = getattr(module, job.entry_symbol, None)
     if not callable(kernel):
         raise _Failure(
             EvaluationStatus.COMPILE_ERROR,
@@ -347,7 +349,7 @@ def _measure(
             stem = artifacts / f"r{round_index}_{run_index}"
             neff, ntff = f"{stem}.neff", f"{stem}.ntff"
             raw = _with_retries(
-                job, log, "timed run", lambda n=neff, t=ntff: call(nki_inputs, n, t)
+                job, log, "timed run", functools.partial(call, nki_inputs, neff, ntff)
             )
             # A kernel could pass the seeds and then return something else while timed.
             _compare(task, raw, expected, job, errors, f"timed run {run_index + 1}")
@@ -355,9 +357,10 @@ def _measure(
                 job,
                 log,
                 "neuron-profile",
-                lambda n=neff, t=ntff: run_neuron_profile(
-                    Path(n),
-                    Path(t),
+                functools.partial(
+                    run_neuron_profile,
+                    Path(neff),
+                    Path(ntff),
                     executable=job.neuron_profile,
                     timeout_s=job.profile_timeout_s,
                 ),
@@ -381,7 +384,7 @@ def _measure(
         )
 
 
-def _with_retries(job: NkiJob, log: list[str], what: str, action: Callable[[], Any]) -> Any:
+def _with_retries(job: NkiJob, log: list[str], what: str, action: Callable[[], T]) -> T:
     for attempt in range(job.retries + 1):
         try:
             return action()

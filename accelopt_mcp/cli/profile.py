@@ -14,6 +14,7 @@ from accelopt_mcp.backends.registry import backend_help, backend_info
 from accelopt_mcp.cli.common import JsonOption, StoreOption, console, fail, opened_store, print_json
 from accelopt_mcp.models import BenchmarkConfig, Evaluation
 from accelopt_mcp.profiling import ProfileOutcome, profile_kernel
+from accelopt_mcp.store.base import KernelStore
 from accelopt_mcp.tasks.flashinfer_format import TaskFileError
 from accelopt_mcp.tasks.kernels import load_solution
 from accelopt_mcp.tasks.loader import load_task
@@ -56,7 +57,7 @@ def profile(
         updates["timeout_seconds"] = timeout
     config = config.model_copy(update=updates)
 
-    def run(db: object | None) -> ProfileOutcome:
+    def run(db: KernelStore | None) -> ProfileOutcome:
         try:
             return profile_kernel(loaded_task, solution, backend=backend, config=config, store=db)
         except (BackendUnavailableError, ValueError) as exc:

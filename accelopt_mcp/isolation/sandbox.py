@@ -32,8 +32,12 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    import resource
 
 _PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")
 
@@ -137,7 +141,9 @@ class SandboxResult(BaseModel):
         return f"child exited with code {self.returncode}"
 
 
-def sandbox_environment(cwd: Path, extra: dict[str, str] | None, cpus: set[int] | None) -> dict:
+def sandbox_environment(
+    cwd: Path, extra: dict[str, str] | None, cpus: set[int] | None
+) -> dict[str, str]:
     """The child's environment: allowlisted parent variables, sandbox paths, then `extra`,
     with any secret-looking name removed at every step."""
     env = {
@@ -410,7 +416,7 @@ def run_sandboxed(
             raise ValueError(f"cpus {sorted(cpus)} must be a non-empty subset of {sorted(usable)}")
 
     own_dir = cwd is None
-    work_dir = Path(tempfile.mkdtemp(prefix="accelopt-sandbox-")) if own_dir else Path(cwd)
+    work_dir = Path(tempfile.mkdtemp(prefix="accelopt-sandbox-")) if cwd is None else Path(cwd)
     cgroup = _PidsCgroup(max_processes)
     limits = {
         "RLIMIT_AS": memory_limit_mb * 1024 * 1024,
@@ -457,12 +463,12 @@ def run_sandboxed(
     for reader in readers:
         reader.start()
 
-    outcome: dict[str, object] = {}
+    reaped: list[tuple[int, resource.struct_rusage]] = []  # (wait status, usage), once
     exited = threading.Event()
 
     def reap() -> None:
         _, status, usage = os.wait4(proc.pid, 0)
-        outcome["status"], outcome["usage"] = status, usage
+        reaped.append((status, usage))
         exited.set()
 
     reaper = threading.Thread(target=reap, daemon=True)
@@ -482,9 +488,8 @@ def run_sandboxed(
         if own_dir:
             shutil.rmtree(work_dir, ignore_errors=True)
 
-    status = int(outcome["status"])  # type: ignore[call-overload]
-    usage = outcome["usage"]
-    max_rss_mb = getattr(usage, "ru_maxrss", 0) / 1024.0
+    status, usage = reaped[0]
+    max_rss_mb = usage.ru_maxrss / 1024.0
     returncode: int | None = os.waitstatus_to_exitcode(status)
     term_signal: int | None = None
     if returncode is not None and returncode < 0:

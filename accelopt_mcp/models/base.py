@@ -3,6 +3,7 @@ JSON written the way flashinfer-bench writes it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import (
@@ -16,9 +17,10 @@ NonNegativeInt = Annotated[int, Field(ge=0)]
 
 
 class Record(BaseModel):
-    """Base of every record: unknown fields are ignored, as flashinfer-bench does."""
+    """Base of every record: unknown fields are ignored, as flashinfer-bench does. A field's
+    docstring is its description in JSON schemas (the MCP tools' among them)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", use_attribute_docstrings=True)
 
     def to_json(self) -> str:
         """The JSON form flashinfer-bench writes: fields never set are left out."""
@@ -36,8 +38,9 @@ class Tagged(Record):
         self.model_fields_set.add("type")
 
 
-def union_member_kind(value: Any, infer: Any) -> str | None:
+def union_member_kind(value: Any, infer: Callable[[dict[str, Any]], str]) -> str | None:
     # Files written with exclude_unset by other tools may leave `type` out; infer it then.
-    if isinstance(value, dict):
-        return value.get("type") or infer(value)
-    return getattr(value, "type", None)
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    if not kind and isinstance(value, dict):
+        return infer(value)
+    return str(kind) if kind is not None else None

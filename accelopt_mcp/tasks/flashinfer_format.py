@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
 from accelopt_mcp.models import Definition, Solution, Trace, Workload
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class TaskFileError(ValueError):
@@ -30,7 +32,7 @@ def read_json(path: Path, what: str) -> Any:
         raise TaskFileError(f"{what} file {str(path)!r} is not valid JSON: {exc}") from exc
 
 
-def _validate(model: type[BaseModel], data: Any, path: Path, what: str) -> Any:
+def _validate(model: type[M], data: Any, path: Path, what: str) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    import numpy.typing as npt
+
     from accelopt_mcp.models import Definition, Workload
 
 NUMPY_DTYPES = {
@@ -92,6 +94,7 @@ def _one_input(entry: dict[str, Any], rng: np.random.Generator) -> Any:
     if kind == "safetensors":
         return _load_safetensors(entry)
     size = tuple(shape) if shape is not None else ()
+    array: npt.NDArray[Any]
     if dtype.startswith("float") or dtype == "bfloat16":
         array = rng.standard_normal(size, dtype=np.float32)
         if dtype in NUMPY_DTYPES:

@@ -62,4 +62,5 @@ def probe_nkibench_task(
         raise ValueError(
             f"the task module does not run: {error['message']}\n{error.get('traceback', '')}"
         )
-    return data["describe"]
+    describe: dict[str, Any] = data["describe"]
+    return describe

@@ -203,7 +203,7 @@ def _export_engine_records(
     _write_jsonl(root / EXTRA_KEY / "experiences.jsonl", exp_rows)
     counts.experiences = len(exp_rows)
 
-    call_rows = []
+    call_rows: list[dict[str, Any]] = []
     for run in runs:
         call_rows.extend(c.model_dump(mode="json") for c in store.list_llm_calls(run.id))
     _write_jsonl(root / EXTRA_KEY / "llm_calls.jsonl", call_rows)
@@ -286,7 +286,8 @@ def _import_solutions(
             id_of_name.setdefault((solution.definition, solution.name), solution_id)
             counts.solutions += 1
         if len(deferred) == len(pending):
-            missing = sorted({e.get("parent_hash") for _, e, _ in deferred})
+            # A solution is deferred only for a parent_hash that is set and not found.
+            missing = sorted({e["parent_hash"] for _, e, _ in deferred})
             raise TraceSetError(
                 f"{deferred[0][2]}: parent solution(s) {missing} are neither in the directory nor "
                 "in the database; import the full trace set"
