@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
 from accelopt_mcp.cli.common import JsonOption, StoreOption, console, fail, opened_store, print_json
+from accelopt_mcp.engine.memory import add_experience
 from accelopt_mcp.store.base import ExperienceIn
 
 app = typer.Typer(help="Optimization memory: list, add and remove items.", no_args_is_help=True)
@@ -63,20 +65,20 @@ def add(
     store: StoreOption = None,
 ) -> None:
     """Add an item by hand (e.g. a known trick for this hardware)."""
-    if not title.strip() or not strategy.strip():
-        fail("--title and --strategy must not be empty")
-    with opened_store(store) as db:
-        item_id = db.add_experience(
-            ExperienceIn(
-                definition_name=definition,
-                title=title,
-                strategy=strategy,
-                pseudocode=pseudocode,
-                namespace=namespace,
-                run_id=run,
-            )
+    try:
+        item = ExperienceIn(
+            definition_name=definition,
+            title=title,
+            strategy=strategy,
+            pseudocode=pseudocode,
+            namespace=namespace,
+            run_id=run,
         )
-    console.print(f"added {item_id}")
+    except ValidationError as exc:  # the record's own messages name the field
+        fail("; ".join(str(error["msg"]) for error in exc.errors()))
+    with opened_store(store) as db:
+        stored = add_experience(db, item)
+    console.print(f"added {stored.id}")
 
 
 @app.command()

@@ -8,10 +8,42 @@ started, recorded by id in the run's checkpoint so a resumed run sees the same m
 
 from __future__ import annotations
 
-from accelopt_mcp.store.base import ExperienceIn, ExperienceRecord, KernelStore
+from accelopt_mcp.store.base import (
+    ExperienceIn,
+    ExperienceRecord,
+    KernelStore,
+    StoreError,
+    UnknownReferenceError,
+)
 
 # Items beyond the working set are never read; this only caps one query's size.
 _MAX_SCAN = 100_000
+
+
+class UnknownItemReference(UnknownReferenceError):
+    """A memory item names a definition or run the store does not hold; `field` says which
+    (`definition_name` or `run_id`), so that a front end can add where to look it up."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def add_experience(store: KernelStore, item: ExperienceIn) -> ExperienceRecord:
+    """Store a memory item given from outside a run (`accelopt memory add`, the add_memory
+    tool) and return it as stored. The record has validated its own fields; here its
+    definition, and its run when it names one, must be in the store."""
+    if store.get_definition(item.definition_name) is None:
+        raise UnknownItemReference(
+            "definition_name", f"no definition named {item.definition_name!r}"
+        )
+    if item.run_id is not None and store.get_run(item.run_id) is None:
+        raise UnknownItemReference("run_id", f"no run with id {item.run_id!r}")
+    new_id = store.add_experience(item)
+    stored = store.get_experience(new_id)
+    if stored is None:
+        raise StoreError(f"memory item {new_id} was stored but cannot be read back")
+    return stored
 
 
 class OptimizationMemory:

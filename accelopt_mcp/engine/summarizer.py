@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from accelopt_mcp.llm import ChatMessage, LlmClient, MalformedReply
 
@@ -14,6 +14,13 @@ class Summary(BaseModel):
     title: str = Field(min_length=1, max_length=300)
     strategy: str = Field(min_length=1)
     pseudocode: str = ""
+
+    @field_validator("title", "strategy", mode="before")
+    @classmethod
+    def _stripped(cls, value: object) -> object:
+        # The same rule as ExperienceIn: a blank title is a malformed reply (asked again),
+        # not a memory item that the store would refuse mid-run.
+        return value.strip() if isinstance(value, str) else value
 
 
 class NothingChanged(BaseModel):

@@ -1,4 +1,6 @@
-"""The MCP server's tools, resources and prompt, one module per area."""
+"""The MCP server's tools, resources and prompt, one module per area. A tool is a plain
+function of its module, listed in the module's TOOLS; one that needs the database or the jobs
+takes `ctx: ToolContext` and gets the ServerState the server's lifespan hands every request."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import logging
 from typing import Any
 
 from accelopt_mcp.mcp_tools.app import AccelOptServer
-from accelopt_mcp.mcp_tools.state import ServerState
+from accelopt_mcp.mcp_tools.state import ServerState, state_lifespan
 
 log = logging.getLogger("accelopt_mcp.server")
 
@@ -22,31 +24,34 @@ read and curate the optimization memory with list_memory, search_memory, add_mem
 remove_memory. Long texts come in slices: pass next_offset back to get more."""
 
 
-def build_server(state: ServerState, **settings: Any) -> AccelOptServer:
-    """An MCP server exposing every tool over the given state (database, jobs)."""
+def build_server(
+    state: ServerState, *, resume_jobs: bool = False, **settings: Any
+) -> AccelOptServer:
+    """An MCP server exposing every tool over the given state (database, jobs). Its lifespan
+    hands the state to each request, resumes interrupted jobs first when `resume_jobs`, and
+    closes the state when the server stops."""
     from accelopt_mcp import __version__
-    from accelopt_mcp.mcp_tools import browse, kernels, memory, profiling
+    from accelopt_mcp.mcp_tools import browse, kernels, profiling
 
+    tools = [*profiling.TOOLS, *kernels.TOOLS]
+    try:
+        from accelopt_mcp.mcp_tools import jobs, memory
+    except ModuleNotFoundError as exc:  # a build without the engine still browses and profiles
+        if not (exc.name or "").startswith("accelopt_mcp.engine"):
+            raise
+        log.warning("optimization memory and jobs are unavailable: %s", exc)
+    else:
+        tools += [*memory.TOOLS, *jobs.TOOLS]
     settings.setdefault("log_level", "WARNING")
     server = AccelOptServer(
-        state,
         name="accelopt",
         title="AccelOpt kernel optimizer",
         version=__version__,
         instructions=INSTRUCTIONS,
+        tools=tools,
+        lifespan=state_lifespan(state, resume_jobs=resume_jobs),
         **settings,
     )
-    profiling.register(server, state)
-    kernels.register(server, state)
-    memory.register(server, state)
-    try:
-        from accelopt_mcp.mcp_tools import jobs
-    except ModuleNotFoundError as exc:  # a build without the engine still browses and profiles
-        if not (exc.name or "").startswith("accelopt_mcp.engine"):
-            raise
-        log.warning("optimization jobs are unavailable: %s", exc)
-    else:
-        jobs.register(server, state)
     browse.register(server, state)
     return server
 

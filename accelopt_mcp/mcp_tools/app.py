@@ -37,12 +37,8 @@ class NotFoundError(ToolError):
     """An id or name the database does not hold."""
 
 
-class AccelOptServer(MCPServer[Any]):
-    """The SDK's server plus the state every tool shares."""
-
-    def __init__(self, state: ServerState, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.state = state
+class AccelOptServer(MCPServer[ServerState]):
+    """The SDK's server; its lifespan hands every request the ServerState (state.py)."""
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None

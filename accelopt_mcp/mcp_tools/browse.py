@@ -1,5 +1,6 @@
 """Read-only resources for browsing (definitions, kernels, runs, memory) and the prompt that
-starts the optimize workflow."""
+starts the optimize workflow. Unlike the tools, the resources close over the state: the SDK
+hands no Context to a resource whose URI has no parameters."""
 
 from __future__ import annotations
 
@@ -56,7 +57,6 @@ def register(server: AccelOptServer, state: ServerState) -> None:
         mime_type="application/json",
     )
     def definition_solutions(name: str) -> str:
-
         store = state.store()
         if store.get_definition(name) is None:
             raise ResourceNotFoundError(f"no definition named {name!r}")

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import anyio.to_thread
-from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
@@ -16,202 +16,212 @@ from accelopt_mcp.backends.registry import backend_help
 from accelopt_mcp.engine.config import resolve_optimize_config
 from accelopt_mcp.engine.jobs import JobNotFinished, JobStatus, OptimizeRequest, ProgressEvent
 from accelopt_mcp.engine.presets import PRESETS
-from accelopt_mcp.mcp_tools.app import AccelOptServer
-from accelopt_mcp.mcp_tools.state import ServerState
-from accelopt_mcp.mcp_tools.views import MAX_PAGE, SOURCE_CHARS, TextSlice, cut
+from accelopt_mcp.mcp_tools.state import ToolContext, state_of
+from accelopt_mcp.mcp_tools.views import MAX_PAGE, SOURCE_CHARS, TextSlice, View, cut
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
 JobId = Annotated[str, Field(description="The id start_optimization returned.")]
 
 
-class JobStarted(BaseModel):
+class JobStarted(View):
     job_id: str
     status: JobStatus
-    next: str = Field(description="What to call next.")
+    next: str
+    """What to call next."""
 
 
-class JobList(BaseModel):
-    jobs: list[JobStatus] = Field(description="Newest first.")
+class JobList(View):
+    jobs: list[JobStatus]
+    """Newest first."""
 
 
-class JobResultView(BaseModel):
+class JobResultView(View):
     job_id: str
     status: JobStatus
     best_solution_id: str | None = None
-    speedup: float | None = Field(default=None, description="Initial latency / best latency.")
-    percent_of_peak: dict[str, float] | None = Field(
-        default=None, description="Percent of the hardware's peak, where the backend knows it."
-    )
+    speedup: float | None = None
+    """Initial latency / best latency."""
+    percent_of_peak: dict[str, float] | None = None
+    """Percent of the hardware's peak, where the backend knows it."""
     cost_usd: float = 0.0
     winning_kernel_path: str | None = None
-    best_source: TextSlice | None = Field(
-        default=None, description="The best kernel's source (page with source_offset)."
+    best_source: TextSlice | None = None
+    """The best kernel's source (page with source_offset)."""
+    iterations: list[dict[str, object]] = Field(default_factory=list)
+    """Per-iteration summaries of the trace."""
+
+
+def start_optimization(
+    ctx: ToolContext,
+    task_path: Annotated[
+        str, Field(description="Definition .json, NKIBench task .py or a folder with one.")
+    ],
+    kernel_path: Annotated[
+        str | None, Field(description="Initial kernel: a kernel .py or a solution .json.")
+    ] = None,
+    kernel_source: Annotated[
+        str | None, Field(description="Or the initial kernel's Python source.")
+    ] = None,
+    workload: Annotated[str | None, Field(description="Workload uuid or index.")] = None,
+    backend: Annotated[str, Field(description=f"One of: {backend_help()}.")] = "cpu",
+    preset: Annotated[
+        str,
+        Field(
+            description=f"Run settings to start from: {', '.join(PRESETS)} (the AccelOpt "
+            "paper's) or a JSON file; the fields below override it."
+        ),
+    ] = "quick",
+    iterations: Annotated[int | None, Field(ge=1, description="T: iterations.")] = None,
+    beam: Annotated[int | None, Field(ge=1, description="B: beam width.")] = None,
+    plans: Annotated[int | None, Field(ge=1, description="N: plans per beam kernel.")] = None,
+    attempts: Annotated[int | None, Field(ge=1, description="K: attempts per plan.")] = None,
+    topk: Annotated[int | None, Field(ge=0, description="Experiences per iteration.")] = None,
+    exp_n: Annotated[int | None, Field(ge=0, description="ExpN: memory capacity.")] = None,
+    positive_threshold: Annotated[float | None, Field(description="e.g. 1.04")] = None,
+    negative_threshold: Annotated[float | None, Field(description="e.g. 0.87")] = None,
+    models_config: Annotated[
+        str | None,
+        Field(
+            description="Model config: a preset name (e.g. openai, vllm-gpt-oss-120b, "
+            "llamacpp) or a file path; default: OPENAI_BASE_URL / OPENAI_API_KEY."
+        ),
+    ] = None,
+    budget_usd: Annotated[float | None, Field(ge=0, description="Stop at this spend.")] = None,
+    budget_tokens: Annotated[int | None, Field(ge=0)] = None,
+    budget_wall_s: Annotated[float | None, Field(ge=0)] = None,
+    namespace: Annotated[
+        str | None, Field(description="Memory namespace the run files its experiences in.")
+    ] = None,
+    seed_memory: Annotated[
+        bool, Field(description="Start from the namespace's newest experiences.")
+    ] = False,
+    workers: Annotated[int | None, Field(ge=1, description="Profiling slots.")] = None,
+    benchmark: Annotated[
+        dict[str, Any] | None,
+        Field(description="Profiling settings: seeds, iterations, timeout_seconds, ..."),
+    ] = None,
+) -> JobStarted:
+    """Start an AccelOpt optimization of a kernel as a background job and return its id at
+    once: planner, executor and summarizer LLM calls in a beam search, every attempt
+    profiled and stored. Follow it with wait_for_job (progress notifications) or
+    job_status; job_result when it has finished; cancel_job to stop it."""
+    config = resolve_optimize_config(
+        preset,
+        {
+            "backend": backend,
+            "iterations": iterations,
+            "beam": beam,
+            "plans": plans,
+            "attempts": attempts,
+            "topk": topk,
+            "exp_n": exp_n,
+            "positive_threshold": positive_threshold,
+            "negative_threshold": negative_threshold,
+            "models_config": models_config,
+            "budget_usd": budget_usd,
+            "budget_tokens": budget_tokens,
+            "budget_wall_s": budget_wall_s,
+            "namespace": namespace,
+            "seed_from_namespace": seed_memory or None,
+            "workers": workers,
+            "benchmark": benchmark,
+        },
     )
-    iterations: list[dict[str, object]] = Field(
-        default_factory=list, description="Per-iteration summaries of the trace."
+    request = OptimizeRequest(
+        task_path=task_path,
+        kernel_path=kernel_path,
+        kernel_source=kernel_source,
+        workload=workload,
+        config=config,
+    )
+    jobs = state_of(ctx).jobs()
+    job_id = jobs.start(request)
+    return JobStarted(
+        job_id=job_id,
+        status=jobs.status(job_id),
+        next="wait_for_job to follow progress; job_result once it has finished",
     )
 
 
-def register(server: AccelOptServer, state: ServerState) -> None:
-    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False))
-    def start_optimization(
-        task_path: Annotated[
-            str, Field(description="Definition .json, NKIBench task .py or a folder with one.")
+def job_status(ctx: ToolContext, job_id: JobId) -> JobStatus:
+    """Where a job stands: state, iteration, attempts, best latency and speedup so far,
+    tokens and cost spent, elapsed time and an estimate of the time left."""
+    return state_of(ctx).jobs().status(job_id)
+
+
+def job_result(
+    ctx: ToolContext,
+    job_id: JobId,
+    source_offset: Annotated[int, Field(ge=0)] = 0,
+    source_limit: Annotated[int, Field(ge=1, le=60_000)] = SOURCE_CHARS,
+) -> JobResultView:
+    """The outcome of a job (finished or not): best kernel and its source, speedup over the
+    initial kernel, percent of peak where known, cost, and per-iteration summaries."""
+    try:
+        result = state_of(ctx).jobs().result(job_id)
+    except JobNotFinished as exc:
+        raise ToolError(f"{exc}; job_status shows where it stands") from exc
+    return JobResultView(
+        job_id=job_id,
+        status=result.status,
+        best_solution_id=result.best_solution_id,
+        speedup=result.speedup,
+        percent_of_peak=result.percent_of_peak,
+        cost_usd=result.cost_usd,
+        winning_kernel_path=(
+            str(result.winning_kernel_path) if result.winning_kernel_path else None
+        ),
+        best_source=(
+            cut(result.best_source, source_offset, source_limit) if result.best_source else None
+        ),
+        iterations=[
+            item.model_dump(mode="json") if isinstance(item, BaseModel) else dict(item)
+            for item in result.iterations
         ],
-        kernel_path: Annotated[
-            str | None, Field(description="Initial kernel: a kernel .py or a solution .json.")
-        ] = None,
-        kernel_source: Annotated[
-            str | None, Field(description="Or the initial kernel's Python source.")
-        ] = None,
-        workload: Annotated[str | None, Field(description="Workload uuid or index.")] = None,
-        backend: Annotated[str, Field(description=f"One of: {backend_help()}.")] = "cpu",
-        preset: Annotated[
-            str,
-            Field(
-                description=f"Run settings to start from: {', '.join(PRESETS)} (the AccelOpt "
-                "paper's) or a JSON file; the fields below override it."
-            ),
-        ] = "quick",
-        iterations: Annotated[int | None, Field(ge=1, description="T: iterations.")] = None,
-        beam: Annotated[int | None, Field(ge=1, description="B: beam width.")] = None,
-        plans: Annotated[int | None, Field(ge=1, description="N: plans per beam kernel.")] = None,
-        attempts: Annotated[int | None, Field(ge=1, description="K: attempts per plan.")] = None,
-        topk: Annotated[int | None, Field(ge=0, description="Experiences per iteration.")] = None,
-        exp_n: Annotated[int | None, Field(ge=0, description="ExpN: memory capacity.")] = None,
-        positive_threshold: Annotated[float | None, Field(description="e.g. 1.04")] = None,
-        negative_threshold: Annotated[float | None, Field(description="e.g. 0.87")] = None,
-        models_config: Annotated[
-            str | None,
-            Field(
-                description="Model config: a preset name (e.g. openai, vllm-gpt-oss-120b, "
-                "llamacpp) or a file path; default: OPENAI_BASE_URL / OPENAI_API_KEY."
-            ),
-        ] = None,
-        budget_usd: Annotated[float | None, Field(ge=0, description="Stop at this spend.")] = None,
-        budget_tokens: Annotated[int | None, Field(ge=0)] = None,
-        budget_wall_s: Annotated[float | None, Field(ge=0)] = None,
-        namespace: Annotated[
-            str | None, Field(description="Memory namespace the run files its experiences in.")
-        ] = None,
-        seed_memory: Annotated[
-            bool, Field(description="Start from the namespace's newest experiences.")
-        ] = False,
-        workers: Annotated[int | None, Field(ge=1, description="Profiling slots.")] = None,
-        benchmark: Annotated[
-            dict[str, Any] | None,
-            Field(description="Profiling settings: seeds, iterations, timeout_seconds, ..."),
-        ] = None,
-    ) -> JobStarted:
-        """Start an AccelOpt optimization of a kernel as a background job and return its id at
-        once: planner, executor and summarizer LLM calls in a beam search, every attempt
-        profiled and stored. Follow it with wait_for_job (progress notifications) or
-        job_status; job_result when it has finished; cancel_job to stop it."""
-        config = resolve_optimize_config(
-            preset,
-            {
-                "backend": backend,
-                "iterations": iterations,
-                "beam": beam,
-                "plans": plans,
-                "attempts": attempts,
-                "topk": topk,
-                "exp_n": exp_n,
-                "positive_threshold": positive_threshold,
-                "negative_threshold": negative_threshold,
-                "models_config": models_config,
-                "budget_usd": budget_usd,
-                "budget_tokens": budget_tokens,
-                "budget_wall_s": budget_wall_s,
-                "namespace": namespace,
-                "seed_from_namespace": seed_memory or None,
-                "workers": workers,
-                "benchmark": benchmark,
-            },
-        )
-        request = OptimizeRequest(
-            task_path=task_path,
-            kernel_path=kernel_path,
-            kernel_source=kernel_source,
-            workload=workload,
-            config=config,
-        )
-        jobs = state.jobs()
-        job_id = jobs.start(request)
-        return JobStarted(
-            job_id=job_id,
-            status=jobs.status(job_id),
-            next="wait_for_job to follow progress; job_result once it has finished",
-        )
+    )
 
-    @server.tool(annotations=READ_ONLY)
-    def job_status(job_id: JobId) -> JobStatus:
-        """Where a job stands: state, iteration, attempts, best latency and speedup so far,
-        tokens and cost spent, elapsed time and an estimate of the time left."""
-        return state.jobs().status(job_id)
 
-    @server.tool(annotations=READ_ONLY)
-    def job_result(
-        job_id: JobId,
-        source_offset: Annotated[int, Field(ge=0)] = 0,
-        source_limit: Annotated[int, Field(ge=1, le=60_000)] = SOURCE_CHARS,
-    ) -> JobResultView:
-        """The outcome of a job (finished or not): best kernel and its source, speedup over the
-        initial kernel, percent of peak where known, cost, and per-iteration summaries."""
-        try:
-            result = state.jobs().result(job_id)
-        except JobNotFinished as exc:
-            raise ToolError(f"{exc}; job_status shows where it stands") from exc
-        return JobResultView(
-            job_id=job_id,
-            status=result.status,
-            best_solution_id=result.best_solution_id,
-            speedup=result.speedup,
-            percent_of_peak=result.percent_of_peak,
-            cost_usd=result.cost_usd,
-            winning_kernel_path=(
-                str(result.winning_kernel_path) if result.winning_kernel_path else None
-            ),
-            best_source=(
-                cut(result.best_source, source_offset, source_limit) if result.best_source else None
-            ),
-            iterations=[
-                item.model_dump(mode="json") if isinstance(item, BaseModel) else dict(item)
-                for item in result.iterations
-            ],
-        )
+def cancel_job(ctx: ToolContext, job_id: JobId) -> JobStatus:
+    """Stop a running job; what it found so far stays in the database."""
+    return state_of(ctx).jobs().cancel(job_id)
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True))
-    def cancel_job(job_id: JobId) -> JobStatus:
-        """Stop a running job; what it found so far stays in the database."""
-        return state.jobs().cancel(job_id)
 
-    @server.tool(annotations=READ_ONLY)
-    def list_jobs(limit: Annotated[int, Field(ge=1, le=MAX_PAGE)] = 20) -> JobList:
-        """The newest optimization jobs and where each stands."""
-        return JobList(jobs=state.jobs().list(limit=limit))
+def list_jobs(ctx: ToolContext, limit: Annotated[int, Field(ge=1, le=MAX_PAGE)] = 20) -> JobList:
+    """The newest optimization jobs and where each stands."""
+    return JobList(jobs=state_of(ctx).jobs().list(limit=limit))
 
-    @server.tool(annotations=READ_ONLY)
-    async def wait_for_job(
-        job_id: JobId,
-        ctx: Context,
-        timeout_s: Annotated[
-            float,
-            Field(gt=0, le=3600, description="Stop waiting after this long (the job goes on)."),
-        ] = 240.0,
-    ) -> JobStatus:
-        """Wait until a job finishes or timeout_s passes, sending progress notifications
-        (iteration, best latency) meanwhile; returns its status. Call it again to keep
-        waiting: the job runs on whether or not anyone waits."""
 
-        async def forward(event: ProgressEvent) -> None:
-            best = (
-                f", best {event.best_latency_ms:.4g} ms"
-                if event.best_latency_ms is not None
-                else ""
-            )
-            text = f"iteration {event.iteration}: {event.message}{best}"
-            await ctx.report_progress(event.progress, 1.0, text)
+async def wait_for_job(
+    ctx: ToolContext,
+    job_id: JobId,
+    timeout_s: Annotated[
+        float,
+        Field(gt=0, le=3600, description="Stop waiting after this long (the job goes on)."),
+    ] = 240.0,
+) -> JobStatus:
+    """Wait until a job finishes or timeout_s passes, sending progress notifications
+    (iteration, best latency) meanwhile; returns its status. Call it again to keep
+    waiting: the job runs on whether or not anyone waits."""
 
-        jobs = await anyio.to_thread.run_sync(state.jobs)
-        return await jobs.wait(job_id, on_progress=forward, timeout_s=timeout_s)
+    async def forward(event: ProgressEvent) -> None:
+        best = f", best {event.best_latency_ms:.4g} ms" if event.best_latency_ms is not None else ""
+        text = f"iteration {event.iteration}: {event.message}{best}"
+        await ctx.report_progress(event.progress, 1.0, text)
+
+    jobs = await anyio.to_thread.run_sync(state_of(ctx).jobs)
+    return await jobs.wait(job_id, on_progress=forward, timeout_s=timeout_s)
+
+
+TOOLS = [
+    Tool.from_function(
+        start_optimization,
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False),
+    ),
+    Tool.from_function(job_status, annotations=READ_ONLY),
+    Tool.from_function(job_result, annotations=READ_ONLY),
+    Tool.from_function(
+        cancel_job, annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True)
+    ),
+    Tool.from_function(list_jobs, annotations=READ_ONLY),
+    Tool.from_function(wait_for_job, annotations=READ_ONLY),
+]

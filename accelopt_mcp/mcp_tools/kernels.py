@@ -6,11 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
+from mcp.server.mcpserver.tools import Tool
 from mcp_types import ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from accelopt_mcp.mcp_tools.app import AccelOptServer, NotFoundError
-from accelopt_mcp.mcp_tools.state import ServerState
+from accelopt_mcp import transfer
+from accelopt_mcp.mcp_tools.app import NotFoundError
+from accelopt_mcp.mcp_tools.state import ToolContext, state_of
 from accelopt_mcp.mcp_tools.views import (
     DEFAULT_PAGE,
     MAX_PAGE,
@@ -20,6 +22,7 @@ from accelopt_mcp.mcp_tools.views import (
     ProfileSummary,
     SolutionSummary,
     TextSlice,
+    View,
     WorkloadSummary,
     cut,
     definition_summary,
@@ -31,7 +34,6 @@ from accelopt_mcp.mcp_tools.views import (
 from accelopt_mcp.models import Definition, Evaluation, Solution, Workload
 from accelopt_mcp.store.base import KernelStore, StoredDefinition, StoredSolution
 from accelopt_mcp.store.detect import StoreCheck, check_store
-from accelopt_mcp.transfer import ImportFormat, import_directory
 from accelopt_mcp.transfer.traceset import TransferCounts
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
@@ -41,58 +43,63 @@ Offset = Annotated[int, Field(ge=0, description="Skip this many items (from next
 Limit = Annotated[int, Field(ge=1, le=MAX_PAGE, description=f"Items per page (max {MAX_PAGE}).")]
 
 
-class DefinitionPage(BaseModel):
+class DefinitionPage(View):
     items: list[DefinitionSummary]
     page: PageInfo
 
 
-class DefinitionDetail(BaseModel):
+class DefinitionDetail(View):
     definition: Definition
     workloads: list[WorkloadSummary]
     workloads_total: int
     solutions_total: int
 
 
-class SolutionPage(BaseModel):
+class SolutionPage(View):
     definition_name: str
-    items: list[SolutionSummary] = Field(description="Fastest correct first, then the others.")
+    items: list[SolutionSummary]
+    """Fastest correct first, then the others."""
     page: PageInfo
 
 
-class SourceFileSlice(BaseModel):
+class SourceFileSlice(View):
     path: str
     content: TextSlice
 
 
-class SolutionDetail(BaseModel):
+class SolutionDetail(View):
     summary: SolutionSummary
     entry_point: str
     target_hardware: list[str]
     evolve_metadata: dict[str, Any]
     solution_hash: str
     sources: list[SourceFileSlice]
-    profiles: list[ProfileSummary] = Field(description="Up to 10 profiles of this solution.")
+    profiles: list[ProfileSummary]
+    """Up to 10 profiles of this solution."""
     profiles_total: int
 
 
-class Lineage(BaseModel):
+class Lineage(View):
     solution: SolutionSummary
-    ancestors: list[SolutionSummary] = Field(description="Parent first, up to the root.")
-    descendants: list[SolutionSummary] = Field(description="Breadth first.")
+    ancestors: list[SolutionSummary]
+    """Parent first, up to the root."""
+    descendants: list[SolutionSummary]
+    """Breadth first."""
     descendants_total: int
 
 
-class ProfilePage(BaseModel):
+class ProfilePage(View):
     items: list[ProfileSummary]
     page: PageInfo
 
 
-class Inserted(BaseModel):
+class Inserted(View):
     kind: str
-    id: str = Field(description="Key of the stored row (name, uuid or id).")
+    id: str
+    """Key of the stored row (name, uuid or id)."""
 
 
-class Imported(BaseModel):
+class Imported(View):
     path: str
     format: str
     counts: TransferCounts
@@ -117,240 +124,262 @@ def _definition(store: KernelStore, name: str) -> StoredDefinition:
     return found
 
 
-def register(server: AccelOptServer, state: ServerState) -> None:
-    @server.tool(annotations=READ_ONLY)
-    def check_database(
-        url: Annotated[
-            str | None,
-            Field(
-                description="Database to check: SQLite path, postgresql:// DSN or Supabase "
-                "project URL (key from SUPABASE_KEY). Default: the server's own database."
-            ),
-        ] = None,
-    ) -> StoreCheck:
-        """Check that the kernel database answers, accepts the key and has the schema. When it
-        does not (e.g. a Supabase URL that does not answer), `ok` is false and `message` and
-        `next_steps` say how to set it up: relay them to the user and stop."""
-        return check_store(url or state.store_url)
+def check_database(
+    ctx: ToolContext,
+    url: Annotated[
+        str | None,
+        Field(
+            description="Database to check: SQLite path, postgresql:// DSN or Supabase "
+            "project URL (key from SUPABASE_KEY). Default: the server's own database."
+        ),
+    ] = None,
+) -> StoreCheck:
+    """Check that the kernel database answers, accepts the key and has the schema. When it
+    does not (e.g. a Supabase URL that does not answer), `ok` is false and `message` and
+    `next_steps` say how to set it up: relay them to the user and stop."""
+    return check_store(url or state_of(ctx).store_url)
 
-    @server.tool(annotations=READ_ONLY)
-    def list_definitions(
-        name_contains: Annotated[
-            str | None, Field(description="Only names containing this text (case-insensitive).")
-        ] = None,
-        offset: Offset = 0,
-        limit: Limit = DEFAULT_PAGE,
-    ) -> DefinitionPage:
-        """List the kernel definitions (what a kernel must compute) stored in the database."""
-        found = state.store().list_definitions()
-        if name_contains:
-            needle = name_contains.lower()
-            found = [d for d in found if needle in d.name.lower()]
-        found.sort(key=lambda d: d.name)
-        return DefinitionPage(
-            items=[definition_summary(d) for d in found[offset : offset + limit]],
-            page=page_info(len(found), offset, limit),
-        )
 
-    @server.tool(annotations=READ_ONLY)
-    def get_definition(
-        name: Annotated[str, Field(description="Definition name, from list_definitions.")],
-        workloads_limit: Annotated[int, Field(ge=0, le=MAX_PAGE)] = 20,
-    ) -> DefinitionDetail:
-        """A definition in full (axes, inputs, outputs, reference code) with its workloads."""
-        store = state.store()
-        stored = _definition(store, name)
-        workloads = store.list_workloads(name)
-        return DefinitionDetail(
-            definition=stored.definition,
-            workloads=[workload_summary(w) for w in workloads[:workloads_limit]],
-            workloads_total=len(workloads),
-            solutions_total=len(store.list_solutions(definition_name=name)),
-        )
+def list_definitions(
+    ctx: ToolContext,
+    name_contains: Annotated[
+        str | None, Field(description="Only names containing this text (case-insensitive).")
+    ] = None,
+    offset: Offset = 0,
+    limit: Limit = DEFAULT_PAGE,
+) -> DefinitionPage:
+    """List the kernel definitions (what a kernel must compute) stored in the database."""
+    found = state_of(ctx).store().list_definitions()
+    if name_contains:
+        needle = name_contains.lower()
+        found = [d for d in found if needle in d.name.lower()]
+    found.sort(key=lambda d: d.name)
+    return DefinitionPage(
+        items=[definition_summary(d) for d in found[offset : offset + limit]],
+        page=page_info(len(found), offset, limit),
+    )
 
-    @server.tool(annotations=READ_ONLY)
-    def list_solutions(
-        definition_name: Annotated[str, Field(description="Definition name.")],
-        hardware: Annotated[
-            str | None, Field(description="Rank by profiles on this hardware only.")
-        ] = None,
-        language: Annotated[
-            str | None, Field(description="Only this language: python, nki, triton, cuda, ...")
-        ] = None,
-        run_id: Annotated[str | None, Field(description="Only kernels made by this run.")] = None,
-        offset: Offset = 0,
-        limit: Limit = 20,
-    ) -> SolutionPage:
-        """Solutions (kernels) of a definition, fastest correct first, then those that never
-        passed. Use get_solution for a kernel's source and solution_lineage for its history."""
-        store = state.store()
-        _definition(store, definition_name)
-        entries = store.ranked_solutions(
-            definition_name, hardware=hardware, language=language, run_id=run_id
-        )
-        return SolutionPage(
-            definition_name=definition_name,
-            items=[
-                solution_summary(e.solution, e.best_profile)
-                for e in entries[offset : offset + limit]
-            ],
-            page=page_info(len(entries), offset, limit),
-        )
 
-    @server.tool(annotations=READ_ONLY)
-    def get_solution(
-        solution_id: Annotated[str, Field(description="Solution id.")],
-        source_offset: Annotated[
-            int, Field(ge=0, description="Start of the source text slice (from next_offset).")
-        ] = 0,
-        source_limit: Annotated[
-            int, Field(ge=1, le=60_000, description="Characters of source per file.")
-        ] = SOURCE_CHARS,
-    ) -> SolutionDetail:
-        """A solution with its source files (long ones sliced: page with source_offset) and its
-        most recent profiles."""
-        store = state.store()
-        stored = _solution(store, solution_id)
-        profiles = store.list_profiles(solution_id=solution_id)
-        passed = [p for p in profiles if p.eval_status == "PASSED" and p.latency_ms is not None]
-        best = min(passed, key=lambda p: p.latency_ms or 0.0) if passed else None
-        spec = stored.solution.spec
-        return SolutionDetail(
-            summary=solution_summary(stored, best),
-            entry_point=spec.entry_point,
-            target_hardware=list(spec.target_hardware),
-            evolve_metadata=stored.evolve_metadata,
-            solution_hash=stored.solution_hash,
-            sources=[
-                SourceFileSlice(path=f.path, content=cut(f.content, source_offset, source_limit))
-                for f in stored.solution.sources
-            ],
-            profiles=[profile_summary(p) for p in profiles[-10:]],
-            profiles_total=len(profiles),
-        )
+def get_definition(
+    ctx: ToolContext,
+    name: Annotated[str, Field(description="Definition name, from list_definitions.")],
+    workloads_limit: Annotated[int, Field(ge=0, le=MAX_PAGE)] = 20,
+) -> DefinitionDetail:
+    """A definition in full (axes, inputs, outputs, reference code) with its workloads."""
+    store = state_of(ctx).store()
+    stored = _definition(store, name)
+    workloads = store.list_workloads(name)
+    return DefinitionDetail(
+        definition=stored.definition,
+        workloads=[workload_summary(w) for w in workloads[:workloads_limit]],
+        workloads_total=len(workloads),
+        solutions_total=len(store.list_solutions(definition_name=name)),
+    )
 
-    @server.tool(annotations=READ_ONLY)
-    def solution_lineage(
-        solution_id: Annotated[str, Field(description="Solution id.")],
-        descendants_limit: Annotated[int, Field(ge=0, le=MAX_PAGE)] = 50,
-    ) -> Lineage:
-        """Where a kernel came from (its ancestors, parent first) and what was derived from it."""
-        store = state.store()
-        stored = _solution(store, solution_id)
-        down = store.descendants(solution_id)
-        return Lineage(
-            solution=solution_summary(stored),
-            ancestors=[solution_summary(s) for s in store.ancestors(solution_id)],
-            descendants=[solution_summary(s) for s in down[:descendants_limit]],
-            descendants_total=len(down),
-        )
 
-    @server.tool(annotations=READ_ONLY)
-    def query_profiles(
-        solution_id: str | None = None,
-        workload_uuid: str | None = None,
-        run_id: Annotated[str | None, Field(description="Profiles of kernels of this run.")] = None,
-        hardware: str | None = None,
-        status: Annotated[
-            str | None,
-            Field(description="PASSED, INCORRECT_NUMERICAL, RUNTIME_ERROR, COMPILE_ERROR, ..."),
-        ] = None,
-        offset: Offset = 0,
-        limit: Limit = DEFAULT_PAGE,
-    ) -> ProfilePage:
-        """Profiles (evaluations: status, latency, speedup, hardware counters, log tail)
-        matching every filter given."""
-        store = state.store()
-        if solution_id is not None:
-            _solution(store, solution_id)
-        found = store.list_profiles(
-            solution_id=solution_id,
-            workload_uuid=workload_uuid,
-            run_id=run_id,
-            hardware=hardware,
-            status=status,
-            limit=limit + 1,
-            offset=offset,
-        )
-        more = len(found) > limit
-        total = offset + len(found)
-        return ProfilePage(
-            items=[profile_summary(p) for p in found[:limit]],
-            page=PageInfo(
-                total=total,
-                offset=offset,
-                limit=limit,
-                next_offset=offset + limit if more else None,
-            ),
-        )
-
-    @server.tool(annotations=UPSERT)
-    def insert_definition(definition: Definition) -> Inserted:
-        """Store a definition (FlashInfer-Trace layout: name, op_type, axes, inputs, outputs,
-        and `reference` Python code defining `run`). Storing it again replaces it."""
-        return Inserted(kind="definition", id=state.store().upsert_definition(definition))
-
-    @server.tool(annotations=UPSERT)
-    def insert_workload(
-        definition_name: Annotated[str, Field(description="A stored definition.")],
-        workload: Workload,
-    ) -> Inserted:
-        """Store a workload (values of the definition's variable axes) for a stored definition."""
-        store = state.store()
-        _definition(store, definition_name)
-        return Inserted(kind="workload", id=store.upsert_workload(definition_name, workload))
-
-    @server.tool(annotations=UPSERT)
-    def insert_solution(
-        solution: Solution,
-        parent_id: Annotated[
-            str | None, Field(description="The solution this one was derived from.")
-        ] = None,
-        evolve_metadata: Annotated[
-            dict[str, Any] | None, Field(description="Free-form notes, e.g. {'plan': ...}.")
-        ] = None,
-    ) -> Inserted:
-        """Store a solution (kernel) of a stored definition. The same source stored twice keeps
-        one row and returns its id."""
-        store = state.store()
-        _definition(store, solution.definition)
-        if parent_id is not None:
-            _solution(store, parent_id)
-        new_id = store.upsert_solution(
-            solution, parent_id=parent_id, evolve_metadata=evolve_metadata
-        )
-        return Inserted(kind="solution", id=new_id)
-
-    @server.tool(annotations=UPSERT)
-    def insert_profile(
-        workload_uuid: str,
-        solution_id: str,
-        evaluation: Evaluation,
-        benchmark_config: Annotated[
-            dict[str, Any], Field(description="How it was measured (seeds, iterations, ...).")
+def list_solutions(
+    ctx: ToolContext,
+    definition_name: Annotated[str, Field(description="Definition name.")],
+    hardware: Annotated[
+        str | None, Field(description="Rank by profiles on this hardware only.")
+    ] = None,
+    language: Annotated[
+        str | None, Field(description="Only this language: python, nki, triton, cuda, ...")
+    ] = None,
+    run_id: Annotated[str | None, Field(description="Only kernels made by this run.")] = None,
+    offset: Offset = 0,
+    limit: Limit = 20,
+) -> SolutionPage:
+    """Solutions (kernels) of a definition, fastest correct first, then those that never
+    passed. Use get_solution for a kernel's source and solution_lineage for its history."""
+    store = state_of(ctx).store()
+    _definition(store, definition_name)
+    entries = store.ranked_solutions(
+        definition_name, hardware=hardware, language=language, run_id=run_id
+    )
+    return SolutionPage(
+        definition_name=definition_name,
+        items=[
+            solution_summary(e.solution, e.best_profile) for e in entries[offset : offset + limit]
         ],
-    ) -> Inserted:
-        """Store an evaluation of a solution on a workload. The same (workload, solution,
-        config, hardware) replaces the earlier row."""
-        store = state.store()
-        _solution(store, solution_id)
-        if store.get_workload(workload_uuid) is None:
-            raise NotFoundError(
-                f"no workload with uuid {workload_uuid!r}; get_definition lists the workloads of "
-                "a definition and insert_workload adds one"
-            )
-        profile_id = store.upsert_profile(workload_uuid, solution_id, evaluation, benchmark_config)
-        return Inserted(kind="profile", id=profile_id)
+        page=page_info(len(entries), offset, limit),
+    )
 
-    @server.tool(name="import_directory", annotations=UPSERT)
-    def import_directory_tool(
-        path: Annotated[str, Field(description="Directory on the server's machine.")],
-        format: Annotated[
-            ImportFormat,
-            Field(description="auto detects FlashInfer-Trace (definitions/...) or NKIBench."),
-        ] = "auto",
-    ) -> Imported:
-        """Load a FlashInfer-Trace directory (definitions/, workloads/, solutions/, traces/) or an
-        NKIBench directory (summary.json, reference/, kernels/) into the database. Idempotent."""
-        chosen, counts = import_directory(state.store(), Path(path), fmt=format)
-        return Imported(path=path, format=chosen, counts=counts)
+
+def get_solution(
+    ctx: ToolContext,
+    solution_id: Annotated[str, Field(description="Solution id.")],
+    source_offset: Annotated[
+        int, Field(ge=0, description="Start of the source text slice (from next_offset).")
+    ] = 0,
+    source_limit: Annotated[
+        int, Field(ge=1, le=60_000, description="Characters of source per file.")
+    ] = SOURCE_CHARS,
+) -> SolutionDetail:
+    """A solution with its source files (long ones sliced: page with source_offset) and its
+    most recent profiles."""
+    store = state_of(ctx).store()
+    stored = _solution(store, solution_id)
+    profiles = store.list_profiles(solution_id=solution_id)
+    passed = [p for p in profiles if p.eval_status == "PASSED" and p.latency_ms is not None]
+    best = min(passed, key=lambda p: p.latency_ms or 0.0) if passed else None
+    spec = stored.solution.spec
+    return SolutionDetail(
+        summary=solution_summary(stored, best),
+        entry_point=spec.entry_point,
+        target_hardware=list(spec.target_hardware),
+        evolve_metadata=stored.evolve_metadata,
+        solution_hash=stored.solution_hash,
+        sources=[
+            SourceFileSlice(path=f.path, content=cut(f.content, source_offset, source_limit))
+            for f in stored.solution.sources
+        ],
+        profiles=[profile_summary(p) for p in profiles[-10:]],
+        profiles_total=len(profiles),
+    )
+
+
+def solution_lineage(
+    ctx: ToolContext,
+    solution_id: Annotated[str, Field(description="Solution id.")],
+    descendants_limit: Annotated[int, Field(ge=0, le=MAX_PAGE)] = 50,
+) -> Lineage:
+    """Where a kernel came from (its ancestors, parent first) and what was derived from it."""
+    store = state_of(ctx).store()
+    stored = _solution(store, solution_id)
+    down = store.descendants(solution_id)
+    return Lineage(
+        solution=solution_summary(stored),
+        ancestors=[solution_summary(s) for s in store.ancestors(solution_id)],
+        descendants=[solution_summary(s) for s in down[:descendants_limit]],
+        descendants_total=len(down),
+    )
+
+
+def query_profiles(
+    ctx: ToolContext,
+    solution_id: str | None = None,
+    workload_uuid: str | None = None,
+    run_id: Annotated[str | None, Field(description="Profiles of kernels of this run.")] = None,
+    hardware: str | None = None,
+    status: Annotated[
+        str | None,
+        Field(description="PASSED, INCORRECT_NUMERICAL, RUNTIME_ERROR, COMPILE_ERROR, ..."),
+    ] = None,
+    offset: Offset = 0,
+    limit: Limit = DEFAULT_PAGE,
+) -> ProfilePage:
+    """Profiles (evaluations: status, latency, speedup, hardware counters, log tail)
+    matching every filter given."""
+    store = state_of(ctx).store()
+    if solution_id is not None:
+        _solution(store, solution_id)
+    found = store.list_profiles(
+        solution_id=solution_id,
+        workload_uuid=workload_uuid,
+        run_id=run_id,
+        hardware=hardware,
+        status=status,
+        limit=limit + 1,
+        offset=offset,
+    )
+    more = len(found) > limit
+    total = offset + len(found)
+    return ProfilePage(
+        items=[profile_summary(p) for p in found[:limit]],
+        page=PageInfo(
+            total=total,
+            offset=offset,
+            limit=limit,
+            next_offset=offset + limit if more else None,
+        ),
+    )
+
+
+def insert_definition(ctx: ToolContext, definition: Definition) -> Inserted:
+    """Store a definition (FlashInfer-Trace layout: name, op_type, axes, inputs, outputs,
+    and `reference` Python code defining `run`). Storing it again replaces it."""
+    return Inserted(kind="definition", id=state_of(ctx).store().upsert_definition(definition))
+
+
+def insert_workload(
+    ctx: ToolContext,
+    definition_name: Annotated[str, Field(description="A stored definition.")],
+    workload: Workload,
+) -> Inserted:
+    """Store a workload (values of the definition's variable axes) for a stored definition."""
+    store = state_of(ctx).store()
+    _definition(store, definition_name)
+    return Inserted(kind="workload", id=store.upsert_workload(definition_name, workload))
+
+
+def insert_solution(
+    ctx: ToolContext,
+    solution: Solution,
+    parent_id: Annotated[
+        str | None, Field(description="The solution this one was derived from.")
+    ] = None,
+    evolve_metadata: Annotated[
+        dict[str, Any] | None, Field(description="Free-form notes, e.g. {'plan': ...}.")
+    ] = None,
+) -> Inserted:
+    """Store a solution (kernel) of a stored definition. The same source stored twice keeps
+    one row and returns its id."""
+    store = state_of(ctx).store()
+    _definition(store, solution.definition)
+    if parent_id is not None:
+        _solution(store, parent_id)
+    new_id = store.upsert_solution(solution, parent_id=parent_id, evolve_metadata=evolve_metadata)
+    return Inserted(kind="solution", id=new_id)
+
+
+def insert_profile(
+    ctx: ToolContext,
+    workload_uuid: str,
+    solution_id: str,
+    evaluation: Evaluation,
+    benchmark_config: Annotated[
+        dict[str, Any], Field(description="How it was measured (seeds, iterations, ...).")
+    ],
+) -> Inserted:
+    """Store an evaluation of a solution on a workload. The same (workload, solution,
+    config, hardware) replaces the earlier row."""
+    store = state_of(ctx).store()
+    _solution(store, solution_id)
+    if store.get_workload(workload_uuid) is None:
+        raise NotFoundError(
+            f"no workload with uuid {workload_uuid!r}; get_definition lists the workloads of "
+            "a definition and insert_workload adds one"
+        )
+    profile_id = store.upsert_profile(workload_uuid, solution_id, evaluation, benchmark_config)
+    return Inserted(kind="profile", id=profile_id)
+
+
+def import_directory(
+    ctx: ToolContext,
+    path: Annotated[str, Field(description="Directory on the server's machine.")],
+    format: Annotated[
+        transfer.ImportFormat,
+        Field(description="auto detects FlashInfer-Trace (definitions/...) or NKIBench."),
+    ] = "auto",
+) -> Imported:
+    """Load a FlashInfer-Trace directory (definitions/, workloads/, solutions/, traces/) or an
+    NKIBench directory (summary.json, reference/, kernels/) into the database. Idempotent."""
+    chosen, counts = transfer.import_directory(state_of(ctx).store(), Path(path), fmt=format)
+    return Imported(path=path, format=chosen, counts=counts)
+
+
+TOOLS = [
+    Tool.from_function(check_database, annotations=READ_ONLY),
+    Tool.from_function(list_definitions, annotations=READ_ONLY),
+    Tool.from_function(get_definition, annotations=READ_ONLY),
+    Tool.from_function(list_solutions, annotations=READ_ONLY),
+    Tool.from_function(get_solution, annotations=READ_ONLY),
+    Tool.from_function(solution_lineage, annotations=READ_ONLY),
+    Tool.from_function(query_profiles, annotations=READ_ONLY),
+    Tool.from_function(insert_definition, annotations=UPSERT),
+    Tool.from_function(insert_workload, annotations=UPSERT),
+    Tool.from_function(insert_solution, annotations=UPSERT),
+    Tool.from_function(insert_profile, annotations=UPSERT),
+    Tool.from_function(import_directory, annotations=UPSERT),
+]

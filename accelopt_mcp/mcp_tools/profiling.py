@@ -5,26 +5,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
+from mcp.server.mcpserver.tools import Tool
 from mcp_types import ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from accelopt_mcp import profiling as profiler
+from accelopt_mcp.backends import registry as backends
 from accelopt_mcp.backends.base import Availability
-from accelopt_mcp.backends.registry import backend_help, backend_info, backend_names, list_backends
-from accelopt_mcp.mcp_tools.app import AccelOptServer
-from accelopt_mcp.mcp_tools.state import ServerState
-from accelopt_mcp.mcp_tools.views import clip
+from accelopt_mcp.mcp_tools.state import ToolContext, state_of
+from accelopt_mcp.mcp_tools.views import View, clip
 from accelopt_mcp.models import BenchmarkConfig
-from accelopt_mcp.profiling import profile_kernel
 from accelopt_mcp.tasks.kernels import kernel_solution
 from accelopt_mcp.tasks.loader import load_task
 
 
-class BackendList(BaseModel):
+class BackendList(View):
     backends: list[Availability]
 
 
-class ProfileReport(BaseModel):
-    status: str = Field(description="PASSED, or why it failed (COMPILE_ERROR, ...).")
+class ProfileReport(View):
+    status: str
+    """PASSED, or why it failed (COMPILE_ERROR, ...)."""
     correct: bool
     definition_name: str
     workload_uuid: str
@@ -33,96 +34,102 @@ class ProfileReport(BaseModel):
     hardware: str
     latency_ms: float | None = None
     reference_latency_ms: float | None = None
-    speedup: float | None = Field(default=None, description="Reference latency / kernel latency.")
+    speedup: float | None = None
+    """Reference latency / kernel latency."""
     max_relative_error: float | None = None
     max_absolute_error: float | None = None
     hardware_counters: dict[str, float] = Field(default_factory=dict)
     flags: list[str] = Field(default_factory=list)
-    log: str = Field(default="", description="The tail of the run log (errors are here).")
-    solution_id: str | None = Field(default=None, description="Set when stored.")
+    log: str = ""
+    """The tail of the run log (errors are here)."""
+    solution_id: str | None = None
+    """Set when stored."""
     profile_id: str | None = None
 
 
-def register(server: AccelOptServer, state: ServerState) -> None:
-    @server.tool(
-        name="list_backends",
-        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True),
-    )
-    def list_backends_tool() -> BackendList:
-        """Every profiling backend and whether it can run on this host;
-        when it cannot, `reason` says what is missing and where it would run."""
-        return BackendList(backends=list_backends())
+def list_backends() -> BackendList:
+    """Every profiling backend and whether it can run on this host;
+    when it cannot, `reason` says what is missing and where it would run."""
+    return BackendList(backends=backends.list_backends())
 
-    @server.tool(
-        name="profile_kernel",
-        annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=True),
+
+def profile_kernel(
+    ctx: ToolContext,
+    task_path: Annotated[
+        str,
+        Field(
+            description="The task: a definition .json (FlashInfer-Trace), an NKIBench task "
+            ".py, or a directory holding one."
+        ),
+    ],
+    kernel_path: Annotated[
+        str | None,
+        Field(description="Kernel file: a .py with `kernel`/`run`, or a solution .json."),
+    ] = None,
+    kernel_source: Annotated[
+        str | None,
+        Field(description="Or the kernel's Python source itself (instead of kernel_path)."),
+    ] = None,
+    workload: Annotated[
+        str | None, Field(description="Workload uuid or index; default the first.")
+    ] = None,
+    backend: Annotated[str, Field(description=f"One of: {backends.backend_help()}.")] = "cpu",
+    store: Annotated[
+        bool, Field(description="Store the kernel and its profile in the database.")
+    ] = True,
+    iterations: Annotated[int, Field(ge=1, le=1000, description="Timed runs.")] = 10,
+    timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 60.0,
+) -> ProfileReport:
+    """Check a kernel for correctness against the task's reference (several seeds) and time
+    it on a backend. A kernel that fails to compile, crashes or is wrong is reported in
+    `status` and `log`, not as an error."""
+    if backend not in backends.backend_names():
+        raise ValueError(
+            f"unknown backend {backend!r}; choose one of {', '.join(backends.backend_names())} "
+            "(list_backends says which run here)"
+        )
+    task = load_task(Path(task_path).expanduser(), workload=workload)
+    solution = kernel_solution(
+        task,
+        kernel_path=kernel_path,
+        kernel_source=kernel_source,
+        target_hardware=list(backends.backend_info(backend).target_hardware),
     )
-    def profile_kernel_tool(
-        task_path: Annotated[
-            str,
-            Field(
-                description="The task: a definition .json (FlashInfer-Trace), an NKIBench task "
-                ".py, or a directory holding one."
-            ),
-        ],
-        kernel_path: Annotated[
-            str | None,
-            Field(description="Kernel file: a .py with `kernel`/`run`, or a solution .json."),
-        ] = None,
-        kernel_source: Annotated[
-            str | None,
-            Field(description="Or the kernel's Python source itself (instead of kernel_path)."),
-        ] = None,
-        workload: Annotated[
-            str | None, Field(description="Workload uuid or index; default the first.")
-        ] = None,
-        backend: Annotated[str, Field(description=f"One of: {backend_help()}.")] = "cpu",
-        store: Annotated[
-            bool, Field(description="Store the kernel and its profile in the database.")
-        ] = True,
-        iterations: Annotated[int, Field(ge=1, le=1000, description="Timed runs.")] = 10,
-        timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 60.0,
-    ) -> ProfileReport:
-        """Check a kernel for correctness against the task's reference (several seeds) and time
-        it on a backend. A kernel that fails to compile, crashes or is wrong is reported in
-        `status` and `log`, not as an error."""
-        if backend not in backend_names():
-            raise ValueError(
-                f"unknown backend {backend!r}; choose one of {', '.join(backend_names())} "
-                "(list_backends says which run here)"
-            )
-        task = load_task(Path(task_path).expanduser(), workload=workload)
-        solution = kernel_solution(
-            task,
-            kernel_path=kernel_path,
-            kernel_source=kernel_source,
-            target_hardware=list(backend_info(backend).target_hardware),
-        )
-        config = BenchmarkConfig(iterations=iterations, timeout_seconds=timeout_seconds)
-        outcome = profile_kernel(
-            task,
-            solution,
-            backend=backend,
-            config=config,
-            store=state.store() if store else None,
-        )
-        ev = outcome.evaluation
-        return ProfileReport(
-            status=ev.status.value,
-            correct=ev.passed,
-            definition_name=outcome.definition_name,
-            workload_uuid=outcome.workload_uuid,
-            backend=backend,
-            solution_name=outcome.solution_name,
-            hardware=ev.environment.hardware,
-            latency_ms=ev.performance.latency_ms if ev.performance else None,
-            reference_latency_ms=ev.performance.reference_latency_ms if ev.performance else None,
-            speedup=ev.performance.speedup_factor if ev.performance else None,
-            max_relative_error=ev.correctness.max_relative_error if ev.correctness else None,
-            max_absolute_error=ev.correctness.max_absolute_error if ev.correctness else None,
-            hardware_counters=dict(ev.hardware_counters),
-            flags=list(ev.flags),
-            log=clip(ev.log, 2000) or "",
-            solution_id=outcome.solution_id,
-            profile_id=outcome.profile_id,
-        )
+    config = BenchmarkConfig(iterations=iterations, timeout_seconds=timeout_seconds)
+    outcome = profiler.profile_kernel(
+        task,
+        solution,
+        backend=backend,
+        config=config,
+        store=state_of(ctx).store() if store else None,
+    )
+    ev = outcome.evaluation
+    return ProfileReport(
+        status=ev.status.value,
+        correct=ev.passed,
+        definition_name=outcome.definition_name,
+        workload_uuid=outcome.workload_uuid,
+        backend=backend,
+        solution_name=outcome.solution_name,
+        hardware=ev.environment.hardware,
+        latency_ms=ev.performance.latency_ms if ev.performance else None,
+        reference_latency_ms=ev.performance.reference_latency_ms if ev.performance else None,
+        speedup=ev.performance.speedup_factor if ev.performance else None,
+        max_relative_error=ev.correctness.max_relative_error if ev.correctness else None,
+        max_absolute_error=ev.correctness.max_absolute_error if ev.correctness else None,
+        hardware_counters=dict(ev.hardware_counters),
+        flags=list(ev.flags),
+        log=clip(ev.log, 2000) or "",
+        solution_id=outcome.solution_id,
+        profile_id=outcome.profile_id,
+    )
+
+
+TOOLS = [
+    Tool.from_function(
+        list_backends, annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True)
+    ),
+    Tool.from_function(
+        profile_kernel, annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=True)
+    ),
+]

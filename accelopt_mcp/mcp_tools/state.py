@@ -1,12 +1,20 @@
 """What every tool shares: the kernel database (opened on first use, so that a server pointed at
-a database that does not answer still starts and can say what is wrong) and the job manager."""
+a database that does not answer still starts and can say what is wrong) and the job manager.
+
+The server's lifespan (`state_lifespan`) hands the state to every request, the MCP SDK's way: a
+tool takes `ctx: ToolContext` and calls `state_of(ctx)`."""
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import anyio.to_thread
+from mcp.server.mcpserver import Context, MCPServer
 
 from accelopt_mcp.store import open_store
 from accelopt_mcp.store.base import KernelStore
@@ -79,3 +87,31 @@ class ServerState:
             if self._store is not None:
                 self._store.close()
                 self._store = None
+
+
+ToolContext = Context[ServerState, Any]
+"""What a tool that needs the database or the jobs takes (as `ctx: ToolContext`)."""
+
+Lifespan = Callable[[MCPServer[ServerState]], AbstractAsyncContextManager[ServerState]]
+
+
+def state_of(ctx: ToolContext) -> ServerState:
+    """The state the server's lifespan handed to this request."""
+    return ctx.request_context.lifespan_context
+
+
+def state_lifespan(state: ServerState, *, resume_jobs: bool = False) -> Lifespan:
+    """A server lifespan over `state`: it first resumes the jobs a previous server left
+    unfinished (when asked), hands the state to every request while the server runs, and
+    closes it (database, job manager; running jobs go on) when the server stops."""
+
+    @asynccontextmanager
+    async def lifespan(_server: MCPServer[ServerState]) -> AsyncIterator[ServerState]:
+        if resume_jobs:
+            await anyio.to_thread.run_sync(state.resume_jobs)
+        try:
+            yield state
+        finally:
+            state.close()
+
+    return lifespan

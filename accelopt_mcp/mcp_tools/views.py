@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from accelopt_mcp.store.base import (
     ExperienceRecord,
@@ -23,11 +23,19 @@ SOURCE_CHARS = 16_000
 LOG_CHARS = 600
 
 
-class TextSlice(BaseModel):
+class View(BaseModel):
+    """Base of what the tools return: a field's docstring is its description in the tool's
+    output schema."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+
+class TextSlice(View):
     text: str
     offset: int
     total_chars: int
-    truncated: bool = Field(description="True when more text follows; ask again with next_offset.")
+    truncated: bool
+    """True when more text follows; ask again with next_offset."""
     next_offset: int | None = None
 
 
@@ -50,13 +58,12 @@ def clip(text: str | None, limit: int = LOG_CHARS) -> str | None:
     return f"[... {len(text) - limit} chars clipped ...]\n" + text[-limit:]
 
 
-class PageInfo(BaseModel):
+class PageInfo(View):
     total: int
     offset: int
     limit: int
-    next_offset: int | None = Field(
-        default=None, description="Pass as `offset` to get the next page; null at the end."
-    )
+    next_offset: int | None = None
+    """Pass as `offset` to get the next page; null at the end."""
 
 
 def page_info(total: int, offset: int, limit: int) -> PageInfo:
@@ -69,12 +76,13 @@ def page_info(total: int, offset: int, limit: int) -> PageInfo:
 # --------------------------------------------------------------------------- records
 
 
-class DefinitionSummary(BaseModel):
+class DefinitionSummary(View):
     name: str
     op_type: str
     description: str | None = None
     tags: list[str] = Field(default_factory=list)
-    axes: dict[str, Any] = Field(description="Axis name -> its constant value, or 'var'.")
+    axes: dict[str, Any]
+    """Axis name -> its constant value, or 'var'."""
     inputs: list[str]
     outputs: list[str]
 
@@ -92,7 +100,7 @@ def definition_summary(stored: StoredDefinition) -> DefinitionSummary:
     )
 
 
-class WorkloadSummary(BaseModel):
+class WorkloadSummary(View):
     uuid: str
     axes: dict[str, int]
 
@@ -101,7 +109,7 @@ def workload_summary(stored: StoredWorkload) -> WorkloadSummary:
     return WorkloadSummary(uuid=stored.uuid, axes=dict(stored.workload.axes))
 
 
-class ProfileSummary(BaseModel):
+class ProfileSummary(View):
     id: str
     solution_id: str
     workload_uuid: str
@@ -112,7 +120,8 @@ class ProfileSummary(BaseModel):
     speedup: float | None = None
     flags: list[str] = Field(default_factory=list)
     hardware_counters: dict[str, float] = Field(default_factory=dict)
-    log: str | None = Field(default=None, description="The tail of the evaluation log.")
+    log: str | None = None
+    """The tail of the evaluation log."""
     created_at: str | None = None
 
 
@@ -133,7 +142,7 @@ def profile_summary(p: StoredProfile) -> ProfileSummary:
     )
 
 
-class SolutionSummary(BaseModel):
+class SolutionSummary(View):
     id: str
     name: str
     definition_name: str
@@ -142,9 +151,8 @@ class SolutionSummary(BaseModel):
     parent_id: str | None = None
     run_id: str | None = None
     description: str | None = None
-    best_latency_ms: float | None = Field(
-        default=None, description="Fastest correct latency; null when it never passed."
-    )
+    best_latency_ms: float | None = None
+    """Fastest correct latency; null when it never passed."""
     best_speedup: float | None = None
     best_hardware: str | None = None
     created_at: str | None = None
@@ -168,7 +176,7 @@ def solution_summary(s: StoredSolution, best: StoredProfile | None = None) -> So
     )
 
 
-class MemoryItem(BaseModel):
+class MemoryItem(View):
     id: str
     title: str
     strategy: str
@@ -202,7 +210,7 @@ def memory_item(e: ExperienceRecord) -> MemoryItem:
     )
 
 
-class RunSummary(BaseModel):
+class RunSummary(View):
     id: str
     definition_name: str
     status: str

@@ -26,6 +26,7 @@ from accelopt_mcp.pysource import parse_python
 class AxisConst(Tagged):
     type: Literal["const"] = "const"
     value: NonNegativeInt
+    """The axis's size, the same in every workload."""
     description: str | None = None
 
 
@@ -65,14 +66,21 @@ class Definition(Record):
     """What a kernel must compute: axes, tensor interface and a Python reference `run`."""
 
     name: NonEmptyString
+    """Unique; the key it is stored under."""
     op_type: NonEmptyString
+    """The kind of operation, e.g. 'rmsnorm' or 'gemm'."""
     axes: dict[NonEmptyString, Axis]
+    """Axis name -> a constant size, or 'var' for one each workload sets."""
     inputs: dict[NonEmptyString, TensorSpec]
+    """Tensor name -> spec, in the order `run` takes them."""
     outputs: dict[NonEmptyString, TensorSpec]
+    """Tensor name -> spec, in the order `run` returns them."""
     reference: NonEmptyString
+    """Python source defining `run`: the ground truth every kernel is checked against."""
     tags: list[NonEmptyString] = Field(default_factory=list)
     description: str | None = None
     constraints: list[NonEmptyString] = Field(default_factory=list)
+    """Python expressions over the axes that every workload satisfies."""
 
     @model_validator(mode="after")
     def _check(self) -> Definition:

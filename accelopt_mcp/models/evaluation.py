@@ -50,6 +50,7 @@ class Performance(Record):
 
 class Environment(Record):
     hardware: NonEmptyString
+    """Where it ran, e.g. 'cpu/x86_64'."""
     libs: dict[str, str] = Field(default_factory=dict)
 
 
@@ -75,11 +76,11 @@ class Evaluation(Record):
     correctness: Correctness | None = None
     performance: Performance | None = None
     latency_stats: LatencyStats | None = None
-    """Ours, ignored by flashinfer-bench."""
+    """The spread of the measurements (not in flashinfer-bench)."""
     hardware_counters: dict[str, float] = Field(default_factory=dict)
-    """Ours, ignored by flashinfer-bench: what the planner sees besides latency."""
+    """What the planner sees besides latency (not in flashinfer-bench)."""
     flags: list[str] = Field(default_factory=list)
-    """Ours: warnings a correct result still carries (e.g. 'above_peak', 'constant_output')."""
+    """Warnings a correct result still carries, e.g. 'above_peak' (not in flashinfer-bench)."""
 
     @model_validator(mode="after")
     def _check_status(self) -> Evaluation:

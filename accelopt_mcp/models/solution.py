@@ -70,9 +70,11 @@ class Solution(Record):
 
     name: NonEmptyString
     definition: NonEmptyString
+    """Name of the definition it implements."""
     author: NonEmptyString
     spec: BuildSpec
     sources: list[SourceFile] = Field(min_length=1)
+    """Its files; `spec.entry_point` names the function called."""
     description: str | None = None
 
     @model_validator(mode="after")

@@ -51,5 +51,7 @@ class Workload(Record):
     """One concrete instance of a definition: values of its variable axes and input sources."""
 
     axes: dict[str, NonNegativeInt]
+    """Values of the definition's variable axes."""
     inputs: dict[str, InputSpec]
+    """Input name -> where its values come from: random, a scalar or a safetensors file."""
     uuid: NonEmptyString

@@ -10,7 +10,8 @@ import abc
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
 from accelopt_mcp.models import Definition, Evaluation, LlmCallIn, Solution, Workload
 
@@ -36,20 +37,27 @@ class ConflictError(StoreError):
 # --------------------------------------------------------------------------- rows
 
 
-class StoredDefinition(BaseModel):
+class Row(BaseModel):
+    """Base of the store's records: a field's docstring is its description in JSON schemas
+    (the MCP tools' input and output schemas among them)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+
+class StoredDefinition(Row):
     name: str
     definition: Definition
     created_at: datetime | None = None
 
 
-class StoredWorkload(BaseModel):
+class StoredWorkload(Row):
     uuid: str
     definition_name: str
     workload: Workload
     created_at: datetime | None = None
 
 
-class StoredSolution(BaseModel):
+class StoredSolution(Row):
     id: str
     definition_name: str
     parent_id: str | None
@@ -62,7 +70,7 @@ class StoredSolution(BaseModel):
     created_at: datetime | None = None
 
 
-class StoredProfile(BaseModel):
+class StoredProfile(Row):
     id: str
     workload_uuid: str
     solution_id: str
@@ -77,26 +85,25 @@ class StoredProfile(BaseModel):
     created_at: datetime | None = None
 
 
-class RankedSolution(BaseModel):
+class RankedSolution(Row):
     """A correct solution with the profile that ranks it."""
 
     solution: StoredSolution
     profile: StoredProfile
 
 
-class RankedEntry(BaseModel):
+class RankedEntry(Row):
     """A solution in a definition's ranking, with its fastest correct profile if it has one."""
 
     solution: StoredSolution
-    best_profile: StoredProfile | None = Field(
-        default=None, description="Its fastest correct profile; None when none passed."
-    )
+    best_profile: StoredProfile | None = None
+    """Its fastest correct profile; None when none passed."""
 
 
 RunStatus = Literal["pending", "running", "completed", "failed", "cancelled", "budget_exhausted"]
 
 
-class RunRecord(BaseModel):
+class RunRecord(Row):
     id: str
     definition_name: str
     status: RunStatus = "pending"
@@ -113,7 +120,7 @@ class RunRecord(BaseModel):
     updated_at: datetime | None = None
 
 
-class RunUpdate(BaseModel):
+class RunUpdate(Row):
     """Fields of a run to change; None means leave as is."""
 
     status: RunStatus | None = None
@@ -128,26 +135,59 @@ class RunUpdate(BaseModel):
     error: str | None = None
 
 
-class ExperienceIn(BaseModel):
+class ExperienceIn(Row):
     """An item of optimization memory: what turned a slow kernel into a fast one."""
 
     definition_name: str
+    """The definition whose kernels it was learned on."""
     title: str = Field(min_length=1)
+    """A short title."""
     strategy: str = Field(min_length=1)
+    """The generalizable strategy: what changed and why it is faster."""
     pseudocode: str = ""
+    """The changed code segment, before -> after."""
     run_id: str | None = None
+    """The run that learned it; none for an item added by hand."""
     namespace: str = "default"
     """Shared memory pool, e.g. 'cpu/x86_64'; a new run can start from a namespace's items."""
     slow_solution_id: str | None = None
+    """The slower kernel of the pair it was learned from."""
     fast_solution_id: str | None = None
+    """The faster kernel of the pair."""
     speedup: float | None = None
+    """Slow latency / fast latency."""
     iteration: int | None = None
+    """The run's iteration that learned it."""
+
+    @field_validator("title", "strategy", mode="before")
+    @classmethod
+    def _not_blank(cls, value: object, info: ValidationInfo) -> object:
+        # Every writer (the engine, `accelopt memory add`, the add_memory tool, a traceset
+        # import) builds this record, so the rule lives here: stripped, and never blank.
+        if isinstance(value, str):
+            value = value.strip()
+            if not value:
+                raise PydanticCustomError(
+                    "blank_text",
+                    "{field} must not be empty or only whitespace",
+                    {"field": info.field_name},
+                )
+        return value
 
 
 class ExperienceRecord(ExperienceIn):
+    """A stored memory item, read back as it was stored: rows written before a rule of
+    ExperienceIn was added still load."""
+
     id: str
     removed: bool = False
+    """True once taken out of the working memory (the row stays as history)."""
     created_at: datetime | None = None
+
+    @field_validator("title", "strategy", mode="before")
+    @classmethod
+    def _not_blank(cls, value: object, info: ValidationInfo) -> object:
+        return value  # replaces ExperienceIn's check of the same name
 
 
 class LlmCallRecord(LlmCallIn):
@@ -155,7 +195,7 @@ class LlmCallRecord(LlmCallIn):
     created_at: datetime | None = None
 
 
-class LlmTotals(BaseModel):
+class LlmTotals(Row):
     role: str
     calls: int
     tokens_in: int
@@ -164,7 +204,7 @@ class LlmTotals(BaseModel):
     cost_usd: float
 
 
-class StoreStats(BaseModel):
+class StoreStats(Row):
     backend: str
     location: str
     """Where the data lives, with any secret left out."""

@@ -24,7 +24,23 @@ def test_nothing_changed_is_its_own_answer() -> None:
     assert isinstance(parse_summary('{"nothing_changed": true}'), NothingChanged)
 
 
-@pytest.mark.parametrize("reply", ["no json here", '{"title": ""}', '{"a": ' * 5000])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "no json here",
+        '{"title": ""}',
+        '{"a": ' * 5000,
+        # Blank after stripping: the store would refuse it as a memory item mid-run.
+        '{"title": "   ", "strategy": "use a ufunc"}',
+        '{"title": "Vectorize", "strategy": "\\n\\t "}',
+    ],
+)
 def test_a_reply_without_an_item_is_malformed_not_a_crash(reply: str) -> None:
     with pytest.raises(MalformedReply):
         parse_summary(reply)
+
+
+def test_title_and_strategy_are_stored_stripped() -> None:
+    summary = parse_summary('{"title": "  Vectorize rows ", "strategy": " one ufunc\\n"}')
+    assert isinstance(summary, Summary)
+    assert (summary.title, summary.strategy) == ("Vectorize rows", "one ufunc")

@@ -11,12 +11,17 @@ from typing import Any
 
 import pytest
 from mcp import Client
+from typer.testing import CliRunner
 
+from accelopt_mcp.cli.memory import app as memory_cli
 from accelopt_mcp.mcp_tools import ServerState, build_server
 from tests.mcp.conftest import MODES, NKIBENCH_DIR, SILU_FAST, SILU_SLOW, SILU_TASK, TRACE_DIR
 from tests.mcp.helpers import fails, ok
 
 pytestmark = pytest.mark.anyio
+
+BLANK_TITLE = "title must not be empty or only whitespace"
+BLANK_STRATEGY = "strategy must not be empty or only whitespace"
 
 EXPECTED_TOOLS = {
     "list_backends",
@@ -98,6 +103,46 @@ async def test_every_tool_is_listed_with_schemas(client: Client) -> None:
         assert tool.description and len(tool.description) > 30, tool.name
         assert tool.input_schema["type"] == "object", tool.name
         assert tool.output_schema is not None, f"{tool.name} has no structured output"
+
+
+class RecordingState(ServerState):
+    """A ServerState that notes what the server's lifespan does with it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.events: list[str] = []
+
+    def resume_jobs(self) -> list[str]:
+        self.events.append("resume")
+        return super().resume_jobs()
+
+    def close(self) -> None:
+        self.events.append("close")
+        super().close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_lifespan_resumes_jobs_then_closes_the_state(
+    mode: str, sqlite_url: str, tmp_path: Path
+) -> None:
+    state = RecordingState(sqlite_url, jobs_output_dir=tmp_path / "jobs")
+    async with Client(build_server(state, resume_jobs=True), mode=mode) as client:
+        assert state.events == ["resume"]
+        assert (await ok(client, "list_jobs"))["jobs"] == []  # the tools get this state
+    assert state.events == ["resume", "close"]
+
+
+async def test_field_docstrings_reach_the_schemas(client: Client) -> None:
+    tools = {t.name: t for t in (await client.list_tools()).tools}
+    add = tools["add_memory"].input_schema
+    item = add["$defs"][add["properties"]["item"]["$ref"].rsplit("/", 1)[-1]]
+    assert "Shared memory pool" in item["properties"]["namespace"]["description"]
+    assert all(field.get("description") for field in item["properties"].values())
+    defined = tools["insert_definition"].input_schema["$defs"]["Definition"]["properties"]
+    assert "`run`" in defined["reference"]["description"]  # a record of models/
+    page = tools["list_definitions"].output_schema
+    assert page is not None
+    assert "next page" in page["$defs"]["PageInfo"]["properties"]["next_offset"]["description"]
 
 
 async def test_unknown_tool_and_wrong_arguments_are_tool_errors(client: Client) -> None:
@@ -305,7 +350,8 @@ async def test_memory(client: Client) -> None:
         },
     )
     assert first["item"]["title"] == "Vectorize the row loop"
-    await fails(client, "add_memory", {"item": {**item, "title": ""}}, "title")
+    await fails(client, "add_memory", {"item": {**item, "title": ""}}, BLANK_TITLE)
+    await fails(client, "add_memory", {"item": {**item, "strategy": " \n "}}, BLANK_STRATEGY)
     await fails(
         client, "add_memory", {"item": {**item, "definition_name": "nope"}}, "no definition"
     )
@@ -329,6 +375,38 @@ async def test_memory(client: Client) -> None:
     history = await ok(client, "search_memory", {"text": "numpy", "include_removed": True})
     assert history["items"][0]["removed"] is True
     await fails(client, "remove_memory", {"experience_id": "nope"}, "no memory item")
+
+
+async def test_the_cli_and_the_tool_add_memory_alike(client: Client, sqlite_url: str) -> None:
+    """`accelopt memory add` and add_memory go through one function over one record: the same
+    refusals, in the same words, and the same stored item."""
+    await ok(client, "import_directory", {"path": str(TRACE_DIR)})
+    item = {"definition_name": "silu_n1024", "title": "  ", "strategy": "s", "namespace": "n"}
+    tool_error = await fails(client, "add_memory", {"item": item}, BLANK_TITLE)
+
+    def cli_add(**options: str) -> Any:
+        args = ["add", "--store", sqlite_url]
+        for name, value in options.items():
+            args += [f"--{name}", value]
+        return CliRunner().invoke(memory_cli, args)
+
+    refused = cli_add(definition="silu_n1024", title="  ", strategy="s", namespace="n")
+    assert refused.exit_code != 0, refused.output
+    message = refused.output.strip().removeprefix("error: ")
+    assert message == BLANK_TITLE and message in tool_error
+    missing = cli_add(definition="nope", title="t", strategy="s")
+    assert missing.exit_code != 0 and "no definition named 'nope'" in missing.output
+    unknown = {**item, "definition_name": "nope", "title": "t"}
+    await fails(
+        client, "add_memory", {"item": unknown}, "no definition named 'nope'; list_definitions"
+    )
+
+    added = cli_add(definition="silu_n1024", title=" By hand ", strategy="s ", namespace="n")
+    assert added.exit_code == 0, added.output
+    by_tool = await ok(client, "add_memory", {"item": {**item, "title": " By tool "}})
+    listed = (await ok(client, "list_memory", {"namespace": "n"}))["items"]
+    assert [(i["title"], i["strategy"]) for i in listed] == [("By hand", "s"), ("By tool", "s")]
+    assert listed[0]["id"] == added.output.split()[-1] and listed[1]["id"] == by_tool["id"]
 
 
 # --------------------------------------------------------------------------- resources, prompt
