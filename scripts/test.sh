@@ -15,6 +15,17 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   fi
 fi
 
+# bubblewrap, the jail that LLM-written kernels run in (accelopt_mcp/isolation/jail.py).
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
+  else
+    # Not fatal: without it the jail tests skip and evaluations are flagged not_isolated.
+    echo "bubblewrap missing, the jail tests will be skipped: sudo apt-get install -y bubblewrap" >&2
+  fi
+fi
+
 PYTHON="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null

@@ -36,22 +36,28 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
+from accelopt_mcp.isolation.cgroups import (
+    Group,
+    PidsGroup,
+    kill_pids,
+    pid_namespace,
+    remove_stale_groups,
+)
+
 if TYPE_CHECKING:
     import resource
-
-_PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")
 
 # Variables copied from the parent when set. Everything else is dropped.
 _ALLOWED_NAMES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "PYTHONHASHSEED", "TERM"})
 _ALLOWED_PREFIXES = ("LC_", "OMP_", "OPENBLAS_", "MKL_", "NUMEXPR_", "VECLIB_", "GOTO_")
 # A name matching this never reaches the child, even when the caller passes it explicitly.
-_SECRET_NAME = re.compile(
+SECRET_NAME = re.compile(
     r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|DSN|CREDENTIAL|COOKIE|AUTH|PRIVATE)",
     re.IGNORECASE,
 )
 # Set to a fresh token in each child's environment: finds its descendants without a cgroup.
-_RUN_MARKER = "ACCELOPT_SANDBOX_RUN"
-_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+RUN_MARKER = "ACCELOPT_SANDBOX_RUN"
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 _MEMORY_MARKERS = (
     "MemoryError",
@@ -64,8 +70,8 @@ _MEMORY_MARKERS = (
 
 # Runs with `python -I -S -c`: no site, no user code. Asks for SIGKILL when the thread that
 # started it dies (a server or worker killed mid-run can no longer enforce the timeout), applies
-# the limits, joins the cgroup, then becomes the real command. Any failure here is reported on
-# stderr with exit code 125.
+# the limits, joins the cgroups, then becomes the real command (for the jail: bubblewrap). Any
+# failure here is reported on stderr with exit code 125.
 _LAUNCHER = r"""
 import json, os, resource, sys
 cfg = json.loads(sys.argv[1])
@@ -78,8 +84,8 @@ try:
         pass
     if os.getppid() != cfg["parent"]:
         os._exit(125)  # the caller died before the request above took effect
-    if cfg["cgroup_procs"]:
-        with open(cfg["cgroup_procs"], "w") as f:
+    for procs in cfg["cgroups"]:
+        with open(procs, "w") as f:
             f.write(str(os.getpid()))
     for name, value in cfg["limits"].items():
         res = getattr(resource, name)
@@ -94,6 +100,51 @@ except Exception as exc:
     os._exit(125)
 """
 LAUNCHER_FAILED_EXIT = 125
+
+
+def launcher_command(
+    argv: list[str], *, cgroups: list[str], limits: dict[str, int], cpus: set[int] | None
+) -> list[str]:
+    """The command line that starts `argv` through the launcher: PDEATHSIG, the cgroups joined
+    (their cgroup.procs files), the rlimits (resource module names -> value) and CPU affinity."""
+    cfg = {
+        "parent": os.getpid(),
+        "cgroups": cgroups,
+        "limits": limits,
+        "cpus": sorted(cpus) if cpus else None,
+        "argv": list(argv),
+    }
+    return [sys.executable, "-I", "-S", "-c", _LAUNCHER, json.dumps(cfg)]
+
+
+def resource_limits(
+    *,
+    memory_limit_mb: int,
+    max_file_bytes: int,
+    max_processes: int | None,
+    nproc: bool,
+    max_open_files: int | None = None,
+) -> dict[str, int]:
+    """The rlimits of a child: address space, no core dumps, file size, and (with `nproc`,
+    for a child that does not run as root) a per-user process count."""
+    limits = {
+        "RLIMIT_AS": memory_limit_mb * 1024 * 1024,
+        "RLIMIT_CORE": 0,
+        "RLIMIT_FSIZE": max_file_bytes,
+    }
+    if max_open_files is not None:
+        limits["RLIMIT_NOFILE"] = max_open_files
+    if max_processes is not None and nproc:
+        # Counted per user, so leave room for the other processes of the same user.
+        limits["RLIMIT_NPROC"] = max_processes + len(os.listdir("/proc"))
+    return limits
+
+
+def check_cpus(cpus: set[int] | None) -> None:
+    if cpus is not None:
+        usable = os.sched_getaffinity(0)
+        if not cpus or not cpus <= usable:
+            raise ValueError(f"cpus {sorted(cpus)} must be a non-empty subset of {sorted(usable)}")
 
 
 class SandboxResult(BaseModel):
@@ -123,22 +174,29 @@ class SandboxResult(BaseModel):
         if self.timed_out:
             return f"killed after the {self.wall_s:.1f} s time limit"
         if self.signal is not None:
-            try:
-                name = signal.Signals(self.signal).name
-            except ValueError:
-                name = f"signal {self.signal}"
-            what = {
-                "SIGSEGV": "crashed with a segmentation fault (SIGSEGV)",
-                "SIGBUS": "crashed with a bus error (SIGBUS)",
-                "SIGABRT": "aborted (SIGABRT)",
-                "SIGFPE": "crashed with a floating-point exception (SIGFPE)",
-                "SIGXFSZ": "wrote a file larger than the sandbox allows (SIGXFSZ)",
-                "SIGXCPU": "ran past the CPU-time limit (SIGXCPU)",
-            }.get(name, f"was killed by {name}")
-            if name == "SIGKILL" and self.memory_exceeded:
-                what += ", probably out of memory"
+            what = describe_signal(self.signal, memory_exceeded=self.memory_exceeded)
             return f"child {what}"
         return f"child exited with code {self.returncode}"
+
+
+def describe_signal(signum: int, *, memory_exceeded: bool = False) -> str:
+    """How a process killed by `signum` ended, in words: 'crashed with a segmentation fault
+    (SIGSEGV)', 'was killed by SIGKILL, probably out of memory', ..."""
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    what = {
+        "SIGSEGV": "crashed with a segmentation fault (SIGSEGV)",
+        "SIGBUS": "crashed with a bus error (SIGBUS)",
+        "SIGABRT": "aborted (SIGABRT)",
+        "SIGFPE": "crashed with a floating-point exception (SIGFPE)",
+        "SIGXFSZ": "wrote a file larger than the sandbox allows (SIGXFSZ)",
+        "SIGXCPU": "ran past the CPU-time limit (SIGXCPU)",
+    }.get(name, f"was killed by {name}")
+    if name == "SIGKILL" and memory_exceeded:
+        what += ", probably out of memory"
+    return what
 
 
 def sandbox_environment(
@@ -150,7 +208,7 @@ def sandbox_environment(
         name: value
         for name, value in os.environ.items()
         if (name in _ALLOWED_NAMES or name.startswith(_ALLOWED_PREFIXES))
-        and not _SECRET_NAME.search(name)
+        and not SECRET_NAME.search(name)
     }
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env.setdefault("PYTHONHASHSEED", "0")
@@ -161,16 +219,17 @@ def sandbox_environment(
     # a few BLAS threads into spurious MemoryErrors.
     env["MALLOC_ARENA_MAX"] = "2"
     if cpus:
-        for name in _THREAD_VARS:
+        for name in THREAD_VARS:
             env.setdefault(name, str(len(cpus)))
     for name, value in (extra or {}).items():
-        if not _SECRET_NAME.search(name):
+        if not SECRET_NAME.search(name):
             env[name] = value
     return env
 
 
-class _CappedReader(threading.Thread):
-    """Drains one pipe, keeping the first and last `limit // 2` bytes."""
+class CappedReader(threading.Thread):
+    """Drains one pipe, keeping the first and last `limit // 2` bytes. `text()` may be called
+    while it still reads (a long-lived jail's stderr)."""
 
     def __init__(self, fd: int, limit: int) -> None:
         super().__init__(daemon=True)
@@ -178,6 +237,7 @@ class _CappedReader(threading.Thread):
         self._half = max(limit // 2, 1)
         self._head = bytearray()
         self._tail = bytearray()
+        self._lock = threading.Lock()
         self.total = 0
 
     def run(self) -> None:
@@ -188,87 +248,40 @@ class _CappedReader(threading.Thread):
                 break
             if not chunk:
                 break
-            self.total += len(chunk)
-            room = self._half - len(self._head)
-            if room > 0:
-                self._head += chunk[:room]
-                chunk = chunk[room:]
-            if chunk:
-                self._tail += chunk
-                if len(self._tail) > 2 * self._half:
-                    del self._tail[: len(self._tail) - self._half]
+            with self._lock:
+                self.total += len(chunk)
+                room = self._half - len(self._head)
+                if room > 0:
+                    self._head += chunk[:room]
+                    chunk = chunk[room:]
+                if chunk:
+                    self._tail += chunk
+                    if len(self._tail) > 2 * self._half:
+                        del self._tail[: len(self._tail) - self._half]
         with contextlib.suppress(OSError):
             os.close(self._fd)
 
     @property
     def truncated(self) -> bool:
+        with self._lock:
+            return self._truncated()
+
+    def _truncated(self) -> bool:
         return self.total > len(self._head) + min(len(self._tail), self._half)
 
     def text(self) -> str:
-        tail = bytes(self._tail[-self._half :]) if self._tail else b""
-        if self.truncated:
-            dropped = self.total - len(self._head) - len(tail)
-            middle = f"\n[... {dropped} bytes of output dropped by the sandbox ...]\n".encode()
-            data = bytes(self._head) + middle + tail
-        else:
-            data = bytes(self._head) + tail
+        with self._lock:
+            tail = bytes(self._tail[-self._half :]) if self._tail else b""
+            if self._truncated():
+                dropped = self.total - len(self._head) - len(tail)
+                middle = f"\n[... {dropped} bytes of output dropped by the sandbox ...]\n"
+                data = bytes(self._head) + middle.encode() + tail
+            else:
+                data = bytes(self._head) + tail
         return data.decode("utf-8", errors="replace")
 
 
-class _PidsCgroup:
-    """A per-run cgroup-v1 `pids` group, when this host lets us make one."""
-
-    def __init__(self, max_processes: int | None) -> None:
-        self.path: Path | None = None
-        if not (_PIDS_CGROUP_ROOT / "cgroup.procs").exists() or not os.access(
-            _PIDS_CGROUP_ROOT, os.W_OK
-        ):
-            return
-        _remove_stale_cgroups()
-        path = _PIDS_CGROUP_ROOT / f"{_cgroup_prefix()}{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        try:
-            path.mkdir()
-            if max_processes is not None:
-                (path / "pids.max").write_text(str(max_processes))
-        except OSError:
-            with contextlib.suppress(OSError):
-                path.rmdir()
-            return
-        self.path = path
-
-    @property
-    def procs_file(self) -> str | None:
-        return str(self.path / "cgroup.procs") if self.path else None
-
-    def pids(self) -> list[int]:
-        if self.path is None:
-            return []
-        try:
-            return [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
-        except (OSError, ValueError):
-            return []
-
-    def limit_hit(self) -> bool:
-        if self.path is None:
-            return False
-        try:
-            events = (self.path / "pids.events").read_text()
-        except OSError:
-            return False
-        return any(line.split()[-1] != "0" for line in events.splitlines() if line.strip())
-
-    def remove(self) -> None:
-        if self.path is None:
-            return
-        for _ in range(100):
-            try:
-                self.path.rmdir()
-                return
-            except OSError:
-                time.sleep(0.01)
-
-
-def _marked_pids(marker: bytes) -> list[int]:
+def marked_pids(marker: bytes) -> list[int]:
     """Live processes whose environment holds `marker` (NAME=token): the child's descendants,
     wherever they moved (another session, reparented to init). Zombies show no environment."""
     own = os.getpid()
@@ -286,29 +299,16 @@ def _marked_pids(marker: bytes) -> list[int]:
     return found
 
 
-def _pid_namespace() -> str:
-    try:
-        return "".join(filter(str.isdigit, os.readlink("/proc/self/ns/pid"))) or "0"
-    except OSError:
-        return "0"
-
-
-def _cgroup_prefix() -> str:
-    """Names of per-run groups start with this, then the owner's pid. The pid namespace is in
-    it so that a sweep never takes another namespace's (unknown to our /proc) for stale."""
-    return f"accelopt-sandbox-{_pid_namespace()}-"
-
-
 def work_dir_prefix(kind: str) -> str:
     """Prefix for a backend's per-evaluation temp dirs: kind, pid namespace and owner pid, so
     that `remove_abandoned_work_dirs` can tell which ones nobody will remove."""
-    return f"accelopt-{kind}-{_pid_namespace()}-{os.getpid()}-"
+    return f"accelopt-{kind}-{pid_namespace()}-{os.getpid()}-"
 
 
 def remove_abandoned_work_dirs(kind: str) -> None:
     """Remove the temp dirs of `kind` whose owner died mid-evaluation (a killed server or job
     worker never ran its cleanup). Only this pid namespace's, and only of dead owners."""
-    prefix = f"accelopt-{kind}-{_pid_namespace()}-"
+    prefix = f"accelopt-{kind}-{pid_namespace()}-"
     try:
         found = list(Path(tempfile.gettempdir()).glob(f"{prefix}*"))
     except OSError:
@@ -319,40 +319,18 @@ def remove_abandoned_work_dirs(kind: str) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _remove_stale_cgroups() -> None:
-    """Per-run groups whose owner died mid-run (a killed server or job worker): kill what is
-    still inside (the kernel's descendants) and remove the group once it is empty."""
-    prefix = _cgroup_prefix()
-    try:
-        stale = [
-            path
-            for path in _PIDS_CGROUP_ROOT.glob(f"{prefix}*")
-            if not Path(f"/proc/{path.name.removeprefix(prefix).split('-')[0]}").exists()
-        ]
-    except OSError:
-        return
-    for path in stale:
-        try:
-            pids = [int(p) for p in (path / "cgroup.procs").read_text().split()]
-        except (OSError, ValueError):
-            continue
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(OSError):
-            path.rmdir()
-
-
-def _kill_everything(pgid: int, cgroup: _PidsCgroup, marker: bytes) -> None:
+def kill_everything(pgid: int, cgroup: Group | None, marker: bytes | None) -> None:
     """SIGKILL the child's process group and everything in its cgroup (without one: every
-    process carrying the run's marker), until nothing is left."""
+    process carrying the run's marker), until nothing is left. Frozen ones are thawed so that
+    they can die."""
     for _ in range(200):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
-        remaining = cgroup.pids() if cgroup.path is not None else _marked_pids(marker)
-        for pid in remaining:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+        if cgroup is not None:
+            remaining = cgroup.pids()
+        else:
+            remaining = marked_pids(marker) if marker is not None else []
+        kill_pids(remaining)
         group_alive = True
         try:
             os.killpg(pgid, 0)
@@ -363,7 +341,7 @@ def _kill_everything(pgid: int, cgroup: _PidsCgroup, marker: bytes) -> None:
         time.sleep(0.005)
 
 
-def _memory_suspected(stderr: str, max_rss_mb: float, limit_mb: int, killed: bool) -> bool:
+def memory_suspected(stderr: str, max_rss_mb: float, limit_mb: int, killed: bool) -> bool:
     if any(marker in stderr for marker in _MEMORY_MARKERS):
         return True
     return max_rss_mb >= 0.9 * limit_mb or (killed and max_rss_mb >= 0.5 * limit_mb)
@@ -410,36 +388,28 @@ def run_sandboxed(
         raise ValueError(f"timeout_s must be positive, got {timeout_s}")
     if memory_limit_mb < 16:
         raise ValueError(f"memory_limit_mb must be at least 16, got {memory_limit_mb}")
-    if cpus is not None:
-        usable = os.sched_getaffinity(0)
-        if not cpus or not cpus <= usable:
-            raise ValueError(f"cpus {sorted(cpus)} must be a non-empty subset of {sorted(usable)}")
+    check_cpus(cpus)
 
     own_dir = cwd is None
     work_dir = Path(tempfile.mkdtemp(prefix="accelopt-sandbox-")) if cwd is None else Path(cwd)
-    cgroup = _PidsCgroup(max_processes)
-    limits = {
-        "RLIMIT_AS": memory_limit_mb * 1024 * 1024,
-        "RLIMIT_CORE": 0,
-        "RLIMIT_FSIZE": max_file_bytes,
-    }
-    if max_processes is not None and os.geteuid() != 0:
-        # Counted per user, so leave room for the caller's own processes of the same user.
-        limits["RLIMIT_NPROC"] = max_processes + len(os.listdir("/proc"))
-    launcher_cfg = {
-        "parent": os.getpid(),
-        "cgroup_procs": cgroup.procs_file,
-        "limits": limits,
-        "cpus": sorted(cpus) if cpus else None,
-        "argv": list(argv),
-    }
+    remove_stale_groups()
+    cgroup = PidsGroup.make(max_processes)
+    limits = resource_limits(
+        memory_limit_mb=memory_limit_mb,
+        max_file_bytes=max_file_bytes,
+        max_processes=max_processes,
+        nproc=os.geteuid() != 0,
+    )
+    command = launcher_command(
+        list(argv), cgroups=[cgroup.procs_file] if cgroup else [], limits=limits, cpus=cpus
+    )
     child_env = sandbox_environment(work_dir, env, cpus)
-    child_env[_RUN_MARKER] = uuid.uuid4().hex
-    marker = f"{_RUN_MARKER}={child_env[_RUN_MARKER]}".encode()
+    child_env[RUN_MARKER] = uuid.uuid4().hex
+    marker = f"{RUN_MARKER}={child_env[RUN_MARKER]}".encode()
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _LAUNCHER, json.dumps(launcher_cfg)],
+            command,
             cwd=work_dir,
             env=child_env,
             stdin=subprocess.DEVNULL,
@@ -448,15 +418,16 @@ def run_sandboxed(
             start_new_session=True,
         )
     except BaseException:
-        cgroup.remove()
+        if cgroup is not None:
+            cgroup.remove()
         if own_dir:
             shutil.rmtree(work_dir, ignore_errors=True)
         raise
 
     assert proc.stdout is not None and proc.stderr is not None
     readers = [
-        _CappedReader(os.dup(proc.stdout.fileno()), max_output_bytes),
-        _CappedReader(os.dup(proc.stderr.fileno()), max_output_bytes),
+        CappedReader(os.dup(proc.stdout.fileno()), max_output_bytes),
+        CappedReader(os.dup(proc.stderr.fileno()), max_output_bytes),
     ]
     proc.stdout.close()
     proc.stderr.close()
@@ -476,15 +447,16 @@ def run_sandboxed(
     timed_out = not exited.wait(timeout_s)
     wall_s = time.monotonic() - started
     try:
-        _kill_everything(proc.pid, cgroup, marker)
+        kill_everything(proc.pid, cgroup, marker)
         exited.wait()
         # Nothing else will ever wait for this pid: tell Popen so it does not try.
         proc.returncode = -1
         for reader in readers:
             reader.join(timeout=5)
-        fork_limit_hit = cgroup.limit_hit()
+        fork_limit_hit = cgroup is not None and cgroup.limit_hit()
     finally:
-        cgroup.remove()
+        if cgroup is not None:
+            cgroup.remove()
         if own_dir:
             shutil.rmtree(work_dir, ignore_errors=True)
 
@@ -503,7 +475,7 @@ def run_sandboxed(
         signal=term_signal,
         timed_out=timed_out,
         memory_exceeded=not timed_out
-        and _memory_suspected(stderr, max_rss_mb, memory_limit_mb, killed_by_other),
+        and memory_suspected(stderr, max_rss_mb, memory_limit_mb, killed_by_other),
         stdout=stdout,
         stderr=stderr,
         output_truncated=readers[0].truncated or readers[1].truncated,
