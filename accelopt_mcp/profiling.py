@@ -34,9 +34,11 @@ def profile_kernel(
 ) -> ProfileOutcome:
     """Evaluate `solution` on `task` and, given a store, record the definition, workload,
     solution and profile. The kernel runs in a child process; its failures come back as the
-    evaluation's status, never as an exception."""
+    evaluation's status, never as an exception. The evaluation's log comes back (and is stored)
+    redacted: a kernel's output may hold a secret of the environment it ran in."""
     config = config or BenchmarkConfig()
     evaluation = get_backend(backend, **(backend_options or {})).evaluate(task, solution, config)
+    evaluation = evaluation.redacted()
     outcome = ProfileOutcome(
         evaluation=evaluation,
         definition_name=task.definition.name,

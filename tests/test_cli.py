@@ -140,3 +140,62 @@ def test_backends_lists_all_three() -> None:
     assert set(by_name) == {"cpu", "nki", "flashinfer"}
     assert by_name["cpu"]["usable"] is True
     assert by_name["nki"]["usable"] is False and "neuronxcc" in by_name["nki"]["reason"]
+
+
+def test_db_best_leaves_untrusted_results_out_unless_asked(sqlite_url: str) -> None:
+    from accelopt_mcp.store.sqlite import SqliteStore
+    from tests.store.samples import make_definition, make_evaluation, make_solution, make_workload
+
+    with SqliteStore(sqlite_url) as store:
+        store.upsert_definition(make_definition("d"))
+        store.upsert_workload("d", make_workload("d", uuid_="w"))
+        honest = store.upsert_solution(make_solution("d", "# honest\n", name="honest"))
+        cheat = store.upsert_solution(make_solution("d", "# cheat\n", name="cheat"))
+        noisy = make_evaluation(latency_ms=2.0).model_copy(update={"flags": ["noisy_timing"]})
+        peak = make_evaluation(latency_ms=0.5).model_copy(update={"flags": ["above_peak"]})
+        store.upsert_profile("w", honest, noisy, {})
+        store.upsert_profile("w", cheat, peak, {})
+
+    plain = accelopt("db", "best", "d", "--store", sqlite_url, "--json")
+    assert plain.returncode == 0, plain.stderr
+    assert [r["solution"]["id"] for r in json.loads(plain.stdout)] == [honest]
+    flagged = accelopt("db", "best", "d", "--include-flagged", "--store", sqlite_url, "--json")
+    ranked = json.loads(flagged.stdout)
+    assert [r["solution"]["id"] for r in ranked] == [cheat, honest]
+    assert [r["profile"]["trusted"] for r in ranked] == [False, True]
+    assert ranked[0]["profile"]["evaluation"]["flags"] == ["above_peak"]
+
+    table = accelopt("db", "best", "d", "--store", sqlite_url)
+    assert "honest" in table.stdout and "noisy_timing" in table.stdout
+    assert "cheat" not in table.stdout
+    table = accelopt("db", "best", "d", "--include-flagged", "--store", sqlite_url)
+    assert "cheat" in table.stdout and "UNTRUSTED: above_peak" in table.stdout
+    assert "untrusted included" in table.stdout
+
+
+def test_profile_masks_secrets_in_the_log_it_returns_and_stores(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    secret = "leaky-secret-value-8c1e"
+    kernel = tmp_path / "leaky.py"
+    kernel.write_text(
+        "def kernel(x, g):\n"
+        "    raise RuntimeError(\n"
+        f"        'token {secret} rejected by postgresql://kernel:pw-in-url-31@db.example/k'\n"
+        "    )\n"
+    )
+    done = accelopt(
+        "profile", str(kernel), "--task", str(TASK), "--store", sqlite_url, "--json",
+        env={"KERNEL_SERVICE_TOKEN": secret},
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    returned = json.loads(done.stdout)["evaluation"]["log"]
+    assert "postgresql://***@db.example/k" in returned
+
+    from accelopt_mcp.store.sqlite import SqliteStore
+
+    with SqliteStore(sqlite_url) as store:
+        [profile] = store.list_profiles()
+    for log in (returned, profile.evaluation.log, done.stdout, done.stderr):
+        assert secret not in log and "pw-in-url-31" not in log
+    assert profile.evaluation.log == returned

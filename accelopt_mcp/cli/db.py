@@ -99,22 +99,42 @@ def best(
     definition: Annotated[str, typer.Argument(help="Definition name, e.g. rmsnorm_h4096.")],
     hardware: Annotated[str | None, typer.Option(help="Only profiles on this hardware.")] = None,
     limit: Annotated[int, typer.Option(min=1)] = 10,
+    include_flagged: Annotated[
+        bool,
+        typer.Option(
+            "--include-flagged",
+            help="Rank profiles flagged untrusted too (above_peak, constant_output, ...).",
+        ),
+    ] = False,
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """The fastest correct solutions of a definition."""
+    """The fastest correct solutions of a definition. A result flagged untrusted (its numbers
+    cannot be believed: above_peak, constant_output, ...) is left out unless --include-flagged."""
     with opened_store(store) as db:
         if db.get_definition(definition) is None:
             fail(f"no definition named {definition!r}; `accelopt db stats` shows what is stored")
-        ranked = db.best_solutions(definition, hardware=hardware, limit=limit)
+        ranked = db.best_solutions(
+            definition, hardware=hardware, limit=limit, include_flagged=include_flagged
+        )
     if as_json:
         print_json([r.model_dump(mode="json") for r in ranked])
         return
-    table = Table(title=f"fastest correct solutions of {definition}")
-    for column in ("solution id", "name", "language", "hardware", "latency ms", "speedup"):
+    title = f"fastest correct solutions of {definition}"
+    table = Table(title=title + (" (untrusted included)" if include_flagged else ""))
+    for column in (
+        "solution id",
+        "name",
+        "language",
+        "hardware",
+        "latency ms",
+        "speedup",
+        "flags",
+    ):
         table.add_column(column)
     for r in ranked:
         speedup = f"{r.profile.speedup:.2f}x" if r.profile.speedup else "-"
+        flags = ", ".join(r.profile.flags)
         table.add_row(
             r.solution.id,
             r.solution.solution.name,
@@ -122,6 +142,7 @@ def best(
             r.profile.eval_hardware,
             f"{r.profile.latency_ms:.4f}" if r.profile.latency_ms is not None else "-",
             speedup,
+            escape(f"UNTRUSTED: {flags}" if not r.profile.trusted else flags or "-"),
         )
     console.print(table)
 

@@ -61,13 +61,16 @@ from accelopt_mcp.llm import (
     load_role_configs,
 )
 from accelopt_mcp.models import LlmCallIn, Solution
+from accelopt_mcp.models.evaluation import untrusted_flags
+from accelopt_mcp.redaction import redact
 from accelopt_mcp.store.base import ConflictError, ExperienceRecord, KernelStore, RunRecord
 
 __all__ = ["BeamSearch", "InitialKernelFailed", "RunBusy", "RunNotRunnable"]
 
 
 class InitialKernelFailed(RuntimeError):
-    """The starting kernel does not pass its own task; there is nothing to optimize from."""
+    """The starting kernel does not pass its own task, or passes with an untrusted flag
+    (models/evaluation.py); there is nothing to optimize from."""
 
 
 class BeamSearch:
@@ -210,6 +213,16 @@ class BeamSearch:
                     f"the initial kernel does not pass its task ({evaluation.status.value}); fix "
                     f"it first (e.g. `accelopt profile`). Log: {evaluation.log[-1500:]}"
                 )
+            if not evaluation.trusted:
+                # Every speedup is measured against it and it is the best until beaten: a
+                # number that cannot be believed is no place to start from.
+                raise InitialKernelFailed(
+                    "the initial kernel passed, but its result is flagged untrusted ("
+                    + ", ".join(evaluation.untrusted_flags)
+                    + "); check the kernel (a cached or constant answer, skipped work) and the "
+                    "task's declared roofline, then `accelopt profile` it again. Log: "
+                    + evaluation.log[-1500:]
+                )
             entry = BeamEntry(
                 solution_id=initial.solution_id,
                 latency_ms=evaluation.performance.latency_ms,
@@ -330,6 +343,7 @@ class _Iterations:
                 attempts=len(attempts),
                 passed=passed,
                 failed=len(attempts) - passed,
+                flagged=sum(1 for a in attempts if a.passed and not a.trusted),
                 experiences_added=added,
                 beam=[e.solution_id for e in checkpoint.beam],
                 wall_s=time.monotonic() - started,
@@ -447,6 +461,7 @@ class _Iterations:
             source_hash=profiled.source_hash,
             latency_ms=latency,
             reused_profile=profiled.reused,
+            flags=list(evaluation.flags),
         )
         await self._record(record)
 
@@ -465,12 +480,15 @@ class _Iterations:
         )
 
     async def _record(self, record: AttemptRecord) -> None:
-        """A finished attempt into the checkpoint (and the best kernel, if it is faster)."""
+        """A finished attempt into the checkpoint (and the best kernel, if it is faster and
+        trusted: a flagged attempt is kept, with its flags, but never becomes the best)."""
+        if record.error:
+            record.error = redact(record.error)
         self.state.checkpoint.slots[record.key] = record
         best = self.state.best
         improved = False
         if (
-            record.passed
+            record.usable
             and record.latency_ms is not None
             and record.source_hash
             and (best is None or record.latency_ms < best.latency_ms)
@@ -489,7 +507,12 @@ class _Iterations:
             "attempt_profiled",
             record.iteration,
             f"attempt {record.key}: {record.status} {latency}"
-            + (" (profile reused)" if record.reused_profile else ""),
+            + (" (profile reused)" if record.reused_profile else "")
+            + (
+                f" [untrusted: {', '.join(untrusted_flags(record.flags))}; not a candidate]"
+                if record.passed and not record.trusted
+                else ""
+            ),
         )
         if improved:
             events.emit("best_improved", record.iteration, f"new best: {record.latency_ms:.4g} ms")

@@ -38,7 +38,10 @@ class IterationSummary(BaseModel):
     best_latency_ms: float | None
     attempts: int
     passed: int
+    """Attempts that passed (flagged ones included)."""
     failed: int
+    flagged: int = 0
+    """Attempts that passed with an untrusted flag: stored, but never beam, pair or best."""
     experiences_added: int
     beam: list[str] = Field(default_factory=list)
     wall_s: float = 0.0

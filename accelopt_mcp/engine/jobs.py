@@ -41,6 +41,7 @@ from accelopt_mcp.engine.runs import (
     worker_alive,
 )
 from accelopt_mcp.engine.worker import events_path
+from accelopt_mcp.redaction import redact
 from accelopt_mcp.store import STORE_ENV, open_store
 from accelopt_mcp.store.base import RunRecord, RunUpdate
 from accelopt_mcp.tasks.kernels import kernel_solution
@@ -92,6 +93,9 @@ class JobStatus(BaseModel):
     attempts_done: int
     attempts_passed: int
     attempts_failed: int
+    attempts_flagged: int = 0
+    """Attempts that passed with a result flagged untrusted (e.g. above_peak): stored, never
+    the best; counted in attempts_passed too."""
     initial_latency_ms: float | None
     best_latency_ms: float | None
     best_speedup: float | None
@@ -108,6 +112,8 @@ class JobStatus(BaseModel):
 class JobResult(BaseModel):
     status: JobStatus
     best_solution_id: str | None
+    """The run's best: its fastest correct kernel whose result no untrusted flag marks (the
+    engine never takes a flagged attempt as best)."""
     best_source: str | None
     speedup: float | None
     percent_of_peak: dict[str, float] | None
@@ -318,6 +324,9 @@ class JobManager:
             attempts_done=progress.attempts_done,
             attempts_passed=progress.attempts_passed,
             attempts_failed=progress.attempts_failed,
+            attempts_flagged=sum(
+                1 for s in checkpoint.slots.values() if s.passed and not s.trusted
+            ),
             initial_latency_ms=progress.initial_latency_ms,
             best_latency_ms=run.best_latency_ms,
             best_speedup=speedup(progress.initial_latency_ms, run.best_latency_ms),
@@ -327,7 +336,8 @@ class JobManager:
             cost_usd=run.cost_usd,
             elapsed_s=progress.elapsed_s,
             eta_s=eta,
-            error=run.error or None,
+            # Stores keep errors redacted; a run's row from before they did is masked here.
+            error=redact(run.error) if run.error else None,
             progress=1.0 if state == "completed" else progress.progress,
         )
 

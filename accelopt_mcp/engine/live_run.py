@@ -16,7 +16,8 @@ class LiveRun:
     """None until the run has its starting point (its initial kernel profiled)."""
 
     def fastest_so_far(self) -> BeamEntry:
-        """The fastest correct kernel the checkpoint knows: the initial one or an attempt."""
+        """The fastest correct, trusted kernel the checkpoint knows: the initial one (checked
+        when the run started) or an attempt without an untrusted flag."""
         checkpoint = self.checkpoint
         assert checkpoint.initial is not None
         candidates = [checkpoint.initial] + [
@@ -27,6 +28,6 @@ class LiveRun:
                 branch=s.branch,
             )
             for s in checkpoint.slots.values()
-            if s.passed and s.solution_id and s.source_hash and s.latency_ms is not None
+            if s.usable and s.solution_id and s.source_hash and s.latency_ms is not None
         ]
         return min(candidates, key=lambda e: e.latency_ms)

@@ -3,6 +3,10 @@
 A source already profiled on this task, benchmark settings and hardware reuses its stored
 profile; one being profiled right now is waited for rather than profiled twice. Solutions are
 kept in memory by id, since the planner and summarizer read the same few again and again.
+
+Every evaluation a backend returns has its log redacted (accelopt_mcp.redaction) here, before
+the engine stores it, shows it to the planner or copies it into an attempt's error; so is the
+error text stored in a failed attempt's evolve_metadata.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Any, NamedTuple
 from accelopt_mcp.backends.pool import BackendFactory, DevicePool
 from accelopt_mcp.hashing import benchmark_config_hash, solution_hash
 from accelopt_mcp.models import BenchmarkConfig, Evaluation, Solution, Task
+from accelopt_mcp.redaction import redact
 from accelopt_mcp.store.base import ConflictError, KernelStore
 
 
@@ -52,7 +57,10 @@ class ProfileCache:
     async def store_solution(
         self, solution: Solution, parent_id: str | None, meta: dict[str, Any]
     ) -> str:
-        """The solution's id, stored now unless the same source already is."""
+        """The solution's id, stored now unless the same source already is. An `error` text in
+        meta is stored redacted."""
+        if isinstance(meta.get("error"), str):
+            meta = {**meta, "error": redact(meta["error"])}
         found = await asyncio.to_thread(self.store.find_solution, solution_hash(solution))
         if found is not None:
             if found.definition_name != solution.definition:
@@ -91,9 +99,10 @@ class ProfileCache:
         return ProfiledSolution(sid, source_hash, pooled, False)
 
     async def evaluate(self, solution: Solution) -> Evaluation:
-        """Profile the solution on one of the pool's devices (no cache, nothing stored)."""
+        """Profile the solution on one of the pool's devices (no cache, nothing stored); its
+        log comes back redacted."""
         result = await self.pool.evaluate(self.backend_factory, self.task, solution, self.benchmark)
-        return result.evaluation
+        return result.evaluation.redacted()
 
     async def stored_evaluation(self, solution_id: str) -> Evaluation | None:
         """A stored profile of this solution on this task, settings and hardware."""

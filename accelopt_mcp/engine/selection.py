@@ -1,9 +1,16 @@
 """Pure selection rules of the algorithm: which pairs become experience, which kernels form
-the next beam. No I/O here, so the rules are tested on their own."""
+the next beam. No I/O here, so the rules are tested on their own.
+
+An attempt whose evaluation carries an untrusted flag (models/evaluation.py: e.g. above_peak,
+constant_output) passed but cannot be believed: it is kept in the checkpoint with its flags,
+but it never represents a plan (no experience pair), never enters the beam and never becomes
+the run's best (`AttemptRecord.usable`)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
+
+from accelopt_mcp.models.evaluation import flags_trusted
 
 PASSED = "PASSED"
 NO_CODE = "NO_CODE"
@@ -29,6 +36,9 @@ class AttemptRecord(BaseModel):
     error: str | None = None
     reused_profile: bool = False
     """The source was already profiled (same hash, same settings): its profile was reused."""
+    flags: list[str] = Field(default_factory=list)
+    """The evaluation's flags. Checkpoints written before flags were kept have none: their
+    attempts read as trusted."""
 
     @property
     def key(self) -> str:
@@ -41,6 +51,16 @@ class AttemptRecord(BaseModel):
     @property
     def passed(self) -> bool:
         return self.status == PASSED and self.latency_ms is not None and self.latency_ms > 0
+
+    @property
+    def trusted(self) -> bool:
+        """No flag says its result cannot be believed (models.evaluation.flags_trusted)."""
+        return flags_trusted(self.flags)
+
+    @property
+    def usable(self) -> bool:
+        """Passed with a latency and trusted: it may join the beam, form a pair, be the best."""
+        return self.passed and self.trusted
 
     @property
     def speedup(self) -> float | None:
@@ -65,10 +85,10 @@ class Pair(BaseModel):
 
 def plan_representatives(attempts: list[AttemptRecord]) -> list[AttemptRecord]:
     """Per plan: its best attempt when that beats the parent, else its worst. Attempts that did
-    not pass have no speedup and represent nothing."""
+    not pass have no speedup and represent nothing; neither do untrusted (flagged) ones."""
     by_plan: dict[str, list[AttemptRecord]] = {}
     for attempt in attempts:
-        if attempt.speedup is not None:
+        if attempt.speedup is not None and attempt.trusted:
             by_plan.setdefault(attempt.branch, []).append(attempt)
     chosen = []
     for group in by_plan.values():
@@ -127,8 +147,9 @@ class BeamEntry(BaseModel):
 
 
 def next_beam(old: list[BeamEntry], attempts: list[AttemptRecord], width: int) -> list[BeamEntry]:
-    """The `width` fastest correct kernels among the old beam and the new attempts, one per
-    source hash and one per plan branch. Ties go to the old beam (it is known to be stable)."""
+    """The `width` fastest correct, trusted kernels among the old beam and the new attempts, one
+    per source hash and one per plan branch. Ties go to the old beam (it is known to be
+    stable)."""
     candidates = list(old) + [
         BeamEntry(
             solution_id=a.solution_id,
@@ -137,7 +158,7 @@ def next_beam(old: list[BeamEntry], attempts: list[AttemptRecord], width: int) -
             branch=a.branch,
         )
         for a in attempts
-        if a.passed and a.solution_id and a.source_hash and a.latency_ms is not None
+        if a.usable and a.solution_id and a.source_hash and a.latency_ms is not None
     ]
     order = {id(entry): index for index, entry in enumerate(candidates)}
     candidates.sort(key=lambda e: (e.latency_ms, order[id(e)]))

@@ -13,9 +13,9 @@ from accelopt_mcp.mcp_tools.app import AccelOptServer
 from accelopt_mcp.mcp_tools.state import ServerState
 from accelopt_mcp.mcp_tools.views import (
     SOURCE_CHARS,
-    clip,
     definition_summary,
     memory_item,
+    redacted_tail,
     run_summary,
     solution_summary,
 )
@@ -53,7 +53,9 @@ def register(server: AccelOptServer, state: ServerState) -> None:
     @server.resource(
         "accelopt://definitions/{name}/solutions",
         name="definition-solutions",
-        description="Solutions of a definition, fastest correct first.",
+        description="Solutions of a definition, fastest correct first (results flagged "
+        "untrusted, e.g. above_peak, rank nothing; list_solutions with include_flagged shows "
+        "them).",
         mime_type="application/json",
     )
     def definition_solutions(name: str) -> str:
@@ -99,7 +101,7 @@ def register(server: AccelOptServer, state: ServerState) -> None:
             raise ResourceNotFoundError(f"no run with id {run_id!r}")
         summary = run_summary(record).model_dump()
         summary["config"] = record.config
-        summary["error"] = clip(record.error, 2000)
+        summary["error"] = redacted_tail(record.error, 2000)
         return _json(summary)
 
     @server.resource(

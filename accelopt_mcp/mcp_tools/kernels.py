@@ -58,7 +58,7 @@ class DefinitionDetail(View):
 class SolutionPage(View):
     definition_name: str
     items: list[SolutionSummary]
-    """Fastest correct first, then the others."""
+    """Fastest correct first (trusted results only, unless include_flagged), then the others."""
     page: PageInfo
 
 
@@ -187,15 +187,28 @@ def list_solutions(
         str | None, Field(description="Only this language: python, nki, triton, cuda, ...")
     ] = None,
     run_id: Annotated[str | None, Field(description="Only kernels made by this run.")] = None,
+    include_flagged: Annotated[
+        bool,
+        Field(
+            description="Rank results flagged untrusted too (above_peak, constant_output, ...: "
+            "their numbers cannot be believed); by default they rank nothing."
+        ),
+    ] = False,
     offset: Offset = 0,
     limit: Limit = 20,
 ) -> SolutionPage:
     """Solutions (kernels) of a definition, fastest correct first, then those that never
-    passed. Use get_solution for a kernel's source and solution_lineage for its history."""
+    passed (or passed only with a result flagged untrusted, unless include_flagged). Each shows
+    the flags of the profile that ranks it. Use get_solution for a kernel's source and
+    profiles, solution_lineage for its history."""
     store = state_of(ctx).store()
     _definition(store, definition_name)
     entries = store.ranked_solutions(
-        definition_name, hardware=hardware, language=language, run_id=run_id
+        definition_name,
+        hardware=hardware,
+        language=language,
+        run_id=run_id,
+        include_flagged=include_flagged,
     )
     return SolutionPage(
         definition_name=definition_name,
@@ -217,11 +230,14 @@ def get_solution(
     ] = SOURCE_CHARS,
 ) -> SolutionDetail:
     """A solution with its source files (long ones sliced: page with source_offset) and its
-    most recent profiles."""
+    most recent profiles, each with its flags. The summary's best is its fastest trusted
+    correct profile."""
     store = state_of(ctx).store()
     stored = _solution(store, solution_id)
     profiles = store.list_profiles(solution_id=solution_id)
-    passed = [p for p in profiles if p.eval_status == "PASSED" and p.latency_ms is not None]
+    passed = [
+        p for p in profiles if p.eval_status == "PASSED" and p.latency_ms is not None and p.trusted
+    ]
     best = min(passed, key=lambda p: p.latency_ms or 0.0) if passed else None
     spec = stored.solution.spec
     return SolutionDetail(

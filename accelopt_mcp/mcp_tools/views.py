@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from accelopt_mcp.redaction import redact
 from accelopt_mcp.store.base import (
     ExperienceRecord,
     RunRecord,
@@ -56,6 +57,20 @@ def clip(text: str | None, limit: int = LOG_CHARS) -> str | None:
     if text is None or len(text) <= limit:
         return text
     return f"[... {len(text) - limit} chars clipped ...]\n" + text[-limit:]
+
+
+def redacted_tail(text: str | None, limit: int = LOG_CHARS) -> str | None:
+    """clip(), with secrets masked. Stores keep logs and errors redacted already; this covers
+    rows stored before they did. Only the tail (and a margin, so that a secret cut at its start
+    is still recognised) is masked, so a long log costs no more than a short one."""
+    if not text:
+        return text
+    source = text[-(limit + 512) :]
+    tail = redact(source)
+    if len(tail) <= limit and len(source) == len(text):
+        return tail
+    clipped = len(text) - len(source) + len(tail) - limit
+    return f"[... {clipped} chars clipped ...]\n" + tail[-limit:]
 
 
 class PageInfo(View):
@@ -119,6 +134,10 @@ class ProfileSummary(View):
     reference_latency_ms: float | None = None
     speedup: float | None = None
     flags: list[str] = Field(default_factory=list)
+    """Warnings of the evaluation (e.g. noisy_timing, above_peak)."""
+    trusted: bool = True
+    """False when a flag says its numbers cannot be believed (e.g. above_peak,
+    constant_output): such a profile ranks nothing (never a best, unless asked for)."""
     hardware_counters: dict[str, float] = Field(default_factory=dict)
     log: str | None = None
     """The tail of the evaluation log."""
@@ -136,8 +155,9 @@ def profile_summary(p: StoredProfile) -> ProfileSummary:
         reference_latency_ms=p.reference_latency_ms,
         speedup=p.speedup,
         flags=list(p.evaluation.flags),
+        trusted=p.trusted,
         hardware_counters=dict(p.evaluation.hardware_counters),
-        log=clip(p.evaluation.log) or None,
+        log=redacted_tail(p.evaluation.log) or None,
         created_at=p.created_at.isoformat() if p.created_at else None,
     )
 
@@ -152,9 +172,14 @@ class SolutionSummary(View):
     run_id: str | None = None
     description: str | None = None
     best_latency_ms: float | None = None
-    """Fastest correct latency; null when it never passed."""
+    """Fastest correct latency (trusted results only, unless flagged ones were asked for);
+    null when none qualifies."""
     best_speedup: float | None = None
     best_hardware: str | None = None
+    best_flags: list[str] = Field(default_factory=list)
+    """Flags of the profile behind best_latency_ms (e.g. noisy_timing)."""
+    best_trusted: bool | None = None
+    """False when that profile is flagged untrusted (only when flagged ones were asked for)."""
     created_at: str | None = None
 
 
@@ -172,6 +197,8 @@ def solution_summary(s: StoredSolution, best: StoredProfile | None = None) -> So
         best_latency_ms=best.latency_ms if best else None,
         best_speedup=best.speedup if best else None,
         best_hardware=best.eval_hardware if best else None,
+        best_flags=list(best.evaluation.flags) if best else [],
+        best_trusted=best.trusted if best else None,
         created_at=s.created_at.isoformat() if s.created_at else None,
     )
 
@@ -231,6 +258,6 @@ def run_summary(r: RunRecord) -> RunSummary:
         best_solution_id=r.best_solution_id,
         best_latency_ms=r.best_latency_ms,
         cost_usd=r.cost_usd,
-        error=clip(r.error),
+        error=redacted_tail(r.error),
         created_at=r.created_at.isoformat() if r.created_at else None,
     )

@@ -1,8 +1,30 @@
-"""Evaluation: how one solution fared on one workload (status, correctness, latency)."""
+"""Evaluation: how one solution fared on one workload (status, correctness, latency).
+
+Flags, and which of them make a result untrusted (one definition, read by the engine, the
+stores and every listing of "best"):
+
+A flag is a warning a backend attaches to an evaluation (`Evaluation.flags`). Most say "do not
+believe this number": the kernel passed the checks, but the way it passed (or the latency it
+reached) points at a cheat or a broken measurement. A few are only informational. The rule:
+
+- an evaluation is *trusted* when every flag it carries is in `INFORMATIONAL_FLAGS`;
+- any other flag makes it untrusted: the ones in `UNTRUSTED_FLAGS`, and any flag this code
+  does not know (a newer backend's). Unknown means untrusted, so that a new warning can never
+  silently crown a kernel; a new informational flag is added to `INFORMATIONAL_FLAGS` here.
+
+An untrusted PASSED evaluation is stored and shown (with its flags), but it never enters the
+beam, never forms an experience pair, never becomes a run's best, and is left out of
+`best_solutions` / `ranked_solutions` unless `include_flagged=True`.
+
+The SQL stores rank with a `profiles.trusted` column generated from the stored JSON with the
+same informational list (schema_v2.txt, store/sqlite_schema.sql); a test keeps the lists equal,
+and changing `INFORMATIONAL_FLAGS` means changing that column too.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
 
@@ -14,6 +36,55 @@ from pydantic import (
 )
 
 from accelopt_mcp.models.base import NonEmptyString, Record
+from accelopt_mcp.redaction import redact
+
+UNTRUSTED_FLAGS: frozenset[str] = frozenset(
+    {
+        "above_peak",
+        "constant_output",
+        "forged_result",
+        "input_independent_output",
+        "timed_output_mismatch",
+    }
+)
+"""Flags known to mean "the result cannot be believed" (any flag not informational is treated
+the same way; these are the ones the backends raise today):
+
+- `above_peak`: the latency implies more FLOP/s or bytes/s than the hardware's peak for the
+  task's declared roofline: the kernel skips work (or caches), or the roofline is wrong;
+- `constant_output`: the kernel returned the same output for different inputs while the
+  reference's changed (a cached or constant answer);
+- `input_independent_output`: the output does not depend on the inputs it was given (the cpu
+  backend's probe with fresh inputs);
+- `timed_output_mismatch`: correct in the correctness pass, wrong while being timed (it
+  behaves differently when it is measured);
+- `forged_result`: the result file was not written by the profiler (the kernel wrote it).
+
+Flags seen only on failed evaluations (`backend_error`, `task_error`, `profiler_error`,
+`latency_unavailable`) are not informational either; a failed evaluation never ranks anyway.
+"""
+
+INFORMATIONAL_FLAGS: frozenset[str] = frozenset(
+    {"no_reference_latency", "noisy_timing", "not_isolated", "unstable_latency"}
+)
+"""Flags that leave a result trusted:
+
+- `noisy_timing` (cpu) / `unstable_latency` (nki): the spread of the measurements stayed above
+  the configured limit after every round; the steadiest round was kept;
+- `no_reference_latency` (nki): no reference latency on the device, so no speedup against it;
+- `not_isolated`: the evaluation ran without a jail (no sandbox on this host).
+"""
+
+
+def untrusted_flags(flags: Iterable[str]) -> list[str]:
+    """The flags (in order, once each) that make an evaluation untrusted: every flag that is
+    not in INFORMATIONAL_FLAGS, known (UNTRUSTED_FLAGS) or not."""
+    return [flag for flag in dict.fromkeys(flags) if flag not in INFORMATIONAL_FLAGS]
+
+
+def flags_trusted(flags: Iterable[str]) -> bool:
+    """True when no flag makes the result untrusted (see the module's docstring)."""
+    return not untrusted_flags(flags)
 
 
 class EvaluationStatus(StrEnum):
@@ -72,7 +143,11 @@ class Evaluation(Record):
     status: EvaluationStatus
     environment: Environment
     timestamp: NonEmptyString
+    # Redacted (`redacted()`) where it is stored or returned: the stores' upsert_profile,
+    # profile_kernel, the engine's profile cache. Not in a validator: masking a 16 KB log takes
+    # milliseconds, too much for every stored profile read back.
     log: str = ""
+    """What the backend reported (the kernel's output included), secrets masked."""
     correctness: Correctness | None = None
     performance: Performance | None = None
     latency_stats: LatencyStats | None = None
@@ -80,7 +155,8 @@ class Evaluation(Record):
     hardware_counters: dict[str, float] = Field(default_factory=dict)
     """What the planner sees besides latency (not in flashinfer-bench)."""
     flags: list[str] = Field(default_factory=list)
-    """Warnings a correct result still carries, e.g. 'above_peak' (not in flashinfer-bench)."""
+    """Warnings a result carries, e.g. 'above_peak' (not in flashinfer-bench); any flag outside
+    INFORMATIONAL_FLAGS makes it untrusted (`trusted`)."""
 
     @model_validator(mode="after")
     def _check_status(self) -> Evaluation:
@@ -99,3 +175,23 @@ class Evaluation(Record):
     @property
     def passed(self) -> bool:
         return self.status == EvaluationStatus.PASSED
+
+    @property
+    def trusted(self) -> bool:
+        """False when a flag says its numbers cannot be believed (`untrusted_flags`). Says
+        nothing about the status: a failed evaluation with no flags is trusted (and failed)."""
+        return flags_trusted(self.flags)
+
+    @property
+    def untrusted_flags(self) -> list[str]:
+        """The flags that make it untrusted; empty when it is trusted."""
+        return untrusted_flags(self.flags)
+
+    def redacted(self, secrets: Iterable[str | None] = ()) -> Evaluation:
+        """This evaluation with secrets masked in its log (accelopt_mcp.redaction.redact: URL
+        passwords, key=value secrets, tokens, secret environment values, `secrets`); itself
+        when there is nothing to mask."""
+        if not self.log:
+            return self
+        log = redact(self.log, secrets)
+        return self if log == self.log else self.model_copy(update={"log": log})

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from accelopt_mcp.models import Definition, Evaluation, Solution, Workload
+from accelopt_mcp.redaction import redact
 from accelopt_mcp.store.base import (
     ExperienceRecord,
     LlmCallRecord,
@@ -127,6 +128,11 @@ def new_text_id() -> str:
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+def redacted_text(text: str | None, secrets: tuple[str | None, ...] = ()) -> str | None:
+    """An error text as it is stored: secrets masked (evaluation logs: Evaluation.redacted)."""
+    return redact(text, secrets) if text else text
 
 
 # --------------------------------------------------------------------------- record -> JSON

@@ -82,6 +82,10 @@ class SqlKernelStore(KernelStore, abc.ABC):
     def _no_limit(self) -> int | None:
         return None
 
+    def _secrets(self) -> tuple[str | None, ...]:
+        """Secrets of this store (a DSN password) masked in what it stores, besides the usual."""
+        return ()
+
     # ------------------------------------------------------------------ helpers
     def _limit(self, limit: int | None) -> int | None:
         return self._no_limit() if limit is None else limit
@@ -303,7 +307,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
         benchmark_config: dict[str, Any],
     ) -> str:
         _rows.require_str(workload_uuid, "workload_uuid")
-        evaluation = _rows.require(evaluation, Evaluation, "evaluation")
+        evaluation = _rows.require(evaluation, Evaluation, "evaluation").redacted(self._secrets())
         config = _rows.plain_json(benchmark_config, "benchmark_config")
         config_hash = hashing.benchmark_config_hash(dict(benchmark_config or {}))
         doc = _rows.record_json(evaluation)
@@ -377,12 +381,15 @@ class SqlKernelStore(KernelStore, abc.ABC):
         hardware: str | None = None,
         workload_uuid: str | None = None,
         limit: int = 10,
+        include_flagged: bool = False,
     ) -> list[RankedSolution]:
         _rows.check_limit(limit)
         _rows.check_strings(
             definition_name=definition_name, hardware=hardware, workload_uuid=workload_uuid
         )
         where = ["s.definition_name = ?", "p.eval_status = 'PASSED'", "p.latency_ms IS NOT NULL"]
+        if not include_flagged:
+            where.append("p.trusted = TRUE")
         params: list[Any] = [definition_name]
         if hardware is not None:
             where.append("p.eval_hardware = ?")
@@ -425,6 +432,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
         run = _rows.require(run, RunRecord, "run")
         _rows.require_str(run.id, "run.id")
         config = _rows.plain_json(run.config, "run.config")
+        error = _rows.redacted_text(run.error, self._secrets())
         with self._tx(write=True) as cur:
             if self._exists(cur, "runs", "id", run.id):
                 raise ConflictError(
@@ -450,7 +458,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
                     run.tokens_in,
                     run.tokens_out,
                     run.cost_usd,
-                    run.error,
+                    error,
                 ),
             )
         return run.id
@@ -459,6 +467,8 @@ class SqlKernelStore(KernelStore, abc.ABC):
         _rows.check_strings(run_id=run_id)
         update = _rows.require(update, RunUpdate, "update")
         changes = {k: v for k, v in update.model_dump().items() if v is not None}
+        if "error" in changes:
+            changes["error"] = _rows.redacted_text(changes["error"], self._secrets())
         with self._tx(write=True) as cur:
             for key in ("initial_solution_id", "best_solution_id"):
                 if key in changes:
@@ -620,7 +630,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
                     call.latency_s,
                     call.cost_usd,
                     call.ok,
-                    call.error,
+                    _rows.redacted_text(call.error, self._secrets()),
                 ),
             )
         return call_id

@@ -10,7 +10,14 @@ import abc
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    computed_field,
+    field_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from accelopt_mcp.models import Definition, Evaluation, LlmCallIn, Solution, Workload
@@ -84,6 +91,17 @@ class StoredProfile(Row):
     speedup: float | None
     created_at: datetime | None = None
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def trusted(self) -> bool:
+        """False when the evaluation carries a flag saying its numbers cannot be believed
+        (e.g. above_peak, constant_output); such a profile ranks nothing unless asked."""
+        return self.evaluation.trusted
+
+    @property
+    def flags(self) -> list[str]:
+        return list(self.evaluation.flags)
+
 
 class RankedSolution(Row):
     """A correct solution with the profile that ranks it."""
@@ -97,7 +115,8 @@ class RankedEntry(Row):
 
     solution: StoredSolution
     best_profile: StoredProfile | None = None
-    """Its fastest correct profile; None when none passed."""
+    """Its fastest correct (and, unless flagged ones were asked for, trusted) profile; None
+    when none qualifies."""
 
 
 RunStatus = Literal["pending", "running", "completed", "failed", "cancelled", "budget_exhausted"]
@@ -294,7 +313,8 @@ class KernelStore(abc.ABC):
         benchmark_config: dict[str, Any],
     ) -> str:
         """Store an evaluation; one row per (workload, solution, benchmark-config hash,
-        hardware): a later evaluation with the same key replaces the earlier one."""
+        hardware): a later evaluation with the same key replaces the earlier one. Its log is
+        stored redacted (Evaluation.redacted)."""
 
     @abc.abstractmethod
     def get_profile(self, profile_id: str) -> StoredProfile | None: ...
@@ -320,8 +340,11 @@ class KernelStore(abc.ABC):
         hardware: str | None = None,
         workload_uuid: str | None = None,
         limit: int = 10,
+        include_flagged: bool = False,
     ) -> list[RankedSolution]:
-        """Correct (PASSED) solutions, fastest first, one entry per solution (its best profile)."""
+        """Correct (PASSED) solutions, fastest first, one entry per solution (its best profile).
+        A profile whose evaluation carries an untrusted flag (models/evaluation.py: above_peak,
+        constant_output, any flag not informational) ranks nothing unless include_flagged."""
 
     def ranked_solutions(
         self,
@@ -330,14 +353,21 @@ class KernelStore(abc.ABC):
         hardware: str | None = None,
         language: str | None = None,
         run_id: str | None = None,
+        include_flagged: bool = False,
     ) -> list[RankedEntry]:
         """Every solution of a definition, best first: correct ones by latency, then the rest
-        (never passed, or not on this hardware) oldest first."""
+        (never passed, passed only with untrusted flags unless include_flagged, or not on this
+        hardware) oldest first."""
         solutions = self.list_solutions(
             definition_name=definition_name, run_id=run_id, language=language
         )
         wanted = {s.id for s in solutions}
-        ranked = self.best_solutions(definition_name, hardware=hardware, limit=max(len(wanted), 1))
+        ranked = self.best_solutions(
+            definition_name,
+            hardware=hardware,
+            limit=max(len(wanted), 1),
+            include_flagged=include_flagged,
+        )
         entries = [
             RankedEntry(solution=r.solution, best_profile=r.profile)
             for r in ranked

@@ -42,6 +42,10 @@ _REQUIRED = (
     "llm_calls",
 )
 
+# Columns schema_v2.txt gained after databases were created with it (added there with
+# ALTER TABLE ... ADD COLUMN IF NOT EXISTS): a database without them needs the file again.
+_ADDED_COLUMNS = (("profiles", "trusted"),)
+
 INIT_HINT = (
     "run `accelopt db init --store <dsn>` or `psql -v ON_ERROR_STOP=1 -f schema_v2.txt <dsn>`"
 )
@@ -189,17 +193,31 @@ class PostgresStore(SqlKernelStore):
         )
 
     def _check_schema(self) -> None:
+        added = [f"{t}.{c}" for t, c in _ADDED_COLUMNS]
         with self._tx(write=False) as cur:
             row = cur.one(
                 "SELECT "
                 + ", ".join(f"to_regclass('{t}') IS NOT NULL AS {t}" for t in _REQUIRED)
                 + ", to_regprocedure('solution_ancestors(uuid)') IS NOT NULL AS lineage"
+                + "".join(
+                    ", EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = "
+                    f"current_schema() AND table_name = '{t}' AND column_name = '{c}') "
+                    f'AS "{t}.{c}"'
+                    for t, c in _ADDED_COLUMNS
+                )
             )
-        missing = [name for name, present in (row or {}).items() if not present]
+        absent = [name for name, present in (row or {}).items() if not present]
+        missing = [name for name in absent if name not in added]
         if missing:
             raise StoreUnavailableError(
                 f"the kernel database schema is not applied in {self.location} (missing: "
                 f"{', '.join(missing)}); {INIT_HINT}"
+            )
+        if absent:
+            raise StoreUnavailableError(
+                f"the kernel database schema in {self.location} is older than this accelopt "
+                f"(missing: {', '.join(absent)}); apply schema_v2.txt again to bring it up to "
+                f"date (idempotent, keeps every row): {INIT_HINT}"
             )
 
     def apply_schema(self) -> None:
@@ -247,7 +265,7 @@ class PostgresStore(SqlKernelStore):
             )
         if isinstance(exc, pg_errors.UniqueViolation):
             return ConflictError(f"the record collides with a stored one ({message})")
-        if isinstance(exc, pg_errors.UndefinedTable) or (
+        if isinstance(exc, pg_errors.UndefinedTable | pg_errors.UndefinedColumn) or (
             isinstance(exc, pg_errors.UndefinedFunction) and "solution_" in message
         ):
             return StoreUnavailableError(
@@ -274,6 +292,9 @@ class PostgresStore(SqlKernelStore):
 
     def _location(self) -> str:
         return self.location
+
+    def _secrets(self) -> tuple[str | None, ...]:
+        return (self._secret,)
 
     def _lineage(self, cur: Cursor, solution_id: str, *, up: bool) -> list[Row]:
         function = "solution_ancestors" if up else "solution_descendants"

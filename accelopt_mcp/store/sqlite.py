@@ -8,6 +8,7 @@ upgrade. Each thread (and each process after a fork) opens its own connection.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -33,6 +34,23 @@ _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 def sqlite_schema() -> str:
     """The DDL, shipped as package data next to this module."""
     return resources.files("accelopt_mcp.store").joinpath("sqlite_schema.sql").read_text("utf-8")
+
+
+# Columns added to the schema after files were written with it: (table, column); the column's
+# definition is the schema's own (from its name to its closing keyword), added with ALTER TABLE
+# to a file that lacks it. Generated VIRTUAL columns only: computed for the rows already there.
+_ADDED_COLUMNS = (("profiles", "trusted"),)
+
+
+def added_column_sql(schema: str, column: str) -> str:
+    """The definition of a generated column in the schema text ("trusted INTEGER GENERATED
+    ALWAYS AS (...) VIRTUAL"), as ALTER TABLE ... ADD COLUMN takes it."""
+    found = re.search(
+        rf"^\s*({column}\s+\w+\s+GENERATED ALWAYS AS .*?\bVIRTUAL)\b", schema, re.S | re.M
+    )
+    if found is None:
+        raise RuntimeError(f"sqlite_schema.sql defines no generated column {column!r}")
+    return found.group(1)
 
 
 def _lower(value: Any) -> Any:
@@ -124,11 +142,17 @@ class SqliteStore(SqlKernelStore):
                         f"the SQLite database {self.path} has schema version {version}, newer "
                         f"than this accelopt knows ({SCHEMA_VERSION}); upgrade accelopt-mcp"
                     )
-                conn.executescript(
-                    "BEGIN IMMEDIATE;\n"
-                    + sqlite_schema()
-                    + f"\nPRAGMA user_version = {SCHEMA_VERSION};\nCOMMIT;"
-                )
+                schema = sqlite_schema()
+                # One write transaction: the script, then the columns an older file lacks.
+                conn.executescript("BEGIN IMMEDIATE;\n" + schema)
+                for table, column in _ADDED_COLUMNS:
+                    present = {r[1] for r in conn.execute(f"PRAGMA table_xinfo({table})")}
+                    if column not in present:
+                        conn.execute(
+                            f"ALTER TABLE {table} ADD COLUMN {added_column_sql(schema, column)}"
+                        )
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                conn.execute("COMMIT")
             except sqlite3.DatabaseError as exc:
                 if conn.in_transaction:
                     conn.rollback()

@@ -59,6 +59,16 @@ CREATE TABLE IF NOT EXISTS profiles (
                                json_extract(evaluation, '$.performance.speedup_factor'),
                                json_extract(evaluation, '$.performance.speedup')) AS REAL)) STORED,
     created_at             TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    -- 1 unless a flag says the numbers cannot be believed: the flags (minified JSON) with the
+    -- informational ones (INFORMATIONAL_FLAGS of accelopt_mcp/models/evaluation.py) taken out
+    -- hold nothing but brackets and commas. VIRTUAL, since the store adds this very definition
+    -- (from "trusted" to "VIRTUAL") to an older file with ALTER TABLE (sqlite.py).
+    trusted                INTEGER GENERATED ALWAYS AS (trim(
+                               replace(replace(replace(replace(
+                                   COALESCE(json_extract(evaluation, '$.flags'), '[]'),
+                                   '"no_reference_latency"', ''), '"noisy_timing"', ''),
+                                   '"not_isolated"', ''), '"unstable_latency"', ''),
+                               '[],') = '') VIRTUAL,
     UNIQUE (workload_uuid, solution_id, benchmark_config_hash, eval_hardware)
 );
 CREATE INDEX IF NOT EXISTS profiles_solution_idx ON profiles (solution_id);

@@ -401,7 +401,7 @@ class SupabaseStore(KernelStore):
         benchmark_config: dict[str, Any],
     ) -> str:
         _rows.require_str(workload_uuid, "workload_uuid")
-        evaluation = _rows.require(evaluation, Evaluation, "evaluation")
+        evaluation = _rows.require(evaluation, Evaluation, "evaluation").redacted([self._key])
         config = json.loads(_rows.plain_json(benchmark_config, "benchmark_config"))
         config_hash = hashing.benchmark_config_hash(dict(benchmark_config or {}))
         solution = self._canonical_solution(solution_id, "solution_id")
@@ -481,6 +481,7 @@ class SupabaseStore(KernelStore):
         hardware: str | None = None,
         workload_uuid: str | None = None,
         limit: int = 10,
+        include_flagged: bool = False,
     ) -> list[RankedSolution]:
         _rows.check_limit(limit)
         _rows.check_strings(
@@ -498,6 +499,8 @@ class SupabaseStore(KernelStore):
                 .eq("eval_status", "PASSED")
                 .not_.is_("latency_ms", None)
             )
+            if not include_flagged:
+                q = q.eq("trusted", True)
             if hardware is not None:
                 q = q.eq("eval_hardware", hardware)
             if workload_uuid is not None:
@@ -577,7 +580,7 @@ class SupabaseStore(KernelStore):
             "tokens_in": run.tokens_in,
             "tokens_out": run.tokens_out,
             "cost_usd": run.cost_usd,
-            "error": run.error,
+            "error": _rows.redacted_text(run.error, (self._key,)),
         }
         self._run(
             self._table("runs").insert(row, returning="minimal"),
@@ -594,6 +597,8 @@ class SupabaseStore(KernelStore):
                 changes[role] = self._canonical_solution(changes[role], role)
         if "config" in changes:
             changes["config"] = json.loads(_rows.plain_json(changes["config"], "config"))
+        if "error" in changes:
+            changes["error"] = _rows.redacted_text(changes["error"], (self._key,))
         # An UPDATE always runs, even with nothing to change, so the trigger stamps updated_at.
         rows = self._rows(
             self._table("runs")
@@ -732,7 +737,12 @@ class SupabaseStore(KernelStore):
         call_id = _rows.new_text_id()
         self._run(
             self._table("llm_calls").insert(
-                {"id": call_id, **call.model_dump(mode="json")}, returning="minimal"
+                {
+                    "id": call_id,
+                    **call.model_dump(mode="json"),
+                    "error": _rows.redacted_text(call.error, (self._key,)),
+                },
+                returning="minimal",
             ),
             on_missing_reference=lambda _: _rows.unknown_run(str(call.run_id)),
         )

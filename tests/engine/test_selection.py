@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from accelopt_mcp.engine.checkpoint import Checkpoint
+from accelopt_mcp.engine.live_run import LiveRun
 from accelopt_mcp.engine.selection import (
     AttemptRecord,
     BeamEntry,
@@ -102,3 +104,98 @@ def test_a_pair_found_by_two_plans_is_summarized_once() -> None:
     ids = [(p.attempt.parent_id, p.attempt.solution_id) for p in pairs]
     assert len(ids) == len(set(ids)) == 4
     assert [p.speedup for p in pairs] == [5.0, 2.5, 0.25, 10.0 / 30.0]
+
+
+# --------------------------------------------------------------------------- untrusted results
+
+
+def flagged(plan: int, index: int, latency: float, *flags: str) -> AttemptRecord:
+    return attempt(plan, index, latency).model_copy(update={"flags": list(flags)})
+
+
+def test_flags_decide_trust_unknown_ones_included() -> None:
+    assert attempt(0, 0, 1.0).trusted  # no flags
+    assert flagged(0, 0, 1.0, "noisy_timing", "not_isolated").trusted
+    assert flagged(0, 0, 1.0, "no_reference_latency", "unstable_latency").usable
+    for flag in ("above_peak", "constant_output", "timed_output_mismatch", "forged_result"):
+        assert not flagged(0, 0, 1.0, flag).trusted
+    assert not flagged(0, 0, 1.0, "input_independent_output").usable
+    assert not flagged(0, 0, 1.0, "noisy_timing", "a_flag_from_the_future").trusted
+    assert flagged(0, 0, 1.0, "above_peak").passed  # it did pass; it is just not believed
+
+
+def test_a_flagged_attempt_never_enters_the_beam() -> None:
+    old = [BeamEntry(solution_id="old", latency_ms=6.0, source_hash="h-old", branch="initial")]
+    new = [
+        flagged(0, 0, 1.0, "above_peak"),  # fastest, and the fastest of its branch
+        attempt(0, 1, 3.0),  # same branch: takes the branch's place
+        flagged(1, 0, 0.5, "input_independent_output"),  # a branch of flagged attempts only
+        flagged(2, 0, 4.0, "noisy_timing"),  # informational: joins
+    ]
+    beam = next_beam(old, new, width=4)
+    assert [(e.solution_id, e.latency_ms) for e in beam] == [
+        ("s-0-0-1", 3.0),
+        ("s-0-2-0", 4.0),
+        ("old", 6.0),
+    ]
+
+
+def test_a_flagged_attempt_represents_no_plan_and_forms_no_pair() -> None:
+    attempts = [
+        flagged(0, 0, 1.0, "above_peak"),  # 10x, flagged: the plan's best is the honest one
+        attempt(0, 1, 4.0),  # 2.5x
+        flagged(1, 0, 2.0, "constant_output"),  # a plan whose only pass is flagged
+        attempt(1, 1, None, status="RUNTIME_ERROR"),
+        flagged(2, 0, 40.0, "timed_output_mismatch"),  # a flagged slowdown: no negative pair
+        attempt(2, 1, 20.0),  # 0.5x
+    ]
+    chosen = {a.plan_index: a.latency_ms for a in plan_representatives(attempts)}
+    assert chosen == {0: 4.0, 2: 20.0}
+    pairs = select_pairs(attempts, topk=4, positive_threshold=1.04, negative_threshold=0.87)
+    assert [(p.attempt.latency_ms, p.positive) for p in pairs] == [(4.0, True), (20.0, False)]
+    assert all(p.attempt.trusted for p in pairs)
+
+
+def test_old_checkpoint_slots_without_flags_load_as_trusted() -> None:
+    old_json = {
+        "iteration": 1,
+        "beam_index": 0,
+        "plan_index": 0,
+        "attempt_index": 0,
+        "parent_id": "p",
+        "parent_latency_ms": 10.0,
+        "status": "PASSED",
+        "solution_id": "s",
+        "source_hash": "h",
+        "latency_ms": 2.0,
+    }
+    slot = AttemptRecord.model_validate(old_json)
+    assert slot.flags == [] and slot.trusted and slot.usable
+    checkpoint = Checkpoint.model_validate(
+        {
+            "initial": {
+                "solution_id": "i",
+                "latency_ms": 10.0,
+                "source_hash": "hi",
+                "branch": "initial",
+            },
+            "slots": {"1/0/0/0": old_json},
+            "history": [
+                {
+                    "iteration": 1,
+                    "best_latency_ms": 2.0,
+                    "attempts": 1,
+                    "passed": 1,
+                    "failed": 0,
+                    "experiences_added": 0,
+                }
+            ],
+        }
+    )
+    assert checkpoint.history[0].flagged == 0
+    assert LiveRun(checkpoint).fastest_so_far().solution_id == "s"
+    # A flagged slot written now round-trips with its flags, and is never the fastest.
+    checkpoint.slots["1/0/0/1"] = flagged(0, 1, 0.1, "above_peak")
+    again = Checkpoint.model_validate(checkpoint.model_dump(mode="json"))
+    assert again.slots["1/0/0/1"].flags == ["above_peak"]
+    assert LiveRun(again).fastest_so_far().solution_id == "s"

@@ -265,6 +265,63 @@ async def test_insert_rank_source_lineage_profiles(db_client: Client) -> None:
     await fails(c, "query_profiles", {"solution_id": "nope"}, "no solution")
 
 
+async def test_untrusted_results_rank_nothing_unless_asked(
+    db_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c = db_client
+    secret = "mcp-secret-value-77aa"
+    monkeypatch.setenv("KERNEL_SERVICE_TOKEN", secret)
+    definition = json.loads(SILU_TASK.read_text())
+    await ok(c, "insert_definition", {"definition": definition})
+    workload = {"axes": {"M": 64}, "inputs": {"x": {"type": "random"}}, "uuid": "w-64"}
+    await ok(c, "insert_workload", {"definition_name": "silu_n1024", "workload": workload})
+    honest = await ok(c, "insert_solution", {"solution": json.loads(SILU_SLOW.read_text())})
+    cheat = await ok(c, "insert_solution", {"solution": json.loads(SILU_FAST.read_text())})
+    leak = f"token {secret} at postgresql://u:pw-mcp-9@h/db"
+    for solution_id, latency, flags in (
+        (honest["id"], 1.5, ["noisy_timing"]),
+        (cheat["id"], 0.1, ["above_peak"]),
+    ):
+        profile = {
+            "workload_uuid": "w-64",
+            "solution_id": solution_id,
+            "evaluation": {**evaluation(latency), "flags": flags, "log": leak},
+            "benchmark_config": {"iterations": 10},
+        }
+        await ok(c, "insert_profile", profile)
+
+    ranked = await ok(c, "list_solutions", {"definition_name": "silu_n1024"})
+    assert [s["id"] for s in ranked["items"]] == [honest["id"], cheat["id"]]
+    first, second = ranked["items"]
+    assert (first["best_latency_ms"], first["best_flags"], first["best_trusted"]) == (
+        1.5,
+        ["noisy_timing"],
+        True,
+    )
+    assert second["best_latency_ms"] is None and second["best_flags"] == []
+
+    flagged = await ok(
+        c, "list_solutions", {"definition_name": "silu_n1024", "include_flagged": True}
+    )
+    assert [s["id"] for s in flagged["items"]] == [cheat["id"], honest["id"]]
+    top = flagged["items"][0]
+    assert (top["best_latency_ms"], top["best_flags"], top["best_trusted"]) == (
+        0.1,
+        ["above_peak"],
+        False,
+    )
+
+    detail = await ok(c, "get_solution", {"solution_id": cheat["id"]})
+    assert detail["summary"]["best_latency_ms"] is None  # its only pass is not believed
+    [shown] = detail["profiles"]
+    assert shown["flags"] == ["above_peak"] and shown["trusted"] is False
+    profiles = await ok(c, "query_profiles", {"solution_id": honest["id"]})
+    assert profiles["items"][0]["trusted"] is True
+    for log in (shown["log"], profiles["items"][0]["log"]):
+        assert secret not in log and "pw-mcp-9" not in log
+        assert "postgresql://***@h/db" in log
+
+
 # --------------------------------------------------------------------------- profiling
 
 
@@ -430,6 +487,7 @@ async def test_resources_and_prompt(client: Client) -> None:
     ranked = json.loads(
         (await client.read_resource("accelopt://definitions/silu_n1024/solutions")).contents[0].text
     )
+    assert all(r["best_trusted"] in (True, None) for r in ranked)
     source = (await client.read_resource(f"accelopt://solutions/{ranked[0]['id']}")).contents[0]
     assert "def run" in source.text
     assert json.loads((await client.read_resource("accelopt://runs")).contents[0].text) == []

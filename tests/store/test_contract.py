@@ -9,7 +9,8 @@ import pydantic
 import pytest
 
 from accelopt_mcp import hashing
-from accelopt_mcp.models import LlmCallIn
+from accelopt_mcp.models import Evaluation, LlmCallIn
+from accelopt_mcp.models.evaluation import UNTRUSTED_FLAGS, flags_trusted
 from accelopt_mcp.store.base import (
     ConflictError,
     ExperienceIn,
@@ -325,6 +326,115 @@ def test_best_solutions_rank_passed_profiles(seeded: KernelStore) -> None:
     assert [r.solution.id for r in seeded.best_solutions(DEF, limit=1)] == [fast]
     assert seeded.best_solutions(DEF, hardware="x") == []
     assert seeded.best_solutions("nothing-here") == []
+
+
+def _flagged(latency_ms: float, *flags: str, hardware: str = "cpu/x86_64") -> Evaluation:
+    evaluation = make_evaluation(latency_ms=latency_ms, hardware=hardware)
+    return evaluation.model_copy(update={"flags": list(flags)})
+
+
+def test_untrusted_profiles_rank_nothing_unless_asked(seeded: KernelStore) -> None:
+    seeded.upsert_workload(DEF, make_workload(DEF, uuid_="w-2"))
+    honest = seeded.upsert_solution(make_solution(DEF, "# honest\n"))
+    cheat = seeded.upsert_solution(make_solution(DEF, "# cheat\n"))
+    future = seeded.upsert_solution(make_solution(DEF, "# future\n"))
+    mixed = seeded.upsert_solution(make_solution(DEF, "# mixed\n"))
+    never = seeded.upsert_solution(make_solution(DEF, "# never\n"))
+    seeded.upsert_profile("w-1", honest, _flagged(3.0, "noisy_timing", "not_isolated"), CONFIG)
+    seeded.upsert_profile("w-1", cheat, _flagged(0.5, "above_peak"), CONFIG)
+    seeded.upsert_profile("w-1", future, _flagged(0.7, "noisy_timing", "from_the_future"), CONFIG)
+    # Flagged on one workload, trusted (and slower) on another: ranked by the trusted one.
+    seeded.upsert_profile("w-1", mixed, _flagged(0.2, "constant_output"), CONFIG)
+    trusted_mixed = seeded.upsert_profile("w-2", mixed, _flagged(4.0), CONFIG)
+    seeded.upsert_profile("w-1", never, make_evaluation("INCORRECT_NUMERICAL"), CONFIG)
+
+    ranked = seeded.best_solutions(DEF)
+    assert [(r.solution.id, r.profile.latency_ms) for r in ranked] == [(honest, 3.0), (mixed, 4.0)]
+    assert ranked[0].profile.flags == ["noisy_timing", "not_isolated"]
+    assert ranked[0].profile.trusted and ranked[1].profile.id == trusted_mixed
+    assert [r.solution.id for r in seeded.best_solutions(DEF, limit=1)] == [honest]
+    assert seeded.best_solutions(DEF, workload_uuid="w-1") == ranked[:1]
+
+    everything = seeded.best_solutions(DEF, include_flagged=True)
+    assert [(r.solution.id, r.profile.latency_ms) for r in everything] == [
+        (mixed, 0.2),
+        (cheat, 0.5),
+        (future, 0.7),
+        (honest, 3.0),
+    ]
+    assert [r.profile.trusted for r in everything] == [False, False, False, True]
+    assert everything[1].profile.flags == ["above_peak"]
+    dumped = everything[1].profile.model_dump(mode="json")
+    assert dumped["trusted"] is False and dumped["evaluation"]["flags"] == ["above_peak"]
+
+    entries = seeded.ranked_solutions(DEF)
+    assert [e.solution.id for e in entries] == [honest, mixed, cheat, future, never]
+    assert [e.best_profile is None for e in entries] == [False, False, True, True, True]
+    flagged_too = seeded.ranked_solutions(DEF, include_flagged=True)
+    assert [e.solution.id for e in flagged_too] == [mixed, cheat, future, honest, never]
+    assert flagged_too[0].best_profile is not None
+    assert flagged_too[0].best_profile.flags == ["constant_output"]
+
+
+def test_the_stores_trust_is_the_records_trust(seeded: KernelStore) -> None:
+    # The SQL column and Evaluation.trusted must agree on every kind of flag list.
+    cases = [
+        [],
+        ["noisy_timing"],
+        ["not_isolated", "noisy_timing", "unstable_latency", "no_reference_latency"],
+        ["noisy_timing", "noisy_timing"],
+        *[[flag] for flag in sorted(UNTRUSTED_FLAGS)],
+        ["noisy_timing", "above_peak"],
+        ["above_peak", "noisy_timing"],
+        ["noisy_timing_extra"],
+        ["x_noisy_timing"],
+        ['"noisy_timing"'],
+        ['noisy_timing","not_isolated'],
+        ["[],"],
+        [""],
+        ["ünïcode"],
+    ]
+    expected: dict[str, bool] = {}
+    for i, flags in enumerate(cases):
+        evaluation = _flagged(1.0 + i, *flags)
+        sid = seeded.upsert_solution(make_solution(DEF, f"# case {i}\n"))
+        pid = seeded.upsert_profile("w-1", sid, evaluation, CONFIG)
+        stored = seeded.get_profile(pid)
+        assert stored is not None and stored.evaluation.flags == flags
+        assert stored.trusted == evaluation.trusted == flags_trusted(flags), flags
+        expected[sid] = evaluation.trusted
+    ranked = {r.solution.id for r in seeded.best_solutions(DEF, limit=100)}
+    assert ranked == {sid for sid, trusted in expected.items() if trusted}
+    assert len(ranked) == 4
+    assert len(seeded.best_solutions(DEF, limit=100, include_flagged=True)) == len(cases)
+
+
+def test_stored_logs_and_errors_are_redacted(
+    seeded: KernelStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "env-secret-value-4242"
+    monkeypatch.setenv("KERNEL_SERVICE_TOKEN", secret)
+    leak = (
+        f"kernel said: token is {secret}\n"
+        "db at postgresql://u:pw-77@h/db, Authorization: Bearer abc.def.ghi\nresult ok"
+    )
+    sid = seeded.upsert_solution(make_solution(DEF, "# leaky\n"))
+    evaluation = make_evaluation("RUNTIME_ERROR").model_copy(update={"log": leak})
+    pid = seeded.upsert_profile("w-1", sid, evaluation, CONFIG)
+    stored = seeded.get_profile(pid)
+    assert stored is not None
+    for log in (stored.evaluation.log, seeded.list_profiles(solution_id=sid)[0].evaluation.log):
+        assert secret not in log and "pw-77" not in log and "abc.def.ghi" not in log
+        assert "postgresql://***@h/db" in log and log.endswith("result ok")
+    assert evaluation.log == leak  # the caller's record is left as it was
+
+    seeded.create_run(RunRecord(id="run-r", definition_name=DEF, error=f"failed: {secret}"))
+    assert seeded.get_run("run-r").error == "failed: ***"
+    updated = seeded.update_run("run-r", RunUpdate(error="RuntimeError: password=hunter22 x"))
+    assert updated.error == "RuntimeError: password=*** x"
+    assert seeded.get_run("run-r").error == updated.error
+    seeded.add_llm_call(LlmCallIn(run_id="run-r", role="planner", model="m", error=secret))
+    assert seeded.list_llm_calls("run-r")[0].error == "***"
 
 
 # --------------------------------------------------------------------------- runs

@@ -2,23 +2,30 @@
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import sqlite3
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
+from accelopt_mcp import hashing
 from accelopt_mcp.models import LlmCallIn
-from accelopt_mcp.store.base import RunRecord, StoreUnavailableError
+from accelopt_mcp.models.evaluation import INFORMATIONAL_FLAGS, UNTRUSTED_FLAGS
+from accelopt_mcp.store import _rows
+from accelopt_mcp.store.base import KernelStore, RunRecord, StoreUnavailableError
 from accelopt_mcp.store.postgres import (
     PostgresStore,
     behind_transaction_pooler,
     mask_dsn,
     schema_v2,
 )
-from accelopt_mcp.store.sqlite import SqliteStore
+from accelopt_mcp.store.sqlite import SqliteStore, added_column_sql, sqlite_schema
 from tests.store.samples import make_definition, make_evaluation, make_solution, make_workload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -233,3 +240,138 @@ def test_transaction_pooler_is_recognised() -> None:
     assert not behind_transaction_pooler(
         "postgresql://postgres:pw@db.ref.supabase.co:5432/postgres"
     )
+
+
+# --------------------------------------------------------------------------- profiles.trusted
+
+
+def _sql_flag_lists() -> dict[str, set[str]]:
+    """The informational flags each schema spells out for its `trusted` column."""
+    pg = SCHEMA.read_text("utf-8")
+    pg_list = re.search(r"<@ '(\[[^']*\])'::jsonb", pg)
+    assert pg_list is not None
+    lite = added_column_sql(sqlite_schema(), "trusted")
+    return {
+        "schema_v2.txt": set(json.loads(pg_list.group(1))),
+        "sqlite_schema.sql": set(re.findall(r"'\"([a-z_]+)\"'", lite)),
+    }
+
+
+def test_the_schemas_know_the_informational_flags_of_the_records() -> None:
+    for name, flags in _sql_flag_lists().items():
+        assert flags == INFORMATIONAL_FLAGS, name
+    assert not INFORMATIONAL_FLAGS & UNTRUSTED_FLAGS
+
+
+def _without_trusted_sqlite() -> str:
+    """sqlite_schema.sql as it was before profiles.trusted."""
+    schema = sqlite_schema()
+    column = added_column_sql(schema, "trusted")
+    old = re.sub(r"\n *-- 1 unless a flag says.*?\n(?= *trusted)", "\n", schema, flags=re.S)
+    old = old.replace(column + ",", "")
+    assert "trusted" not in old
+    return old
+
+
+def _old_rows(execute: Callable[[str, tuple[Any, ...]], object]) -> dict[str, str]:
+    """A definition, a workload and three profiled solutions written as an older accelopt
+    wrote them (plain INSERTs, no trusted column): name -> solution id."""
+    execute(
+        "INSERT INTO definitions (name, definition) VALUES (?, ?)",
+        ("d", _rows.record_json(make_definition("d"))),
+    )
+    execute(
+        "INSERT INTO workloads (uuid, definition_name, workload) VALUES (?, ?, ?)",
+        ("w", "d", _rows.workload_trace_json("d", make_workload("d", uuid_="w"))),
+    )
+    ids = {}
+    for i, (name, flags) in enumerate(
+        (("honest", ["noisy_timing"]), ("cheat", ["above_peak"]), ("plain", []))
+    ):
+        solution = make_solution("d", f"# {name}\n")
+        sid = ids[name] = _rows.new_uuid()
+        execute(
+            "INSERT INTO solutions (id, definition_name, solution, hash_version, solution_hash) "
+            "VALUES (?, ?, ?, 1, ?)",
+            (sid, "d", _rows.record_json(solution), hashing.solution_hash(solution)),
+        )
+        evaluation = make_evaluation(latency_ms=1.0 + 2 * (i % 2 == 0) + i)
+        if flags:
+            evaluation = evaluation.model_copy(update={"flags": flags})
+        execute(
+            "INSERT INTO profiles (id, workload_uuid, solution_id, evaluation, "
+            "benchmark_config_hash) VALUES (?, ?, ?, ?, ?)",
+            (_rows.new_uuid(), "w", sid, _rows.record_json(evaluation), "cfg"),
+        )
+    return ids
+
+
+def _check_migrated(store: KernelStore, ids: dict[str, str]) -> None:
+    # honest 3.0 ms, cheat 2.0 ms (above_peak), plain 5.0 ms
+    assert [r.solution.id for r in store.best_solutions("d")] == [ids["honest"], ids["plain"]]
+    flagged = store.best_solutions("d", include_flagged=True)
+    assert [r.solution.id for r in flagged] == [ids["cheat"], ids["honest"], ids["plain"]]
+    assert [r.profile.trusted for r in flagged] == [False, True, True]
+
+
+def test_sqlite_adds_trusted_to_an_older_file(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(_without_trusted_sqlite() + "\nPRAGMA user_version = 2;")
+    ids = _old_rows(conn.execute)
+    conn.commit()
+    conn.close()
+    with SqliteStore(path) as store:
+        _check_migrated(store, ids)
+    with SqliteStore(path) as store:  # reopening changes nothing
+        _check_migrated(store, ids)
+    conn = sqlite3.connect(path)
+    try:
+        columns = [r[1] for r in conn.execute("PRAGMA table_xinfo(profiles)")]
+        assert columns.count("trusted") == 1
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    finally:
+        conn.close()
+
+
+def _without_trusted_pg() -> str:
+    """schema_v2.txt as it was before profiles.trusted."""
+    schema = SCHEMA.read_text("utf-8")
+    old = re.sub(r"\n-- False when the evaluation carries.*?\) STORED;\n", "\n", schema, flags=re.S)
+    old = re.sub(r"s\.spec_language,\n.*?p\.trusted\n", "s.spec_language\n", old, flags=re.S)
+    old = old.replace(
+        "    -- trusted: added below, so that re-applying this file adds it to an "
+        "older database.\n",
+        "",
+    )
+    assert "trusted" not in old
+    return old
+
+
+@pytest.mark.postgres
+def test_reapplying_the_schema_adds_trusted_to_an_older_database(pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(_without_trusted_pg())
+
+        def execute(sql: str, params: tuple[Any, ...]) -> object:
+            if sql.startswith(("INSERT INTO definitions", "INSERT INTO workloads")):
+                # Their keys are generated from the JSON in PostgreSQL.
+                sql = sql.replace("(name, definition) VALUES (?, ?)", "(definition) VALUES (?)")
+                sql = sql.replace(
+                    "(uuid, definition_name, workload) VALUES (?, ?, ?)",
+                    "(definition_name, workload) VALUES (?, ?)",
+                )
+                params = params[1:]
+            return conn.execute(sql.replace("?", "%s"), params)
+
+        ids = _old_rows(execute)
+    with pytest.raises(StoreUnavailableError, match=r"older than this accelopt") as caught:
+        PostgresStore(pg_dsn)
+    assert "profiles.trusted" in str(caught.value) and "schema_v2.txt" in str(caught.value)
+    with PostgresStore(pg_dsn, init_schema=True) as store:  # `accelopt db init` does this
+        _check_migrated(store, ids)
+    with PostgresStore(pg_dsn) as store:
+        _check_migrated(store, ids)
+    with psycopg.connect(pg_dsn) as conn:
+        row = conn.execute("SELECT count(*) FILTER (WHERE trusted) FROM solution_profiles")
+        assert row.fetchone() == (2,)
