@@ -40,6 +40,9 @@ class Availability(BaseModel):
     hardware: str | None = None
     reason: str
     """Why it is (not) usable, and what to install or where to run when it is not."""
+    isolation: str | None = None
+    """How candidates are isolated here: 'bwrap jail: ...' or 'none: ...' with how to get a
+    jail. None where the backend does not say."""
 
 
 class BackendUnavailableError(RuntimeError):

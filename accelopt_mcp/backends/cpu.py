@@ -7,8 +7,8 @@ job, maps how the child ended onto an Evaluation, and adds the figures the plann
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
+import logging
 import math
 import os
 import platform
@@ -22,7 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from accelopt_mcp.backends.base import Availability, Backend, BackendInfo
+from accelopt_mcp.backends.base import (
+    Availability,
+    Backend,
+    BackendInfo,
+    BackendUnavailableError,
+)
+from accelopt_mcp.isolation.jail import MODE_VARIABLE, jail_status
 from accelopt_mcp.isolation.sandbox import (
     SandboxResult,
     read_result_file,
@@ -44,8 +50,10 @@ from accelopt_mcp.models import (
     Task,
 )
 from accelopt_mcp.pysource import parse_python, source_imports_any
+from accelopt_mcp.redaction import redact
 from accelopt_mcp.tasks.inputs import InputError, input_plan
 
+log = logging.getLogger(__name__)
 RUNNER_MODULE = "accelopt_mcp.backends.cpu_runner"
 TORCH = ("torch",)
 MAX_LOG_CHARS = 16_000
@@ -57,6 +65,7 @@ PEAK_BYTES_PER_S = 200e9
 # Keep freed memory in the heap instead of returning it to the OS: otherwise every fresh
 # output array of a timed call is a new mmap whose page faults (zeroing, on a loaded host)
 # cost as much as a small kernel and vary from call to call.
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 TIMING_ENV = {
     "MALLOC_MMAP_THRESHOLD_": str(1 << 30),
     "MALLOC_TRIM_THRESHOLD_": str(1 << 31),
@@ -93,6 +102,22 @@ def runner_argv(job: Path, result: Path) -> list[str]:
     return [sys.executable, "-I", "-m", RUNNER_MODULE, str(job), str(result)]
 
 
+_warned_not_isolated = False
+
+
+def isolation_summary() -> str:
+    """'bwrap jail: ...' or 'none: <why, and how to get one>'. The first time no jail can run,
+    says so once in the log: every evaluation will carry the `not_isolated` flag."""
+    global _warned_not_isolated
+    status = jail_status()
+    if status.kind == "none" and not _warned_not_isolated:
+        _warned_not_isolated = True
+        log.warning(
+            "kernels run WITHOUT a jail (evaluations are flagged not_isolated): %s", status.reason
+        )
+    return f"{'bwrap jail' if status.kind == 'bwrap' else 'none'}: {status.reason}"
+
+
 class CpuBackend(Backend):
     info = BackendInfo(
         name="cpu",
@@ -113,9 +138,8 @@ class CpuBackend(Backend):
         self.cpus = set(cpus) if cpus else None
         self.hardware = host_hardware()
         remove_abandoned_work_dirs("cpu")
-        # Reference timings by (reference, workload, timing settings): the reference does not
-        # change between candidates, so it is timed once per backend instance.
-        self._reference_rounds: dict[str, list[list[int]]] = {}
+        self.jail = "bwrap" if jail_status().kind == "bwrap" else "none"
+        isolation_summary()
 
     def availability(self) -> Availability:
         cores = len(self.cpus) if self.cpus else len(os.sched_getaffinity(0))
@@ -124,6 +148,7 @@ class CpuBackend(Backend):
             usable=True,
             hardware=self.hardware,
             reason=f"runs Python/NumPy kernels on this host ({cores} core(s))",
+            isolation=isolation_summary(),
         )
 
     # ------------------------------------------------------------------ evaluate
@@ -132,6 +157,11 @@ class CpuBackend(Backend):
         self, task: Task, solution: Solution, config: BenchmarkConfig | None = None
     ) -> Evaluation:
         config = config or BenchmarkConfig()
+        if self.jail == "none" and os.environ.get(MODE_VARIABLE, "").strip().lower() == "bwrap":
+            raise BackendUnavailableError(
+                f"{MODE_VARIABLE}=bwrap asks for a jail and none can run here: "
+                f"{jail_status().reason}"
+            )
         language = Language(solution.spec.language)
         if language != Language.PYTHON:
             return self._evaluation(
@@ -145,7 +175,7 @@ class CpuBackend(Backend):
         ) as tmp:
             work = Path(tmp)
             try:
-                job, reference_key = self._write_job(work, task, solution, config)
+                job = self._write_job(work, task, solution, config)
             except (InputError, ValueError) as exc:
                 # The task, not the candidate, is at fault; say so instead of blaming the kernel.
                 return self._evaluation(
@@ -173,15 +203,11 @@ class CpuBackend(Backend):
                     flags=["forged_result"],
                 )
             stage = (_read_json(work / "progress.json") or {}).get("stage", "start-up")
-        if result is not None and not job["time_reference"]:
-            result["reference_rounds_ns"] = self._reference_rounds[reference_key]
-        elif result is not None and result.get("reference_rounds_ns"):
-            self._reference_rounds[reference_key] = result["reference_rounds_ns"]
         return self._to_evaluation(task, config, run, result, stage)
 
     def _write_job(
         self, work: Path, task: Task, solution: Solution, config: BenchmarkConfig
-    ) -> tuple[dict[str, Any], str]:
+    ) -> dict[str, Any]:
         definition, workload = task.definition, task.workload
         style = reference_style(definition.reference)
         (work / "reference.py").write_text(definition.reference)
@@ -194,14 +220,6 @@ class CpuBackend(Backend):
             source_imports_any(s.content, TORCH) for s in solution.sources if s.path.endswith(".py")
         )
         plan = input_plan(definition, workload) if style == "flashinfer" else None
-        timing = config.perf_fields()
-        reference_key = hashlib.sha256(
-            json.dumps(
-                [definition.reference, workload.model_dump(mode="json"), timing],
-                sort_keys=True,
-                default=str,
-            ).encode()
-        ).hexdigest()
         job = {
             "mode": "evaluate",
             "style": style,
@@ -213,12 +231,31 @@ class CpuBackend(Backend):
             "input_plan": plan,
             "output_plan": _output_plan(definition, workload.axes),
             "use_torch": use_torch,
-            "time_reference": reference_key not in self._reference_rounds,
+            "cpus": sorted(self.cpus) if self.cpus else None,
+            "memory_limit_mb": config.memory_limit_mb,
+            # All the jailed processes see of an environment: no variable of ours, only the
+            # allocator and thread settings the harness runs with too.
+            "jail_env": self._jail_env(),
+            "jail": self.jail,
             "nonce": secrets.token_hex(16),
-            **timing,
+            **config.perf_fields(),
         }
         (work / "job.json").write_text(json.dumps(job))
-        return job, reference_key
+        return job
+
+    def _jail_env(self) -> dict[str, str]:
+        env = {
+            **TIMING_ENV,
+            "PYTHONHASHSEED": "0",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            # glibc reserves 64 MiB of address space per thread arena: with RLIMIT_AS a few BLAS
+            # threads would otherwise become spurious MemoryErrors.
+            "MALLOC_ARENA_MAX": "2",
+        }
+        if self.cpus:
+            for name in THREAD_VARS:
+                env[name] = str(len(self.cpus))
+        return env
 
     # ------------------------------------------------------------------ results
 
@@ -230,7 +267,8 @@ class CpuBackend(Backend):
                 libs={"python": platform.python_version(), "numpy": np.__version__},
             ),
             timestamp=datetime.now(UTC).isoformat(),
-            log=_cap(log),
+            # A second line of defence: no secret leaves an evaluation, whatever printed it.
+            log=_cap(redact(log)),
             **fields,
         )
 
@@ -245,6 +283,12 @@ class CpuBackend(Backend):
         if result is None:
             return self._evaluation(*_died(run, stage, config))
         flags = list(dict.fromkeys(result.get("flags", [])))
+        isolation = result.get("isolation")
+        if isinstance(isolation, dict) and not isolation.get("isolated"):
+            flags.append("not_isolated")
+        stderr = str(result.get("candidate_stderr") or "").strip()
+        if stderr:
+            run = run.model_copy(update={"stderr": f"{run.stderr}\n[kernel]\n{stderr}".strip()})
         error = result.get("error")
         if error:
             status = (
@@ -280,8 +324,9 @@ class CpuBackend(Backend):
             # Time inside the timed kernel calls, so the profiler's own overhead can be measured.
             "timed_calls": float(result.get("kernel_timed_calls", 0)),
             "timed_total_ms": result.get("kernel_timed_ns", 0) / 1e6,
-            # Time the kernel's thread waited for its core during timing, taken out of samples.
-            "runqueue_wait_ms": result.get("kernel_waited_ns", 0) / 1e6,
+            "reference_timed_total_ms": result.get("reference_timed_ns", 0) / 1e6,
+            # The harness's round trip of an empty call, taken out of every timed sample.
+            "harness_overhead_us": result.get("harness_overhead_ns", 0) / 1e3,
         }
         cores = len(self.cpus) if self.cpus else len(os.sched_getaffinity(0))
         if task.roofline is not None and latency_ms > 0:

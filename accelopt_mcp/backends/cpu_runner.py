@@ -1,10 +1,15 @@
-"""The profiling child of the cpu backend: `python -m accelopt_mcp.backends.cpu_runner JOB RESULT`.
+"""The trusted harness of the cpu backend: `python -m accelopt_mcp.backends.cpu_runner JOB RESULT`.
 
-It imports the reference and the candidate from files the parent wrote into the sandbox
-directory, checks the candidate on every seed, times both, checks every output produced while
-timing, and writes a plain JSON result. The parent never reads the candidate's stdout; a child
-that dies before writing RESULT is judged from how it died and from the last stage recorded in
-`progress.json`.
+Our code only, plus the task's own module (its inputs and transforms). It never imports the
+candidate: the candidate kernel runs in a jailed process of its own (cpu_candidate.py inside
+accelopt_mcp.isolation.jail), and the task's reference is timed in a second jailed process
+with the same protocol, so neither ever shares an interpreter with this one or with the other.
+This process draws the inputs (the fixed seeds, then fresh ones from seeds nobody can predict),
+writes them into each jail's input file while that jail is frozen, keeps the clock around each
+call (less the calibrated round trip of an empty call), snapshots the outputs the moment the
+jail says it is done, checks every output against the reference output for its own input, and
+writes a plain JSON result. A child that dies before writing RESULT is judged by the parent from
+how it died and from the last stage recorded in `progress.json`.
 
 Deliberately NumPy-only at import time (no pydantic): interpreter start-up is part of every
 evaluation's overhead.
@@ -12,12 +17,16 @@ evaluation's overhead.
 
 from __future__ import annotations
 
-import gc
+import contextlib
 import importlib.util
 import json
 import math
+import mmap
 import os
 import random
+import secrets
+import shutil
+import statistics
 import sys
 import time
 import traceback
@@ -28,6 +37,19 @@ from typing import Any
 
 import numpy as np
 
+from accelopt_mcp.backends.cpu_candidate import (
+    ACK_OK,
+    ACK_READY,
+    FAILED_NOT_ARRAYS,
+    MESSAGE,
+    OP_CALL,
+    OP_PING,
+    OP_QUIT,
+    ArenaError,
+    read_arena,
+    read_header,
+    write_arena,
+)
 from accelopt_mcp.tasks.inputs import generate_inputs, needs_torch
 
 PROGRESS_FILE = "progress.json"
@@ -141,18 +163,29 @@ def _describe(value: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------- comparison
 
 
-def _compare(out: Any, ref: Any, index: int, rtol: float, atol: float) -> dict[str, float]:
-    """Errors of one output against the reference; raises Verdict when it is wrong."""
+def _compare(
+    out: Any,
+    ref: Any,
+    index: int,
+    rtol: float,
+    atol: float,
+    out_dtype: str | None = None,
+    ref_dtype: str | None = None,
+) -> dict[str, float]:
+    """Errors of one output against the reference; raises Verdict when it is wrong. The dtype
+    names, when given, are those the values had before they crossed an arena (a torch
+    bfloat16 travels as float32)."""
     out_np, ref_np = _to_numpy(out), _to_numpy(ref)
+    out_dtype = out_dtype or _dtype_name(out)
+    ref_dtype = ref_dtype or _dtype_name(ref)
     if out_np.shape != ref_np.shape:
         raise Verdict(
             "INCORRECT_SHAPE",
             f"output {index} has shape {list(out_np.shape)}, expected {list(ref_np.shape)}",
         )
-    if _dtype_name(out) != _dtype_name(ref):
+    if out_dtype != ref_dtype:
         raise Verdict(
-            "INCORRECT_DTYPE",
-            f"output {index} has dtype {_dtype_name(out)}, expected {_dtype_name(ref)}",
+            "INCORRECT_DTYPE", f"output {index} has dtype {out_dtype}, expected {ref_dtype}"
         )
     # float32 outputs are compared in float32 (plenty for a relative error >= 1e-7 and half
     # the memory traffic); everything else in float64.
@@ -199,14 +232,23 @@ def _compare(out: Any, ref: Any, index: int, rtol: float, atol: float) -> dict[s
     return errors
 
 
-def _compare_all(outs: list[Any], refs: list[Any], rtol: float, atol: float) -> dict[str, float]:
+def _compare_all(
+    outs: list[Any],
+    refs: list[Any],
+    rtol: float,
+    atol: float,
+    out_dtypes: list[str] | None = None,
+    ref_dtypes: list[str] | None = None,
+) -> dict[str, float]:
     if len(outs) != len(refs):
         raise Verdict(
             "INCORRECT_SHAPE", f"the kernel returned {len(outs)} outputs, expected {len(refs)}"
         )
     worst = {"l2_rel_error": 0.0, "max_absolute_error": 0.0, "max_relative_error": 0.0}
     for index, (out, ref) in enumerate(zip(outs, refs, strict=True)):
-        errors = _compare(out, ref, index, rtol, atol)
+        out_dtype = out_dtypes[index] if out_dtypes and len(out_dtypes) == len(outs) else None
+        ref_dtype = ref_dtypes[index] if ref_dtypes and len(ref_dtypes) == len(refs) else None
+        errors = _compare(out, ref, index, rtol, atol, out_dtype, ref_dtype)
         worst = {k: max(worst[k], errors[k]) for k in worst}
     return worst
 
@@ -277,141 +319,249 @@ class Harness:
                 "reference", f"the reference raised {exc!r}", _short_traceback()
             ) from exc
 
-    def kernel_call(
-        self, kernel: Callable[..., Any], inputs: list[Any]
-    ) -> tuple[Callable[[], Any], list[Any]]:
-        """A zero-argument call of the kernel on fresh copies of `inputs` (prepared now, so the
-        copying stays outside any timer) and the list its outputs will be read from."""
+    def candidate_inputs(self, inputs: list[Any]) -> list[Any]:
+        """The inputs as the candidate is called with them (the task's transform applied)."""
         args = [_copy(v) for v in inputs]
         if self.to_kernel_inputs is not None:
             args = list(self.to_kernel_inputs(args))
-        buffers: list[Any] = []
-        if self.job.get("destination_passing_style"):
-            buffers = [self._empty(spec) for spec in self.job["output_plan"]]
-        call_args = [*args, *buffers]
-        return (lambda: kernel(*call_args)), buffers
+        return args
 
-    def kernel_outputs(self, returned: Any, buffers: list[Any], refs: list[Any]) -> list[Any]:
-        outputs = buffers if buffers else _as_list(returned)
-        if self.from_kernel_outputs is not None:
-            ref = refs[0] if len(refs) == 1 else tuple(refs)
-            outputs = _as_list(self.from_kernel_outputs(returned if not buffers else outputs, ref))
-        return outputs
-
-    def _empty(self, spec: dict[str, Any]) -> Any:
-        shape = tuple(spec["shape"] or ())
-        if self.torch is not None:
-            return self.torch.empty(shape, dtype=getattr(self.torch, spec["dtype"]))
-        return np.empty(shape, dtype=spec["dtype"])
+    def candidate_outputs(self, outputs: list[Any], refs: list[Any]) -> list[Any]:
+        """The candidate's outputs in the reference's layout (the task's transform applied)."""
+        if self.from_kernel_outputs is None:
+            return outputs
+        ref = refs[0] if len(refs) == 1 else tuple(refs)
+        returned = outputs[0] if len(outputs) == 1 else tuple(outputs)
+        return _as_list(self.from_kernel_outputs(returned, ref))
 
 
-def _load_kernel(job: dict[str, Any]) -> Callable[..., Any]:
-    _stage("kernel import")
-    kernel_dir = Path(job["kernel_dir"]).resolve()
-    sys.path.insert(0, str(kernel_dir))
-    entry = kernel_dir / job["entry_file"]
-    try:
-        module = _load_module(entry, Path(job["entry_file"]).stem.replace(".", "_"))
-    except SyntaxError as exc:
-        raise StageError("compile", f"syntax error: {exc}", _short_traceback()) from exc
-    except ModuleNotFoundError as exc:
-        hint = f"; {TORCH_HINT}" if exc.name == "torch" else ""
-        raise StageError("compile", f"import error: {exc}{hint}", _short_traceback()) from exc
-    except BaseException as exc:
-        raise StageError(
-            "compile", f"the kernel module failed to load: {exc!r}", _short_traceback()
-        ) from exc
-    kernel: object = getattr(module, job["entry_symbol"], None)
-    if not callable(kernel):
-        defined = sorted(
-            n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
-        )
-        raise StageError(
-            "compile",
-            f"{job['entry_file']} defines no function `{job['entry_symbol']}` "
-            f"(callables found: {defined})",
-        )
-    return kernel
+# --------------------------------------------------------------------------- the jails
+
+CANDIDATE_FILE = Path(__file__).with_name("cpu_candidate.py")
+CANDIDATE_IN_JAIL = "/opt/accelopt/cpu_candidate.py"
+PING_ROUNDS = 16
+FRESH_CORRECTNESS_SETS = 2
+ARENA_SLACK_BYTES = 1 << 20
 
 
-# --------------------------------------------------------------------------- timing
+class CallFailed(Exception):
+    """The jailed process raised, returned something that is not arrays, or died."""
+
+    def __init__(self, message: str, *, died: bool = False, code: int = 0) -> None:
+        super().__init__(message)
+        self.message, self.died, self.code = message, died, code
+
+
+class JailedRunner:
+    """One jailed process (the candidate, or the reference being timed) and the harness's end
+    of its pipes and arena files. It is frozen whenever it is not being timed."""
+
+    def __init__(
+        self,
+        role: str,
+        folder: Path,
+        entry: Path,
+        symbol: str,
+        job: dict[str, Any],
+        *,
+        arena_bytes: int,
+        destination_passing_style: bool = False,
+    ) -> None:
+        self.role = role
+        self.folder = folder
+        io_in, io_out = folder / "arena.in", folder / "arena.out"
+        for path in (io_in, io_out):
+            with open(path, "wb") as f:
+                f.truncate(arena_bytes)
+        ctl_r, self._ctl = os.pipe()
+        self._ack, ack_w = os.pipe()
+        spec = {
+            "entry": str(entry),
+            "symbol": symbol,
+            "use_torch": bool(job.get("use_torch")),
+            "destination_passing_style": destination_passing_style,
+            "output_plan": job.get("output_plan"),
+        }
+        cpus = set(job["cpus"]) if job.get("cpus") else None
+        # Imported here: the describe mode (task probing) never starts a jail.
+        from accelopt_mcp.isolation.jail import python_for_jail, spawn_jailed
+
+        try:
+            self.process = spawn_jailed(
+                [
+                    python_for_jail(),
+                    "-I",
+                    CANDIDATE_IN_JAIL,
+                    str(ctl_r),
+                    str(ack_w),
+                    str(io_in),
+                    str(io_out),
+                    json.dumps(spec),
+                ],
+                work_dir=folder,
+                read_only=[(CANDIDATE_FILE, CANDIDATE_IN_JAIL)],
+                writable=[folder],
+                pass_fds=(ctl_r, ack_w),
+                env={k: str(v) for k, v in (job.get("jail_env") or {}).items()},
+                cpus=cpus,
+                memory_limit_mb=int(job.get("memory_limit_mb", 4096)),
+                max_processes=int(job.get("max_processes", 64)),
+            )
+        finally:
+            os.close(ctl_r)
+            os.close(ack_w)
+        self._in_file = open(io_in, "r+b")  # noqa: SIM115 - closed in close()
+        self._out_file = open(io_out, "r+b")  # noqa: SIM115
+        self.arena_in = mmap.mmap(self._in_file.fileno(), 0)
+        self.arena_out = mmap.mmap(self._out_file.fileno(), 0)
+        self._frozen = False
+
+    # -- protocol
+
+    def _read_ack(self) -> tuple[int, int]:
+        data = b""
+        while len(data) < MESSAGE.size:
+            chunk = os.read(self._ack, MESSAGE.size - len(data))
+            if not chunk:
+                raise CallFailed(self._death(), died=True)
+            data += chunk
+        status, value = MESSAGE.unpack(data)
+        return int(status), int(value)
+
+    def _death(self) -> str:
+        try:
+            code = self.process.wait(timeout=5)
+        except Exception:  # still running but closed its end: it is broken either way
+            code = None
+        tail = self.process.stderr_tail(2000).strip()
+        if code is None:
+            how = "closed its pipe"
+        elif code >= 0:
+            how = f"exited with code {code}" + (
+                " (os._exit or a hard exit in the kernel?)" if code else ""
+            )
+        else:
+            from accelopt_mcp.isolation.sandbox import describe_signal
+
+            how = describe_signal(-code, memory_exceeded=self.process.memory_exceeded)
+            if self.process.fork_limit_hit:
+                how += "; it also hit the process limit (fork bomb?)"
+        return f"the {self.role} process {how}" + (f"; its stderr:\n{tail}" if tail else "")
+
+    def _error_text(self) -> str:
+        try:
+            header = read_header(self.arena_out)
+        except ArenaError as exc:
+            return f"(its error report is unreadable: {exc})"
+        return str(header.get("error") or "(no error text)")
+
+    def wait_ready(self) -> None:
+        """Until the kernel module is imported; CallFailed when it is not importable."""
+        status, _ = self._read_ack()
+        if status != ACK_READY:
+            raise CallFailed(self._error_text())
+        self.freeze()
+
+    def freeze(self) -> None:
+        if not self._frozen:
+            self.process.freeze()
+            self._frozen = True
+
+    def thaw(self) -> None:
+        if self._frozen:
+            self.process.thaw()
+            self._frozen = False
+
+    def ping(self) -> int:
+        """The round trip of an empty call, ns (the same thaw/clock/freeze steps as a call)."""
+        self.thaw()
+        start = time.perf_counter_ns()
+        os.write(self._ctl, MESSAGE.pack(OP_PING, 0))
+        self._read_ack()
+        elapsed = time.perf_counter_ns() - start
+        self.freeze()
+        return elapsed
+
+    def call(self, sets: list[list[Any]]) -> tuple[int, list[list[Any]], list[list[str]]]:
+        """Time one call of len(sets) back-to-back kernel calls: (ns, outputs, dtype names).
+
+        The inputs are written while the process is frozen; the clock runs from "go" to
+        "done"; the outputs are copied at "done", then the process is frozen and the output
+        file compared with the copy: a change means work went on after "done"."""
+        write_arena(self.arena_in, sets)
+        self.thaw()
+        start = time.perf_counter_ns()
+        os.write(self._ctl, MESSAGE.pack(OP_CALL, len(sets)))
+        status, code = self._read_ack()
+        elapsed = time.perf_counter_ns() - start
+        if status != ACK_OK:
+            self.freeze()
+            if code == FAILED_NOT_ARRAYS:
+                raise Verdict("INCORRECT_DTYPE", self._error_text())
+            raise CallFailed(self._error_text(), code=code)
+        try:
+            outputs, names, used = read_arena(self.arena_out, copy=True)
+        except ArenaError as exc:
+            self.freeze()
+            raise Verdict(
+                "INCORRECT_SHAPE", f"the {self.role}'s outputs are malformed: {exc}"
+            ) from None
+        snapshot = bytes(self.arena_out[:used])
+        self.freeze()
+        if bytes(self.arena_out[:used]) != snapshot:
+            raise LateWrite(
+                f"the {self.role} changed its outputs after it said it was done (work in a "
+                "background thread or a lazy object is not counted and does not pass)"
+            )
+        if len(outputs) != len(sets):
+            raise Verdict(
+                "INCORRECT_SHAPE",
+                f"the {self.role} returned {len(outputs)} output sets for {len(sets)} calls",
+            )
+        return elapsed, outputs, names
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.thaw()
+        with contextlib.suppress(OSError):
+            os.write(self._ctl, MESSAGE.pack(OP_QUIT, 0))
+        with contextlib.suppress(Exception):
+            self.process.wait(timeout=2)
+        self.process.kill()
+        for handle in (self.arena_in, self.arena_out, self._in_file, self._out_file):
+            with contextlib.suppress(Exception):
+                handle.close()
+        for fd in (self._ctl, self._ack):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+class LateWrite(Verdict):
+    """Outputs changed after the candidate reported it was done."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("INCORRECT_NUMERICAL", message)
 
 
 def _spread(times: list[int]) -> float:
     return (max(times) - min(times)) / max(min(times), 1)
 
 
-def _runqueue_wait_ns() -> int | None:
-    """Time this thread has spent runnable but not running (waiting for a core), or None
-    where the kernel does not expose it."""
-    try:
-        with open("/proc/thread-self/schedstat") as stats:
-            return int(stats.read().split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
+def _as_arena_values(values: list[Any]) -> list[Any]:
+    """Inputs as the arena carries them: NumPy arrays and Python scalars."""
+    out: list[Any] = []
+    for value in values:
+        if isinstance(value, bool | int | float):
+            out.append(value)
+        elif _is_torch(value):
+            out.append(_to_numpy(value))
+        else:
+            out.append(np.asarray(value))
+    return out
 
 
-def _measure(
-    job: dict[str, Any],
-    make_call: Callable[[int], tuple[Callable[[], Any], Any]],
-    check: Callable[[int, Any, Any], None] | None,
-    totals: dict[str, int],
-) -> list[list[int]]:
-    """Rounds of timed samples (ns per call); call i uses the inputs of seed i mod the number
-    of seeds.
-
-    A sample is the mean of a batch of back-to-back calls, each on its own fresh inputs, sized
-    so that a sample lasts about TARGET_SAMPLE_NS: one call of a microsecond kernel is mostly
-    timer and scheduler noise. Time the calling thread spent waiting for its core (another
-    process had it) is taken out of the sample: it measures the neighbour, not the kernel. The
-    result never drops below the process's CPU time spread over its allowed cores, so a kernel
-    cannot shrink its figure by making its own thread wait. Stops at the first round whose
-    spread is within tolerance, or after the last round."""
-    cores = len(os.sched_getaffinity(0))
-    per_call_ns = 0
-    for i in range(max(job["warmup_runs"], 1)):
-        call, _ = make_call(i)
-        start = time.perf_counter_ns()
-        call()
-        per_call_ns = time.perf_counter_ns() - start
-    batch = max(1, min(MAX_BATCH, TARGET_SAMPLE_NS // max(per_call_ns, 1)))
-    rounds: list[list[int]] = []
-    counter = 0
-    for _ in range(job["max_measurement_rounds"]):
-        samples: list[int] = []
-        gc.collect()
-        gc.freeze()  # what exists now is never garbage: later collections skip it
-        gc.disable()
-        try:
-            for _ in range(job["iterations"]):
-                calls = [make_call(counter + j) for j in range(batch)]
-                returned = [None] * batch
-                wait_start = _runqueue_wait_ns()
-                cpu_start = time.process_time_ns()
-                start = time.perf_counter_ns()
-                for j, (call, _) in enumerate(calls):
-                    returned[j] = call()
-                elapsed = time.perf_counter_ns() - start
-                cpu = time.process_time_ns() - cpu_start
-                wait_end = _runqueue_wait_ns()
-                waited = 0
-                if wait_start is not None and wait_end is not None:
-                    waited = min(max(wait_end - wait_start, 0), elapsed - cpu // cores)
-                    waited = max(waited, 0)
-                samples.append((elapsed - waited) // batch)
-                totals["timed_ns"] = totals.get("timed_ns", 0) + elapsed
-                totals["timed_calls"] = totals.get("timed_calls", 0) + batch
-                totals["waited_ns"] = totals.get("waited_ns", 0) + waited
-                if check is not None:
-                    for j, (_, context) in enumerate(calls):
-                        check(counter + j, returned[j], context)
-                counter += batch
-        finally:
-            gc.enable()
-        rounds.append(samples)
-        if _spread(samples) <= job["max_relative_spread"]:
-            break
-    return rounds
+def _set_bytes(values: list[Any]) -> int:
+    return sum(np.asarray(v).nbytes for v in values if not isinstance(v, bool | int | float))
 
 
 # --------------------------------------------------------------------------- modes
@@ -444,93 +594,208 @@ def _declared_roofline(module: Any) -> dict[str, Any] | None:
 
 
 def evaluate(job: dict[str, Any], result: dict[str, Any]) -> None:
+    if job.get("jail") == "none":
+        # The parent chose to run without a jail (ACCELOPT_JAIL=none, or none can run there);
+        # this process's environment is the sandbox's allowlist, so the choice travels here.
+        os.environ["ACCELOPT_JAIL"] = "none"
     harness = Harness(job)
-    kernel = _load_kernel(job)
     rtol, atol = job["rtol"], job["atol"]
-    seeds: list[int] = job["seeds"]
-    seed_inputs: list[list[Any]] = []
-    seed_refs: list[list[Any]] = []
-    seed_outs: list[list[Any]] = []
-    worst = {"l2_rel_error": 0.0, "max_absolute_error": 0.0, "max_relative_error": 0.0}
-    for seed in seeds:
-        _stage(f"correctness seed {seed}")
-        inputs = harness.inputs(seed)
-        refs = harness.reference_outputs(inputs)
-        call, buffers = harness.kernel_call(kernel, inputs)
-        _stage(f"kernel call seed {seed}")
+    work = Path.cwd()
+    reference_dir, candidate_dir = work / "reference_jail", Path(job["kernel_dir"]).resolve()
+    reference_dir.mkdir(exist_ok=True)
+    shutil.copy(job["reference_path"], reference_dir / "reference.py")
+
+    # The first fixed seed sizes the arenas: room for MAX_BATCH input (and output) sets.
+    _stage("inputs")
+    probe_inputs = harness.inputs(job["seeds"][0])
+    set_bytes = max(_set_bytes(_as_arena_values(probe_inputs)), 1)
+    arena_bytes = min(
+        job.get("max_arena_bytes", 256 << 20),
+        max(MAX_BATCH * set_bytes * 2, 4 * set_bytes) + ARENA_SLACK_BYTES,
+    )
+    max_batch = max(1, min(MAX_BATCH, (arena_bytes - ARENA_SLACK_BYTES) // (2 * set_bytes)))
+    _stage("jail start")
+    reference = JailedRunner(
+        "reference",
+        reference_dir,
+        reference_dir / "reference.py",
+        "forward" if harness.style == "nkibench" else "run",
+        job,
+        arena_bytes=arena_bytes,
+    )
+    candidate: JailedRunner | None = None
+    try:
+        candidate = JailedRunner(
+            "candidate",
+            candidate_dir,
+            candidate_dir / job["entry_file"],
+            job["entry_symbol"],
+            job,
+            arena_bytes=arena_bytes,
+            destination_passing_style=bool(job.get("destination_passing_style")),
+        )
+        result["isolation"] = {
+            "isolated": candidate.process.isolated and reference.process.isolated,
+            "freeze_method": candidate.process.freeze_method,
+        }
+        _stage("reference import")
         try:
-            returned = call()
-            outs = harness.kernel_outputs(returned, buffers, refs)
-        except BaseException as exc:
+            reference.wait_ready()
+        except CallFailed as exc:
             raise StageError(
-                "runtime", f"the kernel raised {exc!r} on seed {seed}", _short_traceback()
-            ) from exc
+                "reference", f"the reference cannot be imported: {exc.message}"
+            ) from None
+        _stage("kernel import")
         try:
-            errors = _compare_all(outs, refs, rtol, atol)
+            candidate.wait_ready()
+        except CallFailed as exc:
+            raise StageError("compile", exc.message) from None
+        _run(job, harness, reference, candidate, result, rtol, atol, max_batch)
+    finally:
+        if candidate is not None:
+            result["candidate_stderr"] = candidate.process.stderr_tail(4000)
+            candidate.close()
+        reference.close()
+
+
+def _run(
+    job: dict[str, Any],
+    harness: Harness,
+    reference: JailedRunner,
+    candidate: JailedRunner,
+    result: dict[str, Any],
+    rtol: float,
+    atol: float,
+    max_batch: int,
+) -> None:
+    _stage("calibration")
+    overhead = {
+        "reference": statistics.median(reference.ping() for _ in range(PING_ROUNDS)),
+        "candidate": statistics.median(candidate.ping() for _ in range(PING_ROUNDS)),
+    }
+    result["harness_overhead_ns"] = int(overhead["candidate"])
+
+    def reference_outputs(sets: list[list[Any]]) -> tuple[int, list[list[Any]], list[list[str]]]:
+        try:
+            return reference.call(sets)
+        except CallFailed as exc:
+            raise StageError("reference", f"the reference failed: {exc.message}") from None
+
+    def candidate_outputs(
+        sets: list[list[Any]], what: str
+    ) -> tuple[int, list[list[Any]], list[list[str]]]:
+        try:
+            return candidate.call([_as_arena_values(harness.candidate_inputs(s)) for s in sets])
+        except CallFailed as exc:
+            raise StageError("runtime", f"the kernel failed {what}: {exc.message}") from None
+        except LateWrite as verdict:
+            result["flags"].append("late_output_write")
+            verdict.message = f"{what}: {verdict.message}"
+            raise
+
+    # Correctness: the fixed seeds, then fresh sets no one could know in advance. Every
+    # output is checked against the reference output for its own input.
+    fixed: list[int] = job["seeds"]
+    fresh = [secrets.randbits(31) for _ in range(FRESH_CORRECTNESS_SETS)]
+    worst = {"l2_rel_error": 0.0, "max_absolute_error": 0.0, "max_relative_error": 0.0}
+    seen: list[tuple[list[Any], list[Any]]] = []
+    per_call: dict[str, list[int]] = {"reference": [], "candidate": []}
+    for index, seed in enumerate([*fixed, *fresh]):
+        label = (
+            f"seed {seed}" if index < len(fixed) else f"fresh input set {index - len(fixed) + 1}"
+        )
+        _stage(f"correctness {label}")
+        inputs = [_as_arena_values(harness.inputs(seed))]
+        ref_ns, refs, ref_names = reference_outputs(inputs)
+        cand_ns, outs, out_names = candidate_outputs(inputs, f"on {label}")
+        per_call["reference"].append(ref_ns)
+        per_call["candidate"].append(cand_ns)
+        outs_ref_layout = harness.candidate_outputs(outs[0], refs[0])
+        try:
+            errors = _compare_all(outs_ref_layout, refs[0], rtol, atol, out_names[0], ref_names[0])
         except Verdict as verdict:
-            for prev_outs, prev_refs in zip(seed_outs, seed_refs, strict=True):
-                if _same_outputs(outs, prev_outs) and not _same_outputs(refs, prev_refs):
+            for prev_outs, prev_refs in seen:
+                if _same_outputs(outs_ref_layout, prev_outs) and not _same_outputs(
+                    refs[0], prev_refs
+                ):
                     result["flags"].append("constant_output")
                     verdict.message += (
                         "; the kernel returned the same output for different inputs while the "
                         "reference changed (a cached or constant answer)"
                     )
                     break
-            verdict.message = f"seed {seed}: {verdict.message}"
+            if index >= len(fixed):
+                result["flags"].append("input_independent_output")
+                verdict.message += (
+                    f"; it was correct on the {len(fixed)} fixed seeds but not on inputs drawn "
+                    "for this evaluation alone (an answer that does not follow its input)"
+                )
+            verdict.message = f"{label}: {verdict.message}"
             raise
         worst = {k: max(worst[k], errors[k]) for k in worst}
-        seed_inputs.append(inputs)
-        seed_refs.append(refs)
-        seed_outs.append([_copy(o) for o in outs])
+        seen.append((outs_ref_layout, refs[0]))
     result["correctness"] = worst
 
-    n = len(seeds)
-    if job.get("time_reference", True):
-        _stage("timing reference")
-
-        def reference_call(i: int) -> tuple[Callable[[], Any], None]:
-            args = [_copy(v) for v in seed_inputs[i % n]]
-            return (lambda: harness.reference_fn(*args)), None
-
-        try:
-            result["reference_rounds_ns"] = _measure(job, reference_call, None, {})
-        except BaseException as exc:
-            raise StageError(
-                "reference", f"the reference raised {exc!r} while being timed", _short_traceback()
-            ) from exc
-
-    _stage("timing kernel")
-
-    def kernel_call(i: int) -> tuple[Callable[[], Any], Any]:
-        return harness.kernel_call(kernel, seed_inputs[i % n])
-
-    def check_timed(i: int, returned: Any, buffers: Any) -> None:
-        refs = seed_refs[i % n]
-        outs = harness.kernel_outputs(returned, buffers, refs)
-        if _same_outputs(outs, seed_outs[i % n]):
-            return  # bit-identical to the output already checked for this seed
-        try:
-            _compare_all(outs, refs, rtol, atol)
-        except Verdict as verdict:
-            result["flags"].append("timed_output_mismatch")
-            verdict.message = (
-                f"timed run {i} (inputs of seed {seeds[i % n]}): {verdict.message}; the kernel "
-                "was correct in the correctness pass but not while being timed"
-            )
-            raise
-
-    try:
-        totals: dict[str, int] = {}
-        result["kernel_rounds_ns"] = _measure(job, kernel_call, check_timed, totals)
-        result["kernel_timed_ns"] = totals.get("timed_ns", 0)
-        result["kernel_timed_calls"] = totals.get("timed_calls", 0)
-        result["kernel_waited_ns"] = totals.get("waited_ns", 0)
-    except (Verdict, StageError):
-        raise
-    except BaseException as exc:
-        raise StageError(
-            "runtime", f"the kernel raised {exc!r} while being timed", _short_traceback()
-        ) from exc
+    # Timing: interleaved samples of the reference and the candidate on the same fresh inputs,
+    # each sample a batch of back-to-back calls lasting about TARGET_SAMPLE_NS.
+    fastest = max(1, min(min(per_call["reference"]), min(per_call["candidate"])))
+    batch = max(1, min(max_batch, TARGET_SAMPLE_NS // fastest))
+    _stage("warm-up")
+    for _ in range(job["warmup_runs"]):
+        sets = [_as_arena_values(harness.inputs(secrets.randbits(31)))]
+        reference_outputs(sets)
+        candidate_outputs(sets, "during warm-up")
+    _stage("timing")
+    rounds: dict[str, list[list[int]]] = {"reference": [], "candidate": []}
+    timed_calls = 0
+    timed_ns = 0
+    reference_ns = 0
+    for _ in range(job["max_measurement_rounds"]):
+        samples: dict[str, list[int]] = {"reference": [], "candidate": []}
+        for sample in range(job["iterations"]):
+            sets = [_as_arena_values(harness.inputs(secrets.randbits(31))) for _ in range(batch)]
+            # Alternate who goes first, so drift and cache state favour neither.
+            order = ("reference", "candidate") if sample % 2 == 0 else ("candidate", "reference")
+            timed: dict[str, tuple[int, list[list[Any]], list[list[str]]]] = {}
+            for role in order:
+                if role == "reference":
+                    timed[role] = reference_outputs(sets)
+                else:
+                    timed[role] = candidate_outputs(sets, f"in timed sample {sample}")
+            for role, (elapsed, _, _) in timed.items():
+                net = max(elapsed - int(overhead[role]), 1)
+                samples[role].append(net // len(sets))
+            timed_calls += len(sets)
+            timed_ns += timed["candidate"][0]
+            reference_ns += timed["reference"][0]
+            _, refs, ref_names = timed["reference"]
+            _, outs, out_names = timed["candidate"]
+            for j in range(len(sets)):
+                try:
+                    _compare_all(
+                        harness.candidate_outputs(outs[j], refs[j]),
+                        refs[j],
+                        rtol,
+                        atol,
+                        out_names[j],
+                        ref_names[j],
+                    )
+                except Verdict as verdict:
+                    result["flags"].append("timed_output_mismatch")
+                    verdict.message = (
+                        f"timed call {j} of sample {sample} (fresh inputs): {verdict.message}; "
+                        "the kernel was correct in the correctness pass but not while being timed"
+                    )
+                    raise
+        for role in rounds:
+            rounds[role].append(samples[role])
+        if _spread(samples["candidate"]) <= job["max_relative_spread"]:
+            break
+    result["kernel_rounds_ns"] = rounds["candidate"]
+    result["reference_rounds_ns"] = rounds["reference"]
+    result["kernel_timed_calls"] = timed_calls
+    result["kernel_timed_ns"] = timed_ns
+    result["reference_timed_ns"] = reference_ns
 
 
 def _finite(value: Any) -> Any:

@@ -124,10 +124,14 @@ def backends(as_json: JsonOption = False) -> None:
         print_json([b.model_dump() for b in found])
         return
     table = Table()
-    for column in ("backend", "usable", "hardware", "reason"):
+    for column in ("backend", "usable", "hardware", "isolation", "reason"):
         table.add_column(column)
     for b in found:
         table.add_row(
-            b.name, "yes" if b.usable else "no", escape(b.hardware or "-"), escape(b.reason)
+            b.name,
+            "yes" if b.usable else "no",
+            escape(b.hardware or "-"),
+            escape(b.isolation or "-"),
+            escape(b.reason),
         )
     console.print(table)

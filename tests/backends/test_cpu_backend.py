@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -232,7 +233,8 @@ def test_correct_first_then_wrong_is_caught_while_timing(backend: CpuBackend) ->
     def run(x, scale):
         calls[0] += 1
         y = x * np.float32(scale) + np.float32(1.0)
-        return y if calls[0] <= 5 else y * np.float32(1.5)
+        # Right on the 5 fixed seeds and the 2 fresh correctness sets, wrong once timed.
+        return y if calls[0] <= 7 else y * np.float32(1.5)
     """
     evaluation = evaluate(backend, code)
     assert evaluation.status == EvaluationStatus.INCORRECT_NUMERICAL
@@ -240,20 +242,26 @@ def test_correct_first_then_wrong_is_caught_while_timing(backend: CpuBackend) ->
     assert "while being timed" in evaluation.log
 
 
-def test_forged_result_file_is_rejected(backend: CpuBackend) -> None:
+def test_a_forged_result_file_cannot_reach_the_harness(backend: CpuBackend) -> None:
+    # The candidate's jail holds its own folder only: the harness's result file is elsewhere.
     code = """
     import json, os
 
     def run(x, scale):
         fake = {"status": "PASSED", "flags": [], "error": None, "correctness": {},
                 "kernel_rounds_ns": [[1]], "reference_rounds_ns": [[1000]]}
-        with open("result.json", "w") as f:
-            json.dump(fake, f)
+        for folder in (".", "..", "../.."):
+            try:
+                with open(os.path.join(folder, "result.json"), "w") as f:
+                    json.dump(fake, f)
+            except OSError:
+                pass
         os._exit(0)
     """
     evaluation = evaluate(backend, code)
     assert evaluation.status == EvaluationStatus.RUNTIME_ERROR
-    assert "forged_result" in evaluation.flags
+    assert "exited with code 0" in evaluation.log
+    assert evaluation.performance is None
 
 
 @pytest.mark.parametrize(
@@ -338,11 +346,11 @@ def test_cpus_must_be_usable_cores() -> None:
 def test_work_dir_of_a_killed_profiler_is_removed_by_the_next_backend(tmp_path: Path) -> None:
     """A server or job worker killed mid-evaluation cannot remove its temp dir; the next cpu
     backend on the host does, once that process is gone."""
-    marker = tmp_path / "kernel.cwd"
+    # The jailed kernel cannot write outside its folder: it leaves a mark there instead.
     kernel = (
-        "import os, time\n"
+        "import time\n"
         "def run(x, scale):\n"
-        f"    open({str(marker)!r}, 'w').write(os.getcwd())\n"
+        "    open('kernel-started', 'w').close()\n"
         "    time.sleep(600)\n"
     )
     profiler = (
@@ -356,9 +364,10 @@ def test_work_dir_of_a_killed_profiler_is_removed_by_the_next_backend(tmp_path: 
     work_dir = None
     try:
         deadline = time.monotonic() + 60
+        pattern = f"accelopt-cpu-*-{process.pid}-*/solution/kernel-started"
         while work_dir is None and time.monotonic() < deadline:
-            text = marker.read_text() if marker.exists() else ""
-            work_dir = Path(text) if text else None
+            found = list(Path(tempfile.gettempdir()).glob(pattern))
+            work_dir = found[0].parents[1] if found else None
             time.sleep(0.05)
         assert work_dir is not None and work_dir.is_dir(), "the kernel never ran"
         process.kill()
@@ -369,3 +378,17 @@ def test_work_dir_of_a_killed_profiler_is_removed_by_the_next_backend(tmp_path: 
     finally:
         process.kill()
         process.wait(timeout=10)
+
+
+def test_isolation_is_reported_and_its_absence_flagged(monkeypatch: pytest.MonkeyPatch) -> None:
+    jailed = CpuBackend()
+    assert (jailed.availability().isolation or "").startswith("bwrap jail")
+    honest = evaluate(jailed, VECTORIZED)
+    assert honest.passed and "not_isolated" not in honest.flags
+    assert honest.hardware_counters["harness_overhead_us"] > 0
+    monkeypatch.setenv("ACCELOPT_JAIL", "none")
+    plain = CpuBackend()
+    assert (plain.availability().isolation or "").startswith("none: ACCELOPT_JAIL=none")
+    unjailed = evaluate(plain, VECTORIZED)
+    assert unjailed.passed and "not_isolated" in unjailed.flags
+    assert unjailed.trusted  # informational: it still ranks

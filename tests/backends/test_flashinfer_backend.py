@@ -174,7 +174,7 @@ def test_passed_result_gets_roofline_counters_for_the_gpu() -> None:
     assert evaluation.performance is not None and evaluation.performance.speedup_factor == 4.0
     expected = moved / 0.01e-3 / 4.8e12
     assert evaluation.hardware_counters["peak_memory_fraction"] == pytest.approx(expected)
-    assert evaluation.flags == []
+    assert evaluation.flags == ["not_isolated"]  # sandboxed, not jailed (README)
     impossible = to_evaluation(_their_evaluation(1e-5), task)
     assert "above_peak" in impossible.flags
 

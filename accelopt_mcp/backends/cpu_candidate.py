@@ -1,0 +1,333 @@
+"""The jailed side of a cpu evaluation: import one kernel, call it when told, write its outputs.
+
+Run as a file inside the jail (`python -I cpu_candidate.py CTL_FD ACK_FD IN OUT SPEC`), so it
+imports nothing of the project: the jail shows it this file, the interpreter, NumPy and its own
+work dir. Everything here may be overwritten by the kernel it imports — it shares this
+interpreter — so nothing here is trusted: the harness (cpu_runner.py) keeps the clock, holds the
+reference outputs and checks what lands in the output file, and it freezes this process
+whenever it is not timing a call.
+
+Protocol (little-endian uint32 pairs on two pipes):
+- after importing the kernel: ACK (READY, 0) or (FAILED, n) with an error text in OUT;
+- CALL k: the IN file holds k input sets; call the kernel on each, write the k output sets to
+  OUT, then ACK (OK, k), or (FAILED, n) when the kernel raised or returned something that is
+  not arrays;
+- PING: ACK (OK, 0) at once (the harness calibrates its round trip with it);
+- QUIT: exit.
+
+Arena files (IN and OUT): an 8-byte header length, a JSON header, then the data, each array at
+a 64-byte aligned offset: {"sets": [[{"dtype": "float32", "shape": [2, 3], "offset": 4096},
+{"scalar": 1.5}, ...], ...], "error": "..."}. The harness writes IN and reads OUT through
+`read_arena`, which trusts nothing it reads.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import mmap
+import os
+import struct
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+OP_CALL, OP_PING, OP_QUIT = 1, 2, 3
+ACK_READY, ACK_OK, ACK_FAILED = 1, 2, 3
+MESSAGE = struct.Struct("<II")
+HEADER_LEN = struct.Struct("<Q")
+ALIGN = 64
+MAX_HEADER_BYTES = 1 << 20
+MAX_NDIM = 8
+MAX_ERROR_CHARS = 4000
+# dtypes an arena may hold; a torch output of another float dtype travels as float32 with its
+# torch dtype name, so the harness can still check the dtype.
+ARENA_DTYPES = frozenset(
+    {"float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint8", "bool"}
+)
+TORCH_FLOAT_NAMES = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
+
+
+FAILED_IMPORT, FAILED_RAISED, FAILED_NOT_ARRAYS = 1, 2, 3
+"""The value of an ACK_FAILED: why the call failed."""
+
+
+class ArenaError(ValueError):
+    """An arena's header or data is not what the protocol allows."""
+
+
+class NotArrays(TypeError):
+    """The kernel returned something other than arrays."""
+
+
+def _kernel_traceback(exc: BaseException) -> str:
+    """The exception's traceback without this file's own frames: the kernel's are what count."""
+    summary = traceback.TracebackException.from_exception(exc)
+    summary.stack = traceback.StackSummary.from_list(
+        [frame for frame in summary.stack if frame.filename != __file__]
+    )
+    return "".join(summary.format())[-MAX_ERROR_CHARS:]
+
+
+# --------------------------------------------------------------------------- arenas
+
+
+def _aligned(offset: int) -> int:
+    return (offset + ALIGN - 1) // ALIGN * ALIGN
+
+
+def write_arena(
+    buffer: mmap.mmap, sets: Sequence[Sequence[Any]], *, dtype_names: Sequence[Sequence[str]] = ()
+) -> None:
+    """Lay out `sets` (lists of numpy arrays or Python scalars) in `buffer`. dtype_names, when
+    given, overrides the recorded dtype of each array (torch dtypes travelling as float32)."""
+    entries: list[list[dict[str, Any]]] = []
+    placed: list[tuple[int, np.ndarray[Any, Any]]] = []
+    offset = 0
+    for s, values in enumerate(sets):
+        row: list[dict[str, Any]] = []
+        for v, value in enumerate(values):
+            if isinstance(value, bool | int | float):
+                row.append({"scalar": value})
+                continue
+            array = np.ascontiguousarray(value)
+            name = dtype_names[s][v] if dtype_names else array.dtype.name
+            row.append({"dtype": name, "shape": list(array.shape), "offset": offset})
+            placed.append((offset, array))
+            offset = _aligned(offset + array.nbytes)
+        entries.append(row)
+    header = json.dumps({"sets": entries}).encode()
+    data_start = _aligned(HEADER_LEN.size + len(header))
+    if data_start + offset > len(buffer):
+        raise ArenaError(
+            f"the outputs need {data_start + offset} bytes; the output file holds {len(buffer)}"
+        )
+    for start, array in placed:
+        view = np.frombuffer(buffer, dtype=np.uint8, count=array.nbytes, offset=data_start + start)
+        view[:] = array.reshape(-1).view(np.uint8)
+    buffer[: HEADER_LEN.size] = HEADER_LEN.pack(len(header))
+    buffer[HEADER_LEN.size : HEADER_LEN.size + len(header)] = header
+
+
+def write_error(buffer: mmap.mmap, message: str) -> None:
+    header = json.dumps({"sets": [], "error": message[-MAX_ERROR_CHARS:]}).encode()
+    header = header[: len(buffer) - HEADER_LEN.size]
+    buffer[: HEADER_LEN.size] = HEADER_LEN.pack(len(header))
+    buffer[HEADER_LEN.size : HEADER_LEN.size + len(header)] = header
+
+
+def read_header(buffer: mmap.mmap) -> dict[str, Any]:
+    """The arena's JSON header, checked for size and shape."""
+    (length,) = HEADER_LEN.unpack_from(buffer, 0)
+    if not 0 < length <= min(MAX_HEADER_BYTES, len(buffer) - HEADER_LEN.size):
+        raise ArenaError(f"the header length {length} is out of range")
+    try:
+        header = json.loads(bytes(buffer[HEADER_LEN.size : HEADER_LEN.size + length]))
+    except (ValueError, RecursionError) as exc:
+        raise ArenaError(f"the header is not JSON: {exc}") from None
+    if not isinstance(header, dict) or not isinstance(header.get("sets"), list):
+        raise ArenaError("the header has no list of sets")
+    return header
+
+
+def read_arena(
+    buffer: mmap.mmap, *, copy: bool = True
+) -> tuple[list[list[Any]], list[list[str]], int]:
+    """(sets of arrays/scalars, their dtype names, bytes the arena uses). Arrays are copies
+    (a snapshot the writer cannot change afterwards) unless copy=False. Raises ArenaError."""
+    header = read_header(buffer)
+    (length,) = HEADER_LEN.unpack_from(buffer, 0)
+    data_start = _aligned(HEADER_LEN.size + length)
+    used = data_start
+    sets: list[list[Any]] = []
+    names: list[list[str]] = []
+    for row in header["sets"]:
+        if not isinstance(row, list):
+            raise ArenaError("a set is not a list")
+        values: list[Any] = []
+        row_names: list[str] = []
+        for entry in row:
+            value, name, end = _read_entry(buffer, entry, data_start, copy)
+            values.append(value)
+            row_names.append(name)
+            used = max(used, end)
+        sets.append(values)
+        names.append(row_names)
+    return sets, names, used
+
+
+def _read_entry(buffer: mmap.mmap, entry: Any, data_start: int, copy: bool) -> tuple[Any, str, int]:
+    if not isinstance(entry, dict):
+        raise ArenaError("an output entry is not an object")
+    if "scalar" in entry:
+        value = entry["scalar"]
+        if not isinstance(value, bool | int | float):
+            raise ArenaError("a scalar output is not a number")
+        return value, type(value).__name__, data_start
+    name, shape, offset = entry.get("dtype"), entry.get("shape"), entry.get("offset")
+    if name not in ARENA_DTYPES and name not in TORCH_FLOAT_NAMES:
+        raise ArenaError(f"dtype {name!r} is not one an output may have")
+    if (
+        not isinstance(shape, list)
+        or len(shape) > MAX_NDIM
+        or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+    ):
+        raise ArenaError(f"shape {shape!r} is not a list of at most {MAX_NDIM} sizes")
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise ArenaError(f"offset {offset!r} is not a byte offset")
+    storage = np.dtype("float32" if name in TORCH_FLOAT_NAMES else str(name))
+    count = math.prod(shape)
+    start = data_start + offset
+    end = start + count * storage.itemsize
+    if end > len(buffer):
+        raise ArenaError("an output runs past the end of the output file")
+    array = np.frombuffer(buffer, dtype=storage, count=count, offset=start).reshape(shape)
+    return (array.copy() if copy else array), str(name), end
+
+
+# --------------------------------------------------------------------------- the candidate
+
+
+TORCH_HINT = "this task needs PyTorch: pip install torch==2.13.0"
+
+
+def _import_failure(exc: BaseException) -> str:
+    """What went wrong importing the kernel, first line first."""
+    if isinstance(exc, SyntaxError):
+        head = f"syntax error: {exc}"
+    elif isinstance(exc, ModuleNotFoundError):
+        head = f"import error: {exc}" + (f"; {TORCH_HINT}" if exc.name == "torch" else "")
+    elif isinstance(exc, ImportError) and "defines no function" in str(exc):
+        return str(exc)
+    else:
+        head = f"the kernel module failed to load: {exc!r}"
+    return f"{head}\n{_kernel_traceback(exc)}"
+
+
+def _load(path: Path, symbol: str) -> Callable[..., Any]:
+    sys.path.append(str(path.parent))  # sibling modules of a multi-file solution; never first
+    spec = importlib.util.spec_from_file_location(path.stem.replace(".", "_"), path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path.name}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    function: object = getattr(module, symbol, None)
+    if not callable(function):
+        defined = sorted(n for n, v in vars(module).items() if callable(v) and n[:1] != "_")
+        raise ImportError(
+            f"{path.name} defines no function `{symbol}` (callables found: {defined})"
+        )
+    return function
+
+
+def _outputs(returned: Any, buffers: list[Any], torch: Any) -> tuple[list[Any], list[str]]:
+    """The kernel's outputs as plain arrays (or scalars) with their dtype names."""
+    values = (
+        buffers if buffers else list(returned) if isinstance(returned, tuple | list) else [returned]
+    )
+    arrays: list[Any] = []
+    names: list[str] = []
+    for index, value in enumerate(values):
+        if torch is not None and isinstance(value, torch.Tensor):
+            name = str(value.dtype).removeprefix("torch.")
+            tensor = value.detach().cpu()
+            if name in TORCH_FLOAT_NAMES:
+                tensor = tensor.float()
+            arrays.append(tensor.numpy())
+            names.append(name)
+        elif type(value) is np.ndarray or isinstance(value, np.generic):
+            array = np.asarray(value)
+            arrays.append(array)
+            names.append(array.dtype.name)
+        elif type(value) in (bool, int, float):
+            arrays.append(value)
+            names.append(type(value).__name__)
+        else:
+            raise NotArrays(
+                f"output {index} is a {type(value).__module__}.{type(value).__qualname__}, "
+                "not a NumPy array: return plain arrays"
+            )
+    return arrays, names
+
+
+def main(argv: list[str]) -> int:
+    ctl, ack = int(argv[0]), int(argv[1])
+    spec = json.loads(argv[4])
+    with open(argv[2], "r+b") as f_in, open(argv[3], "r+b") as f_out:
+        arena_in = mmap.mmap(f_in.fileno(), 0)
+        arena_out = mmap.mmap(f_out.fileno(), 0)
+
+    def reply(status: int, value: int = 0) -> None:
+        os.write(ack, MESSAGE.pack(status, value))
+
+    torch: Any = None
+    try:
+        if spec.get("use_torch"):
+            import torch as torch_module
+
+            torch = torch_module
+        kernel = _load(Path(spec["entry"]), spec["symbol"])
+    except BaseException as exc:
+        write_error(arena_out, _import_failure(exc))
+        reply(ACK_FAILED, FAILED_IMPORT)
+        return 1
+    output_plan: list[dict[str, Any]] = spec.get("output_plan") or []
+    destination_passing = bool(spec.get("destination_passing_style"))
+    # Destination-passing kernels write into buffers we hand them: one set per call of a batch
+    # (made once, before any call is timed), so that one call's outputs never alias another's.
+    buffer_sets: list[list[Any]] = []
+
+    def buffers_for(index: int) -> list[Any]:
+        while len(buffer_sets) <= index:
+            made: list[Any] = [
+                np.empty(tuple(o["shape"] or ()), dtype=o["dtype"]) for o in output_plan
+            ]
+            if torch is not None:
+                made = [torch.from_numpy(b) for b in made]
+            buffer_sets.append(made)
+        return buffer_sets[index]
+
+    reply(ACK_READY)
+    while True:
+        message = os.read(ctl, MESSAGE.size)
+        if len(message) < MESSAGE.size:
+            return 0  # the harness is gone
+        op, count = MESSAGE.unpack(message)
+        if op == OP_QUIT:
+            return 0
+        if op == OP_PING:
+            reply(ACK_OK, 0)
+            continue
+        try:
+            sets, _, _ = read_arena(arena_in, copy=False)
+            chosen = sets[:count]
+            buffers = [buffers_for(j) if destination_passing else [] for j in range(len(chosen))]
+            results: list[list[Any]] = []
+            result_names: list[list[str]] = []
+            for args, own in zip(chosen, buffers, strict=True):
+                if torch is not None:
+                    args = [torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in args]
+                returned = kernel(*args, *own)
+                arrays, names = _outputs(returned, own, torch)
+                results.append(arrays)
+                result_names.append(names)
+            write_arena(arena_out, results, dtype_names=result_names)
+        except NotArrays as exc:
+            write_error(arena_out, str(exc))
+            reply(ACK_FAILED, FAILED_NOT_ARRAYS)
+            continue
+        except BaseException as exc:
+            write_error(arena_out, _kernel_traceback(exc))
+            reply(ACK_FAILED, FAILED_RAISED)
+            continue
+        reply(ACK_OK, count)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
