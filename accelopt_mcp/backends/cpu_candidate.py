@@ -1,18 +1,20 @@
 """The jailed side of a cpu evaluation: import one kernel, call it when told, write its outputs.
 
-Run as a file inside the jail (`python -I cpu_candidate.py CTL_FD ACK_FD IN OUT SPEC`), so it
+Run as a file inside the jail (`python -I cpu_candidate.py CTL ACK IN OUT SPEC`, all four
+numbers file descriptors: two pipes and two sealed memfds), so it
 imports nothing of the project: the jail shows it this file, the interpreter, NumPy and its own
 work dir. Everything here may be overwritten by the kernel it imports — it shares this
 interpreter — so nothing here is trusted: the harness (cpu_runner.py) keeps the clock, holds the
 reference outputs and checks what lands in the output file, and it freezes this process
 whenever it is not timing a call.
 
-Protocol (little-endian uint32 pairs on two pipes):
+Protocol (little-endian uint32 pairs on two pipes; a request carries a sequence number that
+its ACK OK echoes):
 - after importing the kernel: ACK (READY, 0) or (FAILED, n) with an error text in OUT;
-- CALL k: the IN file holds k input sets; call the kernel on each, write the k output sets to
-  OUT, then ACK (OK, k), or (FAILED, n) when the kernel raised or returned something that is
-  not arrays;
-- PING: ACK (OK, 0) at once (the harness calibrates its round trip with it);
+- CALL: the IN file holds the input sets (the harness sends one per call); call the kernel on
+  each, write the output sets to OUT, then ACK (OK, seq), or (FAILED, n) when the kernel
+  raised or returned something that is not arrays;
+- PING: ACK (OK, seq) at once (the harness calibrates its round trip with it);
 - QUIT: exit.
 
 Arena files (IN and OUT): an 8-byte header length, a JSON header, then the data, each array at
@@ -24,6 +26,7 @@ a 64-byte aligned offset: {"sets": [[{"dtype": "float32", "shape": [2, 3], "offs
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import math
 import mmap
@@ -121,10 +124,25 @@ def write_error(buffer: mmap.mmap, message: str) -> None:
     buffer[HEADER_LEN.size : HEADER_LEN.size + len(header)] = header
 
 
-def read_header(buffer: mmap.mmap) -> dict[str, Any]:
-    """The arena's JSON header, checked for size and shape."""
+Buffer = mmap.mmap | bytes
+
+
+def snapshot_arena(buffer: mmap.mmap) -> bytes:
+    """The bytes of the arena that its header says are in use, read once: what the harness
+    judges (the writer cannot change a copy), and what it compares the arena with later."""
     (length,) = HEADER_LEN.unpack_from(buffer, 0)
     if not 0 < length <= min(MAX_HEADER_BYTES, len(buffer) - HEADER_LEN.size):
+        raise ArenaError(f"the header length {length} is out of range")
+    head = bytes(buffer[: HEADER_LEN.size + length])
+    _, _, used = read_arena(head, layout_only=True, size=len(buffer))
+    return head + bytes(buffer[len(head) : used])
+
+
+def read_header(buffer: Buffer, size: int | None = None) -> dict[str, Any]:
+    """The arena's JSON header, checked for size and shape (`size`: the arena's, when
+    `buffer` holds only its first bytes)."""
+    (length,) = HEADER_LEN.unpack_from(buffer, 0)
+    if not 0 < length <= min(MAX_HEADER_BYTES, (size or len(buffer)) - HEADER_LEN.size):
         raise ArenaError(f"the header length {length} is out of range")
     try:
         header = json.loads(bytes(buffer[HEADER_LEN.size : HEADER_LEN.size + length]))
@@ -136,39 +154,68 @@ def read_header(buffer: mmap.mmap) -> dict[str, Any]:
 
 
 def read_arena(
-    buffer: mmap.mmap, *, copy: bool = True
+    buffer: Buffer,
+    *,
+    copy: bool = True,
+    expected_sets: int | None = None,
+    layout_only: bool = False,
+    size: int | None = None,
 ) -> tuple[list[list[Any]], list[list[str]], int]:
     """(sets of arrays/scalars, their dtype names, bytes the arena uses). Arrays are copies
-    (a snapshot the writer cannot change afterwards) unless copy=False. Raises ArenaError."""
-    header = read_header(buffer)
+    unless copy=False (or views of an immutable `bytes` snapshot). Everything is checked
+    before anything is copied: the number of sets (when expected), each entry's dtype, shape
+    and bounds, that no two arrays overlap and that together they fit in the arena, so a
+    hostile header cannot make the reader copy more than the arena holds. Raises ArenaError."""
+    size = size or len(buffer)
+    header = read_header(buffer, size)
+    if expected_sets is not None and len(header["sets"]) != expected_sets:
+        raise ArenaError(f"{len(header['sets'])} output sets for {expected_sets} calls")
     (length,) = HEADER_LEN.unpack_from(buffer, 0)
     data_start = _aligned(HEADER_LEN.size + length)
     used = data_start
-    sets: list[list[Any]] = []
-    names: list[list[str]] = []
+    spans: list[tuple[int, int]] = []
+    layout: list[list[tuple[Any, str, int, int, list[int]]]] = []
     for row in header["sets"]:
         if not isinstance(row, list):
             raise ArenaError("a set is not a list")
+        checked = [_check_entry(entry, data_start, size) for entry in row]
+        spans += [(start, end) for _, _, start, end, _ in checked if end > start]
+        layout.append(checked)
+        used = max([used, *(end for _, _, _, end, _ in checked)])
+    spans.sort()
+    if any(b_start < a_end for (_, a_end), (b_start, _) in itertools.pairwise(spans)):
+        raise ArenaError("two outputs overlap in the output file")
+    if layout_only:
+        return [], [], used
+    sets: list[list[Any]] = []
+    names: list[list[str]] = []
+    for checked in layout:
         values: list[Any] = []
         row_names: list[str] = []
-        for entry in row:
-            value, name, end = _read_entry(buffer, entry, data_start, copy)
-            values.append(value)
+        for scalar, name, start, end, shape in checked:
+            if start == end and scalar is not None:
+                values.append(scalar)
+            else:
+                storage = np.dtype("float32" if name in TORCH_FLOAT_NAMES else name)
+                count = (end - start) // storage.itemsize
+                array = np.frombuffer(buffer, dtype=storage, count=count, offset=start)
+                array = array.reshape(shape)
+                values.append(array.copy() if copy else array)
             row_names.append(name)
-            used = max(used, end)
         sets.append(values)
         names.append(row_names)
     return sets, names, used
 
 
-def _read_entry(buffer: mmap.mmap, entry: Any, data_start: int, copy: bool) -> tuple[Any, str, int]:
+def _check_entry(entry: Any, data_start: int, size: int) -> tuple[Any, str, int, int, list[int]]:
+    """(scalar or None, dtype name, start, end, shape) of one entry, checked."""
     if not isinstance(entry, dict):
         raise ArenaError("an output entry is not an object")
     if "scalar" in entry:
         value = entry["scalar"]
         if not isinstance(value, bool | int | float):
             raise ArenaError("a scalar output is not a number")
-        return value, type(value).__name__, data_start
+        return value, type(value).__name__, 0, 0, []
     name, shape, offset = entry.get("dtype"), entry.get("shape"), entry.get("offset")
     if name not in ARENA_DTYPES and name not in TORCH_FLOAT_NAMES:
         raise ArenaError(f"dtype {name!r} is not one an output may have")
@@ -181,13 +228,11 @@ def _read_entry(buffer: mmap.mmap, entry: Any, data_start: int, copy: bool) -> t
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
         raise ArenaError(f"offset {offset!r} is not a byte offset")
     storage = np.dtype("float32" if name in TORCH_FLOAT_NAMES else str(name))
-    count = math.prod(shape)
     start = data_start + offset
-    end = start + count * storage.itemsize
-    if end > len(buffer):
+    end = start + math.prod(shape) * storage.itemsize
+    if end > size:
         raise ArenaError("an output runs past the end of the output file")
-    array = np.frombuffer(buffer, dtype=storage, count=count, offset=start).reshape(shape)
-    return (array.copy() if copy else array), str(name), end
+    return None, str(name), start, end, list(shape)
 
 
 # --------------------------------------------------------------------------- the candidate
@@ -257,11 +302,10 @@ def _outputs(returned: Any, buffers: list[Any], torch: Any) -> tuple[list[Any], 
 
 
 def main(argv: list[str]) -> int:
-    ctl, ack = int(argv[0]), int(argv[1])
+    ctl, ack, fd_in, fd_out = (int(a) for a in argv[:4])
     spec = json.loads(argv[4])
-    with open(argv[2], "r+b") as f_in, open(argv[3], "r+b") as f_out:
-        arena_in = mmap.mmap(f_in.fileno(), 0)
-        arena_out = mmap.mmap(f_out.fileno(), 0)
+    arena_in = mmap.mmap(fd_in, 0)
+    arena_out = mmap.mmap(fd_out, 0)
 
     def reply(status: int, value: int = 0) -> None:
         os.write(ack, MESSAGE.pack(status, value))
@@ -298,15 +342,14 @@ def main(argv: list[str]) -> int:
         message = os.read(ctl, MESSAGE.size)
         if len(message) < MESSAGE.size:
             return 0  # the harness is gone
-        op, count = MESSAGE.unpack(message)
+        op, sequence = MESSAGE.unpack(message)
         if op == OP_QUIT:
             return 0
         if op == OP_PING:
-            reply(ACK_OK, 0)
+            reply(ACK_OK, sequence)
             continue
         try:
-            sets, _, _ = read_arena(arena_in, copy=False)
-            chosen = sets[:count]
+            chosen, _, _ = read_arena(arena_in, copy=False)
             buffers = [buffers_for(j) if destination_passing else [] for j in range(len(chosen))]
             results: list[list[Any]] = []
             result_names: list[list[str]] = []
@@ -326,7 +369,7 @@ def main(argv: list[str]) -> int:
             write_error(arena_out, _kernel_traceback(exc))
             reply(ACK_FAILED, FAILED_RAISED)
             continue
-        reply(ACK_OK, count)
+        reply(ACK_OK, sequence)
 
 
 if __name__ == "__main__":

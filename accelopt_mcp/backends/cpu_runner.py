@@ -18,6 +18,7 @@ evaluation's overhead.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import importlib.util
 import json
 import math
@@ -25,6 +26,7 @@ import mmap
 import os
 import random
 import secrets
+import select
 import shutil
 import statistics
 import sys
@@ -48,6 +50,7 @@ from accelopt_mcp.backends.cpu_candidate import (
     ArenaError,
     read_arena,
     read_header,
+    snapshot_arena,
     write_arena,
 )
 from accelopt_mcp.tasks.inputs import generate_inputs, needs_torch
@@ -213,8 +216,18 @@ def _compare(
         ref_w = np.where(ref_finite, ref_w, 0)
     diff = np.abs(out_w - ref_w).ravel()
     flat_ref = ref_w.ravel()
-    diff_norm = math.sqrt(float(np.dot(diff, diff)))
-    ref_norm = math.sqrt(float(np.dot(flat_ref, flat_ref)))
+    # Norms in float64: a float32 dot product of large values overflows to inf, and inf > inf
+    # is False, which would pass any finite output.
+    diff64 = diff.astype(np.float64, copy=False)
+    ref64 = flat_ref.astype(np.float64, copy=False)
+    diff_norm = math.sqrt(float(np.dot(diff64, diff64)))
+    ref_norm = math.sqrt(float(np.dot(ref64, ref64)))
+    if not math.isfinite(ref_norm) or not math.isfinite(diff_norm):
+        raise Verdict(
+            "INCORRECT_NUMERICAL",
+            f"output {index} cannot be compared: its error norm is not finite",
+            errors,
+        )
     errors["l2_rel_error"] = (
         diff_norm / ref_norm if ref_norm > 0 else (0.0 if diff_norm == 0 else math.inf)
     )
@@ -369,10 +382,10 @@ class JailedRunner:
     ) -> None:
         self.role = role
         self.folder = folder
-        io_in, io_out = folder / "arena.in", folder / "arena.out"
-        for path in (io_in, io_out):
-            with open(path, "wb") as f:
-                f.truncate(arena_bytes)
+        # The arenas are sealed memfds handed over as descriptors: nothing in the jail's folder
+        # for it to swap for a symlink, and it cannot shrink them under our mappings (SIGBUS).
+        self._arena_fds = [_sealed_memfd(f"accelopt-{role}-{name}", arena_bytes) for name in "io"]
+        fd_in, fd_out = self._arena_fds
         ctl_r, self._ctl = os.pipe()
         self._ack, ack_w = os.pipe()
         spec = {
@@ -394,14 +407,14 @@ class JailedRunner:
                     CANDIDATE_IN_JAIL,
                     str(ctl_r),
                     str(ack_w),
-                    str(io_in),
-                    str(io_out),
+                    str(fd_in),
+                    str(fd_out),
                     json.dumps(spec),
                 ],
                 work_dir=folder,
                 read_only=[(CANDIDATE_FILE, CANDIDATE_IN_JAIL)],
                 writable=[folder],
-                pass_fds=(ctl_r, ack_w),
+                pass_fds=(ctl_r, ack_w, fd_in, fd_out),
                 env={k: str(v) for k, v in (job.get("jail_env") or {}).items()},
                 cpus=cpus,
                 memory_limit_mb=int(job.get("memory_limit_mb", 4096)),
@@ -410,15 +423,25 @@ class JailedRunner:
         finally:
             os.close(ctl_r)
             os.close(ack_w)
-        self._in_file = open(io_in, "r+b")  # noqa: SIM115 - closed in close()
-        self._out_file = open(io_out, "r+b")  # noqa: SIM115
-        self.arena_in = mmap.mmap(self._in_file.fileno(), 0)
-        self.arena_out = mmap.mmap(self._out_file.fileno(), 0)
+        self.arena_in = mmap.mmap(fd_in, arena_bytes)
+        self.arena_out = mmap.mmap(fd_out, arena_bytes)
         self._frozen = False
+        # Unpredictable, so that no ack can be forged in advance for a request to come.
+        self._sequence = secrets.randbits(30)
 
     # -- protocol
 
-    def _read_ack(self) -> tuple[int, int]:
+    def _request(self, op: int) -> int:
+        """Send one request; its sequence number, which the ack must echo."""
+        readable, _, _ = select.select([self._ack], [], [], 0)
+        if readable:
+            # An ack nobody asked for: answers queued in advance would shrink the timings.
+            raise CallFailed(f"the {self.role} sent an unrequested reply (protocol violation)")
+        self._sequence += 1
+        os.write(self._ctl, MESSAGE.pack(op, self._sequence))
+        return self._sequence
+
+    def _read_ack(self, sequence: int | None = None) -> tuple[int, int]:
         data = b""
         while len(data) < MESSAGE.size:
             chunk = os.read(self._ack, MESSAGE.size - len(data))
@@ -426,6 +449,11 @@ class JailedRunner:
                 raise CallFailed(self._death(), died=True)
             data += chunk
         status, value = MESSAGE.unpack(data)
+        if sequence is not None and status == ACK_OK and value != sequence:
+            raise CallFailed(
+                f"the {self.role} answered request {value} to request {sequence} "
+                "(protocol violation)"
+            )
         return int(status), int(value)
 
     def _death(self) -> str:
@@ -473,26 +501,41 @@ class JailedRunner:
             self._frozen = False
 
     def ping(self) -> int:
-        """The round trip of an empty call, ns (the same thaw/clock/freeze steps as a call)."""
-        self.thaw()
+        """The round trip of an empty call, ns: the same clock, thaw, request, ack and freeze
+        steps as one timed call. Measured on the reference jail only, which runs our runner and
+        the task's code: a candidate could answer pings slowly to inflate what is subtracted."""
         start = time.perf_counter_ns()
-        os.write(self._ctl, MESSAGE.pack(OP_PING, 0))
-        self._read_ack()
+        self.thaw()
+        sequence = self._request(OP_PING)
+        self._read_ack(sequence)
         elapsed = time.perf_counter_ns() - start
         self.freeze()
         return elapsed
 
     def call(self, sets: list[list[Any]]) -> tuple[int, list[list[Any]], list[list[str]]]:
-        """Time one call of len(sets) back-to-back kernel calls: (ns, outputs, dtype names).
+        """Time len(sets) calls, one input set per round trip: (total ns, outputs, dtype names).
 
-        The inputs are written while the process is frozen; the clock runs from "go" to
-        "done"; the outputs are copied at "done", then the process is frozen and the output
-        file compared with the copy: a change means work went on after "done"."""
-        write_arena(self.arena_in, sets)
-        self.thaw()
+        Each set is written while the process is frozen, so it never sees an input before its
+        own call is on the clock (no work ahead, no batching across calls); the clock runs from
+        before the thaw to "done"; the outputs are read once at "done", then the process is
+        frozen and the output file compared with that read: a change means work went on after
+        "done"."""
+        total = 0
+        outputs: list[list[Any]] = []
+        names: list[list[str]] = []
+        for values in sets:
+            elapsed, out, out_names = self._call_one(values)
+            total += elapsed
+            outputs.append(out)
+            names.append(out_names)
+        return total, outputs, names
+
+    def _call_one(self, values: list[Any]) -> tuple[int, list[Any], list[str]]:
+        write_arena(self.arena_in, [values])
         start = time.perf_counter_ns()
-        os.write(self._ctl, MESSAGE.pack(OP_CALL, len(sets)))
-        status, code = self._read_ack()
+        self.thaw()
+        sequence = self._request(OP_CALL)
+        status, code = self._read_ack(sequence)
         elapsed = time.perf_counter_ns() - start
         if status != ACK_OK:
             self.freeze()
@@ -500,25 +543,20 @@ class JailedRunner:
                 raise Verdict("INCORRECT_DTYPE", self._error_text())
             raise CallFailed(self._error_text(), code=code)
         try:
-            outputs, names, used = read_arena(self.arena_out, copy=True)
+            raw = snapshot_arena(self.arena_out)
+            sets, names, _ = read_arena(raw, copy=False, expected_sets=1)
         except ArenaError as exc:
             self.freeze()
             raise Verdict(
                 "INCORRECT_SHAPE", f"the {self.role}'s outputs are malformed: {exc}"
             ) from None
-        snapshot = bytes(self.arena_out[:used])
         self.freeze()
-        if bytes(self.arena_out[:used]) != snapshot:
+        if self.arena_out[: len(raw)] != raw:
             raise LateWrite(
                 f"the {self.role} changed its outputs after it said it was done (work in a "
                 "background thread or a lazy object is not counted and does not pass)"
             )
-        if len(outputs) != len(sets):
-            raise Verdict(
-                "INCORRECT_SHAPE",
-                f"the {self.role} returned {len(outputs)} output sets for {len(sets)} calls",
-            )
-        return elapsed, outputs, names
+        return elapsed, sets[0], names[0]
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -528,10 +566,10 @@ class JailedRunner:
         with contextlib.suppress(Exception):
             self.process.wait(timeout=2)
         self.process.kill()
-        for handle in (self.arena_in, self.arena_out, self._in_file, self._out_file):
+        for handle in (self.arena_in, self.arena_out):
             with contextlib.suppress(Exception):
                 handle.close()
-        for fd in (self._ctl, self._ack):
+        for fd in (self._ctl, self._ack, *self._arena_fds):
             with contextlib.suppress(OSError):
                 os.close(fd)
 
@@ -541,6 +579,14 @@ class LateWrite(Verdict):
 
     def __init__(self, message: str) -> None:
         super().__init__("INCORRECT_NUMERICAL", message)
+
+
+def _sealed_memfd(name: str, size: int) -> int:
+    """An anonymous shared-memory file of `size` bytes that nobody can shrink or grow."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+    return fd
 
 
 def _spread(times: list[int]) -> float:
@@ -558,6 +604,10 @@ def _as_arena_values(values: list[Any]) -> list[Any]:
         else:
             out.append(np.asarray(value))
     return out
+
+
+def _storage_dtype(name: str) -> str:
+    return "float32" if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2") else name
 
 
 def _set_bytes(values: list[Any]) -> int:
@@ -605,15 +655,21 @@ def evaluate(job: dict[str, Any], result: dict[str, Any]) -> None:
     reference_dir.mkdir(exist_ok=True)
     shutil.copy(job["reference_path"], reference_dir / "reference.py")
 
-    # The first fixed seed sizes the arenas: room for MAX_BATCH input (and output) sets.
+    # The first fixed seed sizes the arenas (one set per call, inputs or outputs).
     _stage("inputs")
     probe_inputs = harness.inputs(job["seeds"][0])
     set_bytes = max(_set_bytes(_as_arena_values(probe_inputs)), 1)
+    output_bytes = sum(
+        math.prod(o["shape"] or [1]) * np.dtype(_storage_dtype(o["dtype"])).itemsize
+        for o in job.get("output_plan") or []
+        if o.get("shape") is not None
+    )
+    # One input (and output) set per call: room for the larger, with headroom for a kernel
+    # that returns more than it should (refused by shape, not by a full arena).
     arena_bytes = min(
         job.get("max_arena_bytes", 256 << 20),
-        max(MAX_BATCH * set_bytes * 2, 4 * set_bytes) + ARENA_SLACK_BYTES,
+        4 * max(set_bytes, output_bytes) + ARENA_SLACK_BYTES,
     )
-    max_batch = max(1, min(MAX_BATCH, (arena_bytes - ARENA_SLACK_BYTES) // (2 * set_bytes)))
     _stage("jail start")
     reference = JailedRunner(
         "reference",
@@ -650,7 +706,7 @@ def evaluate(job: dict[str, Any], result: dict[str, Any]) -> None:
             candidate.wait_ready()
         except CallFailed as exc:
             raise StageError("compile", exc.message) from None
-        _run(job, harness, reference, candidate, result, rtol, atol, max_batch)
+        _run(job, harness, reference, candidate, result, rtol, atol)
     finally:
         if candidate is not None:
             result["candidate_stderr"] = candidate.process.stderr_tail(4000)
@@ -666,20 +722,21 @@ def _run(
     result: dict[str, Any],
     rtol: float,
     atol: float,
-    max_batch: int,
 ) -> None:
     _stage("calibration")
-    overhead = {
-        "reference": statistics.median(reference.ping() for _ in range(PING_ROUNDS)),
-        "candidate": statistics.median(candidate.ping() for _ in range(PING_ROUNDS)),
-    }
-    result["harness_overhead_ns"] = int(overhead["candidate"])
+    # Calibrated on the reference jail: the same runner, thaw and freeze as the candidate's,
+    # but code we trust; the candidate could answer pings slowly to shrink its own figures.
+    round_trip = statistics.median(reference.ping() for _ in range(PING_ROUNDS))
+    overhead = {"reference": round_trip, "candidate": round_trip}
+    result["harness_overhead_ns"] = int(round_trip)
 
     def reference_outputs(sets: list[list[Any]]) -> tuple[int, list[list[Any]], list[list[str]]]:
         try:
             return reference.call(sets)
         except CallFailed as exc:
             raise StageError("reference", f"the reference failed: {exc.message}") from None
+        except Verdict as verdict:  # the task's fault, not the candidate's
+            raise StageError("reference", f"the reference failed: {verdict.message}") from None
 
     def candidate_outputs(
         sets: list[list[Any]], what: str
@@ -739,7 +796,7 @@ def _run(
     # Timing: interleaved samples of the reference and the candidate on the same fresh inputs,
     # each sample a batch of back-to-back calls lasting about TARGET_SAMPLE_NS.
     fastest = max(1, min(min(per_call["reference"]), min(per_call["candidate"])))
-    batch = max(1, min(max_batch, TARGET_SAMPLE_NS // fastest))
+    batch = max(1, min(MAX_BATCH, TARGET_SAMPLE_NS // fastest))
     _stage("warm-up")
     for _ in range(job["warmup_runs"]):
         sets = [_as_arena_values(harness.inputs(secrets.randbits(31)))]
@@ -763,7 +820,7 @@ def _run(
                 else:
                     timed[role] = candidate_outputs(sets, f"in timed sample {sample}")
             for role, (elapsed, _, _) in timed.items():
-                net = max(elapsed - int(overhead[role]), 1)
+                net = max(elapsed - int(overhead[role]) * len(sets), len(sets))
                 samples[role].append(net // len(sets))
             timed_calls += len(sets)
             timed_ns += timed["candidate"][0]

@@ -392,3 +392,109 @@ def test_isolation_is_reported_and_its_absence_flagged(monkeypatch: pytest.Monke
     unjailed = evaluate(plain, VECTORIZED)
     assert unjailed.passed and "not_isolated" in unjailed.flags
     assert unjailed.trusted  # informational: it still ranks
+
+
+# The harness's protocol under attack from the process it times (found in review): each kernel
+# goes for the pipes and shared memory it can find among its own file descriptors.
+
+PROTOCOL_FDS = """
+import os, stat
+
+def _fds(kind):
+    found = []
+    for fd in range(3, 64):
+        try:
+            mode = os.fstat(fd).st_mode
+        except OSError:
+            continue
+        if (kind == "pipe" and stat.S_ISFIFO(mode)) or (kind == "file" and stat.S_ISREG(mode)):
+            found.append(fd)
+    return found
+"""
+
+
+def test_a_kernel_that_answers_pings_slowly_gains_nothing(backend: CpuBackend) -> None:
+    # Slow answers to the calibration pings would inflate what is subtracted from every sample,
+    # if the candidate's own round trip were what the harness calibrated on.
+    code = (
+        PROTOCOL_FDS
+        + """
+import struct, time
+import numpy as np
+_read = os.read
+
+def _slow_pings(fd, n):
+    data = _read(fd, n)
+    if len(data) == 8 and struct.unpack("<II", data)[0] == 2:
+        time.sleep(0.002)
+    return data
+
+os.read = _slow_pings
+
+def run(x, scale):
+    return x * np.float32(scale) + np.float32(1.0)
+"""
+    )
+    honest = evaluate(backend, VECTORIZED)
+    gamed = evaluate(backend, code)
+    assert honest.passed and gamed.passed, gamed.log
+    assert gamed.performance is not None and honest.performance is not None
+    assert gamed.performance.speedup_factor < 3 * honest.performance.speedup_factor
+
+
+def test_acks_sent_ahead_are_a_protocol_violation(backend: CpuBackend) -> None:
+    code = (
+        PROTOCOL_FDS
+        + """
+import struct
+import numpy as np
+
+def run(x, scale):
+    for fd in _fds("pipe"):
+        for seq in range(1, 200):
+            try:
+                os.write(fd, struct.pack("<II", 2, seq))
+            except OSError:
+                break
+    return x * np.float32(scale) + np.float32(1.0)
+"""
+    )
+    evaluation = evaluate(backend, code)
+    assert evaluation.status == EvaluationStatus.RUNTIME_ERROR, evaluation.log
+    assert "protocol violation" in evaluation.log
+
+
+def test_the_arenas_cannot_be_resized_under_the_harness(backend: CpuBackend) -> None:
+    # Shrinking a shared file that the harness has mapped would kill it with SIGBUS.
+    code = (
+        PROTOCOL_FDS
+        + """
+import numpy as np
+refused = []
+
+def run(x, scale):
+    for fd in _fds("file"):
+        try:
+            os.ftruncate(fd, 0)
+        except OSError as exc:
+            refused.append(exc.errno)
+    if not refused:
+        raise RuntimeError("no arena found, or one could be resized")
+    return x * np.float32(scale) + np.float32(1.0)
+"""
+    )
+    evaluation = evaluate(backend, code)
+    assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
+
+
+def test_large_float32_values_are_compared_without_overflow(backend: CpuBackend) -> None:
+    # A float32 dot product of values near 1e20 is inf; inf > inf is False and would pass
+    # any finite output.
+    code = """
+import numpy as np
+
+def run(x, scale):
+    return np.full_like(x, 3e38)
+"""
+    evaluation = evaluate(backend, code)
+    assert evaluation.status == EvaluationStatus.INCORRECT_NUMERICAL, evaluation.log
