@@ -65,7 +65,6 @@ PEAK_BYTES_PER_S = 200e9
 # Keep freed memory in the heap instead of returning it to the OS: otherwise every fresh
 # output array of a timed call is a new mmap whose page faults (zeroing, on a loaded host)
 # cost as much as a small kernel and vary from call to call.
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 TIMING_ENV = {
     "MALLOC_MMAP_THRESHOLD_": str(1 << 30),
     "MALLOC_TRIM_THRESHOLD_": str(1 << 31),
@@ -233,29 +232,15 @@ class CpuBackend(Backend):
             "use_torch": use_torch,
             "cpus": sorted(self.cpus) if self.cpus else None,
             "memory_limit_mb": config.memory_limit_mb,
-            # All the jailed processes see of an environment: no variable of ours, only the
-            # allocator and thread settings the harness runs with too.
-            "jail_env": self._jail_env(),
+            # Added to the jail's own minimal environment (isolation.jail sets the rest, thread
+            # counts included): the harness's allocator settings, so both time alike.
+            "jail_env": TIMING_ENV,
             "jail": self.jail,
             "nonce": secrets.token_hex(16),
             **config.perf_fields(),
         }
         (work / "job.json").write_text(json.dumps(job))
         return job
-
-    def _jail_env(self) -> dict[str, str]:
-        env = {
-            **TIMING_ENV,
-            "PYTHONHASHSEED": "0",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            # glibc reserves 64 MiB of address space per thread arena: with RLIMIT_AS a few BLAS
-            # threads would otherwise become spurious MemoryErrors.
-            "MALLOC_ARENA_MAX": "2",
-        }
-        if self.cpus:
-            for name in THREAD_VARS:
-                env[name] = str(len(self.cpus))
-        return env
 
     # ------------------------------------------------------------------ results
 

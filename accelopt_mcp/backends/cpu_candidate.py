@@ -60,6 +60,11 @@ FAILED_IMPORT, FAILED_RAISED, FAILED_NOT_ARRAYS = 1, 2, 3
 """The value of an ACK_FAILED: why the call failed."""
 
 
+def storage_dtype(name: str) -> np.dtype[Any]:
+    """The NumPy dtype an arena stores a value of dtype `name` in."""
+    return np.dtype("float32" if name in TORCH_FLOAT_NAMES else name)
+
+
 class ArenaError(ValueError):
     """An arena's header or data is not what the protocol allows."""
 
@@ -196,7 +201,7 @@ def read_arena(
             if start == end and scalar is not None:
                 values.append(scalar)
             else:
-                storage = np.dtype("float32" if name in TORCH_FLOAT_NAMES else name)
+                storage = storage_dtype(name)
                 count = (end - start) // storage.itemsize
                 array = np.frombuffer(buffer, dtype=storage, count=count, offset=start)
                 array = array.reshape(shape)
@@ -227,7 +232,7 @@ def _check_entry(entry: Any, data_start: int, size: int) -> tuple[Any, str, int,
         raise ArenaError(f"shape {shape!r} is not a list of at most {MAX_NDIM} sizes")
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
         raise ArenaError(f"offset {offset!r} is not a byte offset")
-    storage = np.dtype("float32" if name in TORCH_FLOAT_NAMES else str(name))
+    storage = storage_dtype(str(name))
     start = data_start + offset
     end = start + math.prod(shape) * storage.itemsize
     if end > size:

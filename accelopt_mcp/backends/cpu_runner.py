@@ -51,6 +51,7 @@ from accelopt_mcp.backends.cpu_candidate import (
     read_arena,
     read_header,
     snapshot_arena,
+    storage_dtype,
     write_arena,
 )
 from accelopt_mcp.tasks.inputs import generate_inputs, needs_torch
@@ -606,10 +607,6 @@ def _as_arena_values(values: list[Any]) -> list[Any]:
     return out
 
 
-def _storage_dtype(name: str) -> str:
-    return "float32" if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2") else name
-
-
 def _set_bytes(values: list[Any]) -> int:
     return sum(np.asarray(v).nbytes for v in values if not isinstance(v, bool | int | float))
 
@@ -660,7 +657,7 @@ def evaluate(job: dict[str, Any], result: dict[str, Any]) -> None:
     probe_inputs = harness.inputs(job["seeds"][0])
     set_bytes = max(_set_bytes(_as_arena_values(probe_inputs)), 1)
     output_bytes = sum(
-        math.prod(o["shape"] or [1]) * np.dtype(_storage_dtype(o["dtype"])).itemsize
+        math.prod(o["shape"] or [1]) * storage_dtype(o["dtype"]).itemsize
         for o in job.get("output_plan") or []
         if o.get("shape") is not None
     )
