@@ -10,8 +10,8 @@ __version__ = "0.1.0"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     # Foundations: parsing source text safely from threads; child processes with limits;
-    # masking secrets in messages.
-    ("pysource", "isolation", "redaction"),
+    # masking secrets in messages; statistics of timings (medians, intervals, pooling).
+    ("pysource", "isolation", "redaction", "stats"),
     # Records: Definition, Workload, Solution, Evaluation, Trace, Task, BenchmarkConfig...
     ("models",),
     # The hashes that identify records (dedup in every store).

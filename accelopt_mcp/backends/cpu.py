@@ -13,9 +13,9 @@ import math
 import os
 import platform
 import secrets
-import statistics
 import sys
 import tempfile
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,8 @@ from accelopt_mcp.backends.base import (
     Backend,
     BackendInfo,
     BackendUnavailableError,
+    Baseline,
+    ranked_comparison,
 )
 from accelopt_mcp.isolation.jail import MODE_VARIABLE, jail_status
 from accelopt_mcp.isolation.sandbox import (
@@ -38,23 +40,30 @@ from accelopt_mcp.isolation.sandbox import (
 )
 from accelopt_mcp.models import (
     BenchmarkConfig,
+    Comparison,
     Correctness,
     Definition,
     Environment,
     Evaluation,
     EvaluationStatus,
+    KernelComparison,
     Language,
     LatencyStats,
+    PairVerdict,
     Performance,
     Solution,
     Task,
 )
 from accelopt_mcp.pysource import parse_python, source_imports_any
 from accelopt_mcp.redaction import redact
+from accelopt_mcp.stats import Interval, robust_spread_of, verdict
 from accelopt_mcp.tasks.inputs import InputError, input_plan
 
 log = logging.getLogger(__name__)
 RUNNER_MODULE = "accelopt_mcp.backends.cpu_runner"
+PRIMARY = "candidate"
+"""The harness's label for the kernel being evaluated (baselines are b0, b1, ...)."""
+MAX_COMPARED = 8
 TORCH = ("torch",)
 MAX_LOG_CHARS = 16_000
 STDERR_TAIL_CHARS = 4_000
@@ -118,6 +127,7 @@ def isolation_summary() -> str:
 
 
 class CpuBackend(Backend):
+    interleaves = True
     info = BackendInfo(
         name="cpu",
         summary="this host's CPU: Python/NumPy (or PyTorch-CPU) kernels",
@@ -153,9 +163,69 @@ class CpuBackend(Backend):
     # ------------------------------------------------------------------ evaluate
 
     def evaluate(
-        self, task: Task, solution: Solution, config: BenchmarkConfig | None = None
+        self,
+        task: Task,
+        solution: Solution,
+        config: BenchmarkConfig | None = None,
+        baselines: Sequence[Baseline] = (),
     ) -> Evaluation:
         config = config or BenchmarkConfig()
+        refused = self._refuse(solution)
+        if refused is not None:
+            return refused
+        # Our own labels travel to the harness; the caller's come back in the results.
+        kernels = [(PRIMARY, solution)] + [
+            (f"b{i}", b.solution)
+            for i, b in enumerate(baselines)
+            if Language(b.solution.spec.language) == Language.PYTHON
+        ]
+        names = {f"b{i}": b.label for i, b in enumerate(baselines)}
+        outcome = self._run(task, kernels, config, primary=True)
+        if isinstance(outcome, Evaluation):
+            return outcome
+        run, result, stage = outcome
+        return self._to_evaluation(task, config, run, result, stage, names)
+
+    def compare(
+        self, task: Task, kernels: Sequence[Baseline], config: BenchmarkConfig | None = None
+    ) -> KernelComparison:
+        """Every kernel and the reference in the same interleaved rounds, over fresh processes;
+        a kernel that fails is ranked last with its own verdict, the others go on."""
+        if not 2 <= len(kernels) <= MAX_COMPARED:
+            raise ValueError(f"compare takes 2 to {MAX_COMPARED} kernels, got {len(kernels)}")
+        config = config or BenchmarkConfig()
+        labels = [f"k{i}" for i in range(len(kernels))]
+        evaluations: dict[str, Evaluation] = {}
+        runnable: list[tuple[str, Solution]] = []
+        for label, kernel in zip(labels, kernels, strict=True):
+            refused = self._refuse(kernel.solution)
+            if refused is not None:
+                evaluations[label] = refused
+            else:
+                runnable.append((label, kernel.solution))
+        pairs: list[PairVerdict] = []
+        if runnable:
+            outcome = self._run(task, runnable, config, primary=False)
+            if isinstance(outcome, Evaluation):
+                evaluations |= {label: outcome for label, _ in runnable}
+            else:
+                run, result, stage = outcome
+                names = dict(zip(labels, [k.label for k in kernels], strict=True))
+                for label, _ in runnable:
+                    evaluations[label] = self._kernel_evaluation(
+                        task, config, run, result, stage, label, names
+                    )
+                pairs = _pairs(result or {}, names, [label for label, _ in runnable])
+        return ranked_comparison(
+            kernels,
+            [evaluations[label] for label in labels],
+            pairs,
+            interleaved=True,
+            config=config,
+        )
+
+    def _refuse(self, solution: Solution) -> Evaluation | None:
+        """An evaluation when this backend cannot run the solution at all, else None."""
         if self.jail == "none" and os.environ.get(MODE_VARIABLE, "").strip().lower() == "bwrap":
             raise BackendUnavailableError(
                 f"{MODE_VARIABLE}=bwrap asks for a jail and none can run here: "
@@ -169,12 +239,24 @@ class CpuBackend(Backend):
                 f"{language.value!r}: profile it with the "
                 f"{'nki' if language == Language.NKI else 'flashinfer'} backend",
             )
+        return None
+
+    def _run(
+        self,
+        task: Task,
+        kernels: list[tuple[str, Solution]],
+        config: BenchmarkConfig,
+        *,
+        primary: bool,
+    ) -> Evaluation | tuple[SandboxResult, dict[str, Any] | None, str]:
+        """Run the harness once: an Evaluation when the run is void (the task cannot be run,
+        a forged result), else how the child ended, its result and its last stage."""
         with tempfile.TemporaryDirectory(
             prefix=work_dir_prefix("cpu"), ignore_cleanup_errors=True
         ) as tmp:
             work = Path(tmp)
             try:
-                job = self._write_job(work, task, solution, config)
+                job = self._write_job(work, task, kernels, config, primary=primary)
             except (InputError, ValueError) as exc:
                 # The task, not the candidate, is at fault; say so instead of blaming the kernel.
                 return self._evaluation(
@@ -182,8 +264,11 @@ class CpuBackend(Backend):
                 )
             run = run_sandboxed(
                 runner_argv(work / "job.json", work / "result.json"),
-                timeout_s=config.timeout_seconds,
-                memory_limit_mb=config.memory_limit_mb,
+                # Checking and every timed call are bounded by timeout_seconds; sampling by
+                # its own cap; more kernels take longer to start and check.
+                timeout_s=config.timeout_seconds * max(1.0, len(kernels) / 2)
+                + config.max_timing_seconds,
+                memory_limit_mb=config.memory_limit_mb * len(kernels),
                 cwd=work,
                 env=TIMING_ENV,
                 cpus=self.cpus,
@@ -202,31 +287,49 @@ class CpuBackend(Backend):
                     flags=["forged_result"],
                 )
             stage = (_read_json(work / "progress.json") or {}).get("stage", "start-up")
-        return self._to_evaluation(task, config, run, result, stage)
+        return run, result, stage
 
     def _write_job(
-        self, work: Path, task: Task, solution: Solution, config: BenchmarkConfig
+        self,
+        work: Path,
+        task: Task,
+        kernels: list[tuple[str, Solution]],
+        config: BenchmarkConfig,
+        *,
+        primary: bool,
     ) -> dict[str, Any]:
         definition, workload = task.definition, task.workload
         style = reference_style(definition.reference)
         (work / "reference.py").write_text(definition.reference)
-        kernel_dir = work / "solution"
-        for source in solution.sources:
-            target = kernel_dir / source.path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(source.content)
+        specs = []
+        for index, (label, solution) in enumerate(kernels):
+            kernel_dir = work / ("solution" if index == 0 else f"solution_{label}")
+            for source in solution.sources:
+                target = kernel_dir / source.path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(source.content)
+            specs.append(
+                {
+                    "label": label,
+                    "kernel_dir": kernel_dir.name,
+                    "entry_file": solution.entry_file,
+                    "entry_symbol": solution.entry_symbol,
+                    "destination_passing_style": solution.spec.destination_passing_style,
+                }
+            )
         use_torch = source_imports_any(definition.reference, TORCH) or any(
-            source_imports_any(s.content, TORCH) for s in solution.sources if s.path.endswith(".py")
+            source_imports_any(s.content, TORCH)
+            for _, solution in kernels
+            for s in solution.sources
+            if s.path.endswith(".py")
         )
         plan = input_plan(definition, workload) if style == "flashinfer" else None
         job = {
             "mode": "evaluate",
             "style": style,
             "reference_path": "reference.py",
-            "kernel_dir": "solution",
-            "entry_file": solution.entry_file,
-            "entry_symbol": solution.entry_symbol,
-            "destination_passing_style": solution.spec.destination_passing_style,
+            "kernels": specs,
+            "primary": primary,
             "input_plan": plan,
             "output_plan": _output_plan(definition, workload.axes),
             "use_torch": use_torch,
@@ -264,7 +367,9 @@ class CpuBackend(Backend):
         run: SandboxResult,
         result: dict[str, Any] | None,
         stage: str,
+        names: dict[str, str] | None = None,
     ) -> Evaluation:
+        """The candidate's evaluation from a primary-mode run."""
         if result is None:
             return self._evaluation(*_died(run, stage, config))
         flags = list(dict.fromkeys(result.get("flags", [])))
@@ -276,13 +381,7 @@ class CpuBackend(Backend):
             run = run.model_copy(update={"stderr": f"{run.stderr}\n[kernel]\n{stderr}".strip()})
         error = result.get("error")
         if error:
-            status = (
-                EvaluationStatus.COMPILE_ERROR
-                if error["kind"] == "compile"
-                else EvaluationStatus.RUNTIME_ERROR
-            )
-            lines = [_error_line(error), error.get("traceback", "")]
-            return self._evaluation(status, _join(lines, run), flags=flags)
+            return self._error_evaluation(error, run, flags)
         status = EvaluationStatus(result["status"])
         correctness = _correctness(result.get("correctness"))
         if status == EvaluationStatus.INCORRECT_NUMERICAL:
@@ -295,9 +394,98 @@ class CpuBackend(Backend):
         if status != EvaluationStatus.PASSED:
             return self._evaluation(status, _join([result.get("message", "")], run), flags=flags)
         assert correctness is not None
-        kernel = _stats(result["kernel_rounds_ns"])
-        reference = _stats(result["reference_rounds_ns"])
-        latency_ms, reference_ms = kernel.median_ms, reference.median_ms
+        dropped = [
+            f"baseline {(names or {}).get(label, label)} was not timed: {_outcome_text(outcome)}"
+            for label, outcome in (result.get("kernels") or {}).items()
+            if label != PRIMARY and outcome.get("status") != "PASSED"
+        ]
+        return self._passed(
+            task, config, run, result, PRIMARY, correctness, flags, names or {}, dropped
+        )
+
+    def _kernel_evaluation(
+        self,
+        task: Task,
+        config: BenchmarkConfig,
+        run: SandboxResult,
+        result: dict[str, Any] | None,
+        stage: str,
+        label: str,
+        names: dict[str, str],
+    ) -> Evaluation:
+        """One kernel's evaluation from a comparison run."""
+        if result is None:
+            return self._evaluation(*_died(run, stage, config))
+        flags: list[str] = []
+        isolation = result.get("isolation")
+        if isinstance(isolation, dict) and not isolation.get("isolated"):
+            flags.append("not_isolated")
+        if result.get("error"):
+            return self._error_evaluation(result["error"], run, flags)
+        outcome = (result.get("kernels") or {}).get(label) or {}
+        flags = list(dict.fromkeys([*outcome.get("flags", []), *flags]))
+        if outcome.get("error"):
+            return self._error_evaluation(outcome["error"], run, flags)
+        status = EvaluationStatus(outcome.get("status") or "RUNTIME_ERROR")
+        correctness = _correctness(outcome.get("correctness"))
+        if status == EvaluationStatus.INCORRECT_NUMERICAL:
+            return self._evaluation(
+                status,
+                outcome.get("message", ""),
+                correctness=correctness or Correctness(),
+                flags=flags,
+            )
+        if status != EvaluationStatus.PASSED or correctness is None:
+            return self._evaluation(status, outcome.get("message", ""), flags=flags)
+        if label not in ((result.get("analysis") or {}).get("summaries") or {}):
+            return self._evaluation(
+                EvaluationStatus.RUNTIME_ERROR, "no timing was taken", flags=flags
+            )
+        return self._passed(task, config, run, result, label, correctness, flags, {}, [])
+
+    def _error_evaluation(
+        self, error: dict[str, Any], run: SandboxResult, flags: list[str]
+    ) -> Evaluation:
+        status = (
+            EvaluationStatus.COMPILE_ERROR
+            if error["kind"] == "compile"
+            else EvaluationStatus.RUNTIME_ERROR
+        )
+        lines = [_error_line(error), error.get("traceback", "")]
+        return self._evaluation(status, _join(lines, run), flags=flags)
+
+    def _passed(
+        self,
+        task: Task,
+        config: BenchmarkConfig,
+        run: SandboxResult,
+        result: dict[str, Any],
+        label: str,
+        correctness: Correctness,
+        flags: list[str],
+        names: dict[str, str],
+        notes: list[str],
+    ) -> Evaluation:
+        analysis = result["analysis"]
+        summaries = analysis["summaries"]
+        contention = analysis.get("contention") or {}
+        kernel = _stats(summaries[label], analysis, config.confidence, contention)
+        reference = summaries["reference"]
+        latency_ms, reference_ms = kernel.median_ms, reference["median"] / 1e6
+        speedups = {(s["kernel"], s["baseline"]): s for s in analysis.get("speedups", [])}
+        against_reference = speedups.get((label, "reference"))
+        comparisons = [
+            Comparison(
+                baseline=names.get(baseline, baseline),
+                baseline_latency_ms=summaries[baseline]["median"] / 1e6,
+                speedup=s["estimate"],
+                ci_low=s["low"],
+                ci_high=s["high"],
+                verdict=verdict(Interval(s["estimate"], s["low"], s["high"])),
+            )
+            for (kernel_label, baseline), s in speedups.items()
+            if kernel_label == label and baseline != "reference" and baseline in names
+        ]
         counters = {
             "l2_rel_error": correctness.extra["l2_rel_error"] if correctness.extra else 0.0,
             "max_absolute_error": correctness.max_absolute_error,
@@ -306,12 +494,6 @@ class CpuBackend(Backend):
             "relative_spread": kernel.relative_spread,
             "measurement_rounds": float(kernel.measurement_rounds),
             "max_rss_mb": run.max_rss_mb,
-            # Time inside the timed kernel calls, so the profiler's own overhead can be measured.
-            "timed_calls": float(result.get("kernel_timed_calls", 0)),
-            "timed_total_ms": result.get("kernel_timed_ns", 0) / 1e6,
-            "reference_timed_total_ms": result.get("reference_timed_ns", 0) / 1e6,
-            # The harness's round trip of an empty call, taken out of every timed sample.
-            "harness_overhead_us": result.get("harness_overhead_ns", 0) / 1e3,
         }
         cores = len(self.cpus) if self.cpus else len(os.sched_getaffinity(0))
         if task.roofline is not None and latency_ms > 0:
@@ -327,19 +509,46 @@ class CpuBackend(Backend):
             }
             if flops_per_s > peak_flops or bytes_per_s > PEAK_BYTES_PER_S:
                 flags.append("above_peak")
+        speedup = Interval(reference_ms / latency_ms if latency_ms > 0 else 0.0, 0.0, math.inf)
+        if against_reference is not None:
+            speedup = Interval(
+                against_reference["estimate"], against_reference["low"], against_reference["high"]
+            )
+        level = f"{config.confidence:.0%}"
         log = [
             f"correct on {len(config.seeds)} seeds (L2-relative error "
-            f"{counters['l2_rel_error']:.3g}); median {latency_ms:.4f} ms over {kernel.runs} "
-            f"runs, reference {reference_ms:.4f} ms, speedup {reference_ms / latency_ms:.3f}x"
+            f"{counters['l2_rel_error']:.3g}); median {latency_ms:.4f} ms "
+            f"[{kernel.ci_low_ms:.4f}, {kernel.ci_high_ms:.4f}] ({level} CI) over "
+            f"{kernel.runs} samples in {kernel.measurement_rounds} sets of fresh processes; "
+            f"reference {reference_ms:.4f} ms in the same rounds; speedup over the reference "
+            f"{speedup.estimate:.3f}x [{speedup.low:.3f}, {speedup.high:.3f}]"
         ]
-        if kernel.relative_spread > config.max_relative_spread:
+        log += [
+            f"against {c.baseline}: {c.speedup:.3f}x [{c.ci_low:.3f}, {c.ci_high:.3f}] "
+            f"({c.verdict})"
+            for c in comparisons
+        ]
+        if not analysis.get("target_met", True):
             flags.append("noisy_timing")
+            why = (
+                f"the {config.max_timing_seconds:g} s timing cap"
+                if analysis.get("time_capped")
+                else f"{analysis['blocks']} sets of processes"
+            )
             log.append(
-                f"timing spread {kernel.relative_spread:.1%} stayed above "
-                f"{config.max_relative_spread:.0%} after {kernel.measurement_rounds} rounds"
+                f"the intervals stayed wider than ±{config.target_ci:.1%} "
+                f"(widest ±{analysis['widest']:.1%}) after {why}"
+            )
+        if kernel.contended:
+            log.append(
+                "the host was busy while timing (rounds re-taken: "
+                f"{contention.get('retaken_rounds', 0)}, steal "
+                f"{contention.get('steal_fraction', 0.0):.1%}, drift "
+                f"{contention.get('drift', 0.0):+.1%}): the interval covers what was kept"
             )
         if "above_peak" in flags:
             log.append("claimed throughput exceeds this host's peak: check the kernel")
+        log += notes
         return self._evaluation(
             EvaluationStatus.PASSED,
             "\n".join(log),
@@ -347,11 +556,15 @@ class CpuBackend(Backend):
             performance=Performance(
                 latency_ms=latency_ms,
                 reference_latency_ms=reference_ms,
-                speedup_factor=reference_ms / latency_ms if latency_ms > 0 else 0.0,
+                speedup_factor=speedup.estimate,
+                speedup_ci_low=speedup.low,
+                speedup_ci_high=speedup.high if math.isfinite(speedup.high) else None,
             ),
             latency_stats=kernel,
             hardware_counters={k: float(v) for k, v in counters.items()},
-            flags=flags,
+            measurement=_measurement(result, analysis, label),
+            comparisons=comparisons,
+            flags=list(dict.fromkeys(flags)),
         )
 
 
@@ -397,20 +610,88 @@ def _correctness(data: dict[str, Any] | None) -> Correctness | None:
     )
 
 
-def _stats(rounds: list[list[int]]) -> LatencyStats:
-    """Statistics, in milliseconds, of every kept sample of every round: more rounds happen
-    only when the first was noisy, and then more samples give a steadier median."""
-    ms = [t / 1e6 for times in rounds for t in times]
+def _stats(
+    summary: dict[str, Any],
+    analysis: dict[str, Any],
+    confidence: float,
+    contention: dict[str, Any],
+) -> LatencyStats:
+    """LatencyStats in milliseconds from the harness's summary (nanoseconds) of one kernel."""
+    ms = {k: float(v) / 1e6 for k, v in summary.items() if k != "samples"}
     return LatencyStats(
-        mean_ms=statistics.fmean(ms),
-        median_ms=statistics.median(ms),
-        min_ms=min(ms),
-        max_ms=max(ms),
-        stdev_ms=statistics.stdev(ms) if len(ms) > 1 else 0.0,
-        relative_spread=(max(ms) - min(ms)) / min(ms) if min(ms) > 0 else 0.0,
-        runs=len(ms),
-        measurement_rounds=len(rounds),
+        mean_ms=ms["mean"],
+        median_ms=ms["median"],
+        min_ms=ms["min"],
+        max_ms=ms["max"],
+        stdev_ms=ms["stdev"],
+        relative_spread=robust_spread_of(ms["q1"], ms["q3"], ms["median"]),
+        runs=int(summary["samples"]),
+        measurement_rounds=int(analysis["blocks"]),
+        ci_low_ms=ms["low"],
+        ci_high_ms=ms["high"],
+        confidence=confidence,
+        q1_ms=ms["q1"],
+        q3_ms=ms["q3"],
+        contended_samples=int(contention.get("retaken_rounds", 0)),
+        contended=bool(contention.get("contended")),
     )
+
+
+def _measurement(result: dict[str, Any], analysis: dict[str, Any], label: str) -> dict[str, float]:
+    """How the figures were taken (never shown to the LLM): calls, time inside them, the
+    harness's round trip, contention."""
+    timed = result.get("timed_ns") or {}
+    contention = analysis.get("contention") or {}
+    return {
+        "timed_calls": float(result.get("timed_calls", 0)),
+        "timed_total_ms": timed.get(label, 0) / 1e6,
+        "reference_timed_total_ms": timed.get("reference", 0) / 1e6,
+        "all_timed_total_ms": sum(timed.values()) / 1e6,
+        "harness_overhead_us": result.get("harness_overhead_ns", 0) / 1e3,
+        "calls_per_sample": float(analysis.get("calls_per_sample", 1)),
+        "rounds": float(analysis.get("rounds", 0)),
+        "retaken_rounds": float(contention.get("retaken_rounds", 0)),
+        "steal_fraction": float(contention.get("steal_fraction", 0.0)),
+        "drift": float(contention.get("drift", 0.0)),
+    }
+
+
+def _pairs(result: dict[str, Any], names: dict[str, str], labels: list[str]) -> list[PairVerdict]:
+    """Each pair of compared kernels once, the faster median first."""
+    analysis = result.get("analysis") or {}
+    summaries = analysis.get("summaries") or {}
+    speedups = {(s["kernel"], s["baseline"]): s for s in analysis.get("speedups", [])}
+    timed = [label for label in labels if label in summaries]
+    pairs = []
+    for i, a in enumerate(timed):
+        for b in timed[i + 1 :]:
+            if summaries[b]["median"] < summaries[a]["median"]:
+                first, second = b, a
+            else:
+                first, second = a, b
+            s = speedups.get((first, second))
+            if s is None:
+                continue
+            interval = Interval(s["estimate"], s["low"], s["high"])
+            pairs.append(
+                PairVerdict(
+                    kernel=names[first],
+                    baseline=names[second],
+                    baseline_latency_ms=summaries[second]["median"] / 1e6,
+                    speedup=interval.estimate,
+                    ci_low=interval.low,
+                    ci_high=interval.high,
+                    verdict=verdict(interval),
+                )
+            )
+    return pairs
+
+
+def _outcome_text(outcome: dict[str, Any]) -> str:
+    error = outcome.get("error")
+    if error:
+        return str(error.get("message", "failed"))
+    return f"{outcome.get('status')}: {outcome.get('message', '')}".strip()
 
 
 def _died(run: SandboxResult, stage: str, config: BenchmarkConfig) -> tuple[EvaluationStatus, str]:

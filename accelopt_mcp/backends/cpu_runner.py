@@ -427,6 +427,8 @@ class JailedRunner:
         self.arena_in = mmap.mmap(fd_in, arena_bytes)
         self.arena_out = mmap.mmap(fd_out, arena_bytes)
         self._frozen = False
+        self.last_run_delay_ns = 0
+        """Run-queue delay of the jail's processes during the last `call`."""
         # Unpredictable, so that no ack can be forged in advance for a request to come.
         self._sequence = secrets.randbits(30)
 
@@ -524,11 +526,15 @@ class JailedRunner:
         total = 0
         outputs: list[list[Any]] = []
         names: list[list[str]] = []
+        # Read outside the clock: how long the process waited for a CPU during these calls
+        # (it accrues nothing while frozen).
+        delay = self.process.run_delay_ns()
         for values in sets:
             elapsed, out, out_names = self._call_one(values)
             total += elapsed
             outputs.append(out)
             names.append(out_names)
+        self.last_run_delay_ns = self.process.run_delay_ns() - delay
         return total, outputs, names
 
     def _call_one(self, values: list[Any]) -> tuple[int, list[Any], list[str]]:
@@ -590,10 +596,6 @@ def _sealed_memfd(name: str, size: int) -> int:
     return fd
 
 
-def _spread(times: list[int]) -> float:
-    return (max(times) - min(times)) / max(min(times), 1)
-
-
 def _as_arena_values(values: list[Any]) -> list[Any]:
     """Inputs as the arena carries them: NumPy arrays and Python scalars."""
     out: list[Any] = []
@@ -640,15 +642,57 @@ def _declared_roofline(module: Any) -> dict[str, Any] | None:
     return {k: declared[k] for k in ("flops", "bytes_moved", "compute_unit") if k in declared}
 
 
+REFERENCE = "reference"
+PRIMARY = "candidate"
+CONTENDED_SHARE = 0.10
+"""A call that spent more than this share of its time waiting for a CPU is contended."""
+MAX_RETAKES_PER_ROUND = 2
+"""A contended round is taken again, at most this many times per round of a block."""
+CONTENDED_ROUNDS_SHARE = 0.2
+STEAL_LIMIT = 0.05
+DRIFT_LIMIT = 0.05
+STOP_RESAMPLES = 1000
+
+
+class _Clock:
+    """The time cap on sampling, and /proc/stat's steal time over it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.start = time.monotonic()
+        self.deadline = self.start + seconds
+        self._stat = _cpu_times()
+        self.capped = False
+
+    def expired(self) -> bool:
+        if time.monotonic() >= self.deadline:
+            self.capped = True
+        return self.capped
+
+    def steal_fraction(self) -> float:
+        now = _cpu_times()
+        if not now or not self._stat:
+            return 0.0
+        delta = [b - a for a, b in zip(self._stat, now, strict=False)]
+        total = sum(delta)
+        return delta[7] / total if total > 0 and len(delta) > 7 else 0.0
+
+
+def _cpu_times() -> list[int]:
+    try:
+        with open("/proc/stat") as f:
+            return [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return []
+
+
 def evaluate(job: dict[str, Any], result: dict[str, Any]) -> None:
     if job.get("jail") == "none":
         # The parent chose to run without a jail (ACCELOPT_JAIL=none, or none can run there);
         # this process's environment is the sandbox's allowlist, so the choice travels here.
         os.environ["ACCELOPT_JAIL"] = "none"
     harness = Harness(job)
-    rtol, atol = job["rtol"], job["atol"]
     work = Path.cwd()
-    reference_dir, candidate_dir = work / "reference_jail", Path(job["kernel_dir"]).resolve()
+    reference_dir = work / "reference_jail"
     reference_dir.mkdir(exist_ok=True)
     shutil.copy(job["reference_path"], reference_dir / "reference.py")
 
@@ -667,189 +711,473 @@ def evaluate(job: dict[str, Any], result: dict[str, Any]) -> None:
         job.get("max_arena_bytes", 256 << 20),
         4 * max(set_bytes, output_bytes) + ARENA_SLACK_BYTES,
     )
-    _stage("jail start")
-    reference = JailedRunner(
-        "reference",
-        reference_dir,
-        reference_dir / "reference.py",
-        "forward" if harness.style == "nkibench" else "run",
-        job,
-        arena_bytes=arena_bytes,
-    )
-    candidate: JailedRunner | None = None
-    try:
-        candidate = JailedRunner(
-            "candidate",
-            candidate_dir,
-            candidate_dir / job["entry_file"],
-            job["entry_symbol"],
-            job,
-            arena_bytes=arena_bytes,
-            destination_passing_style=bool(job.get("destination_passing_style")),
-        )
-        result["isolation"] = {
-            "isolated": candidate.process.isolated and reference.process.isolated,
-            "freeze_method": candidate.process.freeze_method,
-        }
-        _stage("reference import")
-        try:
-            reference.wait_ready()
-        except CallFailed as exc:
-            raise StageError(
-                "reference", f"the reference cannot be imported: {exc.message}"
-            ) from None
-        _stage("kernel import")
-        try:
-            candidate.wait_ready()
-        except CallFailed as exc:
-            raise StageError("compile", exc.message) from None
-        _run(job, harness, reference, candidate, result, rtol, atol)
-    finally:
-        if candidate is not None:
-            result["candidate_stderr"] = candidate.process.stderr_tail(4000)
-            candidate.close()
-        reference.close()
+    Session(job, harness, result, reference_dir, arena_bytes).run()
 
 
-def _run(
-    job: dict[str, Any],
-    harness: Harness,
-    reference: JailedRunner,
-    candidate: JailedRunner,
-    result: dict[str, Any],
-    rtol: float,
-    atol: float,
-) -> None:
-    _stage("calibration")
-    # Calibrated on the reference jail: the same runner, thaw and freeze as the candidate's,
-    # but code we trust; the candidate could answer pings slowly to shrink its own figures.
-    round_trip = statistics.median(reference.ping() for _ in range(PING_ROUNDS))
-    overhead = {"reference": round_trip, "candidate": round_trip}
-    result["harness_overhead_ns"] = int(round_trip)
+class Session:
+    """One evaluation's timing: the reference and every kernel (the candidate, and the
+    baselines it is compared with) in interleaved rounds, over several sets of fresh
+    processes, until the confidence intervals are narrow enough or the time cap is spent.
 
-    def reference_outputs(sets: list[list[Any]]) -> tuple[int, list[list[Any]], list[list[str]]]:
+    In "primary" mode the first kernel is the candidate being evaluated: its failure ends the
+    evaluation with that verdict. Any other kernel that fails (a baseline, or any kernel of a
+    comparison) is dropped with its own outcome and the others go on."""
+
+    def __init__(
+        self,
+        job: dict[str, Any],
+        harness: Harness,
+        result: dict[str, Any],
+        reference_dir: Path,
+        arena_bytes: int,
+    ) -> None:
+        self.job = job
+        self.harness = harness
+        self.result = result
+        self.reference_dir = reference_dir
+        self.arena_bytes = arena_bytes
+        self.kernels: dict[str, dict[str, Any]] = {k["label"]: k for k in job["kernels"]}
+        if REFERENCE in self.kernels:
+            raise StageError("setup", f"no kernel may be labelled {REFERENCE!r}")
+        self.primary = bool(job.get("primary", True))
+        self.live = list(self.kernels)
+        self.flags: dict[str, list[str]] = {label: [] for label in self.kernels}
+        if self.primary:
+            # The candidate's flags are the result's: verdicts raised through main() keep them.
+            self.flags[self.live[0]] = result["flags"]
+        self.outcomes: dict[str, dict[str, Any]] = {}
+        self.worst: dict[str, dict[str, float]] = {}
+        self.seen: dict[str, list[tuple[list[Any], list[Any]]]] = {}
+        self.samples: dict[str, list[float]] = {REFERENCE: [], **{k: [] for k in self.kernels}}
+        self.block_of: list[int] = []
+        self.per_call: dict[str, list[int]] = {}
+        self.batch = 1
+        self.retaken = 0
+        self.kept_contended = 0
+        self.timed_ns: dict[str, int] = {}
+        self.timed_calls = 0
+        self.round_trips: list[float] = []
+        self.runners: dict[str, JailedRunner] = {}
+        self.clock: _Clock | None = None
+        self.analysis: Any = None
+
+    # -- failures
+
+    def _fail(self, label: str, exc: CallFailed | Verdict | StageError) -> None:
+        """A kernel failed: the evaluation ends (the primary candidate) or it is dropped."""
+        if isinstance(exc, CallFailed):
+            exc = StageError("runtime", f"the kernel failed: {exc.message}")
+        if self.primary and label == PRIMARY:
+            raise exc
+        outcome: dict[str, Any] = {"flags": self.flags[label]}
+        if isinstance(exc, Verdict):
+            outcome |= {"status": exc.status, "message": exc.message}
+            if exc.correctness is not None:
+                outcome["correctness"] = exc.correctness
+        else:
+            outcome |= {
+                "status": None,
+                "error": {"kind": exc.kind, "message": exc.message, "traceback": exc.tb},
+            }
+        self.outcomes[label] = outcome
+        self.live.remove(label)
+        self.samples.pop(label, None)
+        runner = self.runners.pop(label, None)
+        if runner is not None:
+            runner.close()
+
+    def _reference(self, sets: list[list[Any]]) -> tuple[int, list[list[Any]], list[list[str]]]:
         try:
-            return reference.call(sets)
+            return self.runners[REFERENCE].call(sets)
         except CallFailed as exc:
             raise StageError("reference", f"the reference failed: {exc.message}") from None
         except Verdict as verdict:  # the task's fault, not the candidate's
             raise StageError("reference", f"the reference failed: {verdict.message}") from None
 
-    def candidate_outputs(
-        sets: list[list[Any]], what: str
+    def _kernel(
+        self, label: str, sets: list[list[Any]], what: str
     ) -> tuple[int, list[list[Any]], list[list[str]]]:
+        harness = self.harness
         try:
-            return candidate.call([_as_arena_values(harness.candidate_inputs(s)) for s in sets])
+            return self.runners[label].call(
+                [_as_arena_values(harness.candidate_inputs(s)) for s in sets]
+            )
         except CallFailed as exc:
             raise StageError("runtime", f"the kernel failed {what}: {exc.message}") from None
         except LateWrite as verdict:
-            result["flags"].append("late_output_write")
+            self.flags[label].append("late_output_write")
             verdict.message = f"{what}: {verdict.message}"
             raise
 
-    # Correctness: the fixed seeds, then fresh sets no one could know in advance. Every
-    # output is checked against the reference output for its own input.
-    fixed: list[int] = job["seeds"]
-    fresh = [secrets.randbits(31) for _ in range(FRESH_CORRECTNESS_SETS)]
-    worst = {"l2_rel_error": 0.0, "max_absolute_error": 0.0, "max_relative_error": 0.0}
-    seen: list[tuple[list[Any], list[Any]]] = []
-    per_call: dict[str, list[int]] = {"reference": [], "candidate": []}
-    for index, seed in enumerate([*fixed, *fresh]):
-        label = (
-            f"seed {seed}" if index < len(fixed) else f"fresh input set {index - len(fixed) + 1}"
-        )
-        _stage(f"correctness {label}")
-        inputs = [_as_arena_values(harness.inputs(seed))]
-        ref_ns, refs, ref_names = reference_outputs(inputs)
-        cand_ns, outs, out_names = candidate_outputs(inputs, f"on {label}")
-        per_call["reference"].append(ref_ns)
-        per_call["candidate"].append(cand_ns)
-        outs_ref_layout = harness.candidate_outputs(outs[0], refs[0])
+    # -- the whole evaluation
+
+    def run(self) -> None:
+        job = self.job
+        target = float(job.get("target_ci", 0.01))
+        min_blocks = int(job.get("min_processes", 3))
+        max_blocks = max(min_blocks, int(job.get("max_processes", 8)))
         try:
-            errors = _compare_all(outs_ref_layout, refs[0], rtol, atol, out_names[0], ref_names[0])
+            for block in range(max_blocks):
+                self._block(block)
+                if not self.live and self.primary:
+                    break
+                if self.clock is not None and self.clock.capped:
+                    break
+                if block + 1 >= min_blocks:
+                    analysis = self._analyse(STOP_RESAMPLES)
+                    if analysis is not None and analysis.widest() <= target:
+                        break
+        finally:
+            self._close_all()
+        self._report(target)
+
+    def _close_all(self) -> None:
+        for runner in self.runners.values():
+            runner.close()
+        self.runners.clear()
+
+    def _block(self, block: int) -> None:
+        """One set of fresh processes: start them, check them, warm them, time rounds."""
+        job, harness = self.job, self.harness
+        _stage(f"jail start (process set {block + 1})")
+        first_role = PRIMARY if self.primary else "kernel"
+        self.runners[REFERENCE] = JailedRunner(
+            REFERENCE,
+            self.reference_dir,
+            self.reference_dir / "reference.py",
+            "forward" if harness.style == "nkibench" else "run",
+            job,
+            arena_bytes=self.arena_bytes,
+        )
+        for label in list(self.live):
+            spec = self.kernels[label]
+            folder = Path(spec["kernel_dir"]).resolve()
+            self.runners[label] = JailedRunner(
+                PRIMARY if label == PRIMARY and self.primary else f"{first_role} {label}",
+                folder,
+                folder / spec["entry_file"],
+                spec["entry_symbol"],
+                job,
+                arena_bytes=self.arena_bytes,
+                destination_passing_style=bool(spec.get("destination_passing_style")),
+            )
+        if block == 0:
+            processes = [runner.process for runner in self.runners.values()]
+            self.result["isolation"] = {
+                "isolated": all(p.isolated for p in processes),
+                "freeze_method": processes[-1].freeze_method,
+            }
+        _stage("reference import")
+        try:
+            self.runners[REFERENCE].wait_ready()
+        except CallFailed as exc:
+            raise StageError(
+                "reference", f"the reference cannot be imported: {exc.message}"
+            ) from None
+        _stage("kernel import")
+        for label in list(self.live):
+            try:
+                self.runners[label].wait_ready()
+            except CallFailed as exc:
+                if block == 0:
+                    self._fail(label, StageError("compile", exc.message))
+                else:
+                    self._fail(
+                        label,
+                        StageError(
+                            "runtime",
+                            f"the kernel imported once but not in process set {block + 1}: "
+                            f"{exc.message}",
+                        ),
+                    )
+        if not self.live:
+            self._close_all()
+            return
+        _stage("calibration")
+        # Calibrated on the reference jail: the same runner, thaw and freeze as the kernels',
+        # but code we trust; a candidate could answer pings slowly to shrink its own figures.
+        round_trip = statistics.median(self.runners[REFERENCE].ping() for _ in range(PING_ROUNDS))
+        self.round_trips.append(round_trip)
+        self._correctness(block)
+        if not self.live:
+            self._close_all()
+            return
+        if block == 0:
+            fastest = max(1, min(min(times) for times in self.per_call.values()))
+            self.batch = max(1, min(MAX_BATCH, TARGET_SAMPLE_NS // fastest))
+        _stage(f"warm-up (process set {block + 1})")
+        for _ in range(job["warmup_runs"]):
+            sets = [_as_arena_values(harness.inputs(secrets.randbits(31)))]
+            self._reference(sets)
+            for label in list(self.live):
+                try:
+                    self._kernel(label, sets, "during warm-up")
+                except (Verdict, StageError) as exc:
+                    self._fail(label, exc)
+        if self.clock is None:
+            self.clock = _Clock(float(job.get("max_timing_seconds", 20.0)))
+        _stage(f"timing (process set {block + 1})")
+        self._rounds(block, round_trip)
+        self._close_all()
+
+    def _correctness(self, block: int) -> None:
+        """The fixed seeds, then fresh sets no one could know in advance (one fresh set in
+        later process sets). Every output is checked against the reference output for its own
+        input."""
+        harness, job = self.harness, self.job
+        fixed: list[int] = job["seeds"] if block == 0 else []
+        fresh = [secrets.randbits(31) for _ in range(FRESH_CORRECTNESS_SETS if block == 0 else 1)]
+        for index, seed in enumerate([*fixed, *fresh]):
+            if index < len(fixed):
+                label_text = f"seed {seed}"
+            else:
+                label_text = f"fresh input set {index - len(fixed) + 1}"
+                if block:
+                    label_text += f" of process set {block + 1}"
+            _stage(f"correctness {label_text}")
+            inputs = [_as_arena_values(harness.inputs(seed))]
+            ref_ns, refs, ref_names = self._reference(inputs)
+            self.per_call.setdefault(REFERENCE, []).append(ref_ns)
+            for label in list(self.live):
+                try:
+                    cand_ns, outs, out_names = self._kernel(label, inputs, f"on {label_text}")
+                    self.per_call.setdefault(label, []).append(cand_ns)
+                    self._check(
+                        label,
+                        outs[0],
+                        refs[0],
+                        out_names[0],
+                        ref_names[0],
+                        label_text,
+                        fresh_input=index >= len(fixed),
+                        fixed_count=len(job["seeds"]),
+                    )
+                except (Verdict, StageError) as exc:
+                    self._fail(label, exc)
+        for label in self.live:
+            self.worst.setdefault(
+                label, {"l2_rel_error": 0.0, "max_absolute_error": 0.0, "max_relative_error": 0.0}
+            )
+
+    def _check(
+        self,
+        label: str,
+        outs: list[Any],
+        refs: list[Any],
+        out_names: list[str],
+        ref_names: list[str],
+        what: str,
+        *,
+        fresh_input: bool,
+        fixed_count: int,
+    ) -> None:
+        harness, job = self.harness, self.job
+        outs_ref_layout = harness.candidate_outputs(outs, refs)
+        seen = self.seen.setdefault(label, [])
+        try:
+            errors = _compare_all(
+                outs_ref_layout, refs, job["rtol"], job["atol"], out_names, ref_names
+            )
         except Verdict as verdict:
             for prev_outs, prev_refs in seen:
-                if _same_outputs(outs_ref_layout, prev_outs) and not _same_outputs(
-                    refs[0], prev_refs
-                ):
-                    result["flags"].append("constant_output")
+                if _same_outputs(outs_ref_layout, prev_outs) and not _same_outputs(refs, prev_refs):
+                    self.flags[label].append("constant_output")
                     verdict.message += (
                         "; the kernel returned the same output for different inputs while the "
                         "reference changed (a cached or constant answer)"
                     )
                     break
-            if index >= len(fixed):
-                result["flags"].append("input_independent_output")
+            if fresh_input:
+                self.flags[label].append("input_independent_output")
                 verdict.message += (
-                    f"; it was correct on the {len(fixed)} fixed seeds but not on inputs drawn "
+                    f"; it was correct on the {fixed_count} fixed seeds but not on inputs drawn "
                     "for this evaluation alone (an answer that does not follow its input)"
                 )
-            verdict.message = f"{label}: {verdict.message}"
+            verdict.message = f"{what}: {verdict.message}"
             raise
-        worst = {k: max(worst[k], errors[k]) for k in worst}
-        seen.append((outs_ref_layout, refs[0]))
-    result["correctness"] = worst
+        worst = self.worst.setdefault(
+            label, {"l2_rel_error": 0.0, "max_absolute_error": 0.0, "max_relative_error": 0.0}
+        )
+        for key in worst:
+            worst[key] = max(worst[key], errors[key])
+        seen.append((outs_ref_layout, refs))
 
-    # Timing: interleaved samples of the reference and the candidate on the same fresh inputs,
-    # each sample a batch of back-to-back calls lasting about TARGET_SAMPLE_NS.
-    fastest = max(1, min(min(per_call["reference"]), min(per_call["candidate"])))
-    batch = max(1, min(MAX_BATCH, TARGET_SAMPLE_NS // fastest))
-    _stage("warm-up")
-    for _ in range(job["warmup_runs"]):
-        sets = [_as_arena_values(harness.inputs(secrets.randbits(31)))]
-        reference_outputs(sets)
-        candidate_outputs(sets, "during warm-up")
-    _stage("timing")
-    rounds: dict[str, list[list[int]]] = {"reference": [], "candidate": []}
-    timed_calls = 0
-    timed_ns = 0
-    reference_ns = 0
-    for _ in range(job["max_measurement_rounds"]):
-        samples: dict[str, list[int]] = {"reference": [], "candidate": []}
-        for sample in range(job["iterations"]):
-            sets = [_as_arena_values(harness.inputs(secrets.randbits(31))) for _ in range(batch)]
-            # Alternate who goes first, so drift and cache state favour neither.
-            order = ("reference", "candidate") if sample % 2 == 0 else ("candidate", "reference")
+    def _rounds(self, block: int, round_trip: float) -> None:
+        """Rounds of one process set: every contestant once per round, on the same fresh
+        inputs, in a rotating order. A round in which someone waited for a CPU is taken again
+        (a few times at most)."""
+        harness, job = self.harness, self.job
+        assert self.clock is not None
+        rounds = int(job["iterations"])
+        retakes = 0
+        taken = 0
+        while taken < rounds and self.live:
+            if self.clock.expired() and taken > 0:
+                return
+            sets = [
+                _as_arena_values(harness.inputs(secrets.randbits(31))) for _ in range(self.batch)
+            ]
+            contestants = [REFERENCE, *self.live]
+            shift = (taken + block) % len(contestants)
+            order = contestants[shift:] + contestants[:shift]
             timed: dict[str, tuple[int, list[list[Any]], list[list[str]]]] = {}
+            contended = False
+            failed = False
             for role in order:
-                if role == "reference":
-                    timed[role] = reference_outputs(sets)
-                else:
-                    timed[role] = candidate_outputs(sets, f"in timed sample {sample}")
-            for role, (elapsed, _, _) in timed.items():
-                net = max(elapsed - int(overhead[role]) * len(sets), len(sets))
-                samples[role].append(net // len(sets))
-            timed_calls += len(sets)
-            timed_ns += timed["candidate"][0]
-            reference_ns += timed["reference"][0]
-            _, refs, ref_names = timed["reference"]
-            _, outs, out_names = timed["candidate"]
-            for j in range(len(sets)):
+                runner = self.runners[role]
                 try:
-                    _compare_all(
-                        harness.candidate_outputs(outs[j], refs[j]),
-                        refs[j],
-                        rtol,
-                        atol,
-                        out_names[j],
-                        ref_names[j],
+                    timed[role] = (
+                        self._reference(sets)
+                        if role == REFERENCE
+                        else self._kernel(role, sets, f"in timed round {taken + 1}")
                     )
-                except Verdict as verdict:
-                    result["flags"].append("timed_output_mismatch")
-                    verdict.message = (
-                        f"timed call {j} of sample {sample} (fresh inputs): {verdict.message}; "
-                        "the kernel was correct in the correctness pass but not while being timed"
-                    )
-                    raise
-        for role in rounds:
-            rounds[role].append(samples[role])
-        if _spread(samples["candidate"]) <= job["max_relative_spread"]:
-            break
-    result["kernel_rounds_ns"] = rounds["candidate"]
-    result["reference_rounds_ns"] = rounds["reference"]
-    result["kernel_timed_calls"] = timed_calls
-    result["kernel_timed_ns"] = timed_ns
-    result["reference_timed_ns"] = reference_ns
+                except (Verdict, StageError) as exc:
+                    self._fail(role, exc)
+                    failed = True
+                    break
+                if runner.last_run_delay_ns > CONTENDED_SHARE * timed[role][0]:
+                    contended = True
+            if failed:
+                continue
+            _, refs, ref_names = timed[REFERENCE]
+            for label in list(self.live):
+                _, outs, out_names = timed[label]
+                for j in range(len(sets)):
+                    try:
+                        _compare_all(
+                            harness.candidate_outputs(outs[j], refs[j]),
+                            refs[j],
+                            job["rtol"],
+                            job["atol"],
+                            out_names[j],
+                            ref_names[j],
+                        )
+                    except Verdict as verdict:
+                        self.flags[label].append("timed_output_mismatch")
+                        verdict.message = (
+                            f"timed call {j} of round {taken + 1} (fresh inputs): "
+                            f"{verdict.message}; the kernel was correct in the correctness pass "
+                            "but not while being timed"
+                        )
+                        self._fail(label, verdict)
+                        failed = True
+                        break
+            if failed:
+                continue
+            if contended and retakes < MAX_RETAKES_PER_ROUND * rounds:
+                retakes += 1
+                self.retaken += 1
+                continue
+            if contended:
+                self.kept_contended += 1
+            for role in [REFERENCE, *self.live]:
+                elapsed = timed[role][0]
+                net = max(elapsed - int(round_trip) * len(sets), len(sets))
+                self.samples[role].append(net / len(sets))
+                self.timed_ns[role] = self.timed_ns.get(role, 0) + elapsed
+            self.block_of.append(block)
+            self.timed_calls += len(sets)
+            taken += 1
+
+    # -- statistics
+
+    def _pairs(self) -> list[tuple[str, str]]:
+        if self.primary:
+            if PRIMARY not in self.live:
+                return []
+            return [(PRIMARY, other) for other in [REFERENCE, *self.live] if other != PRIMARY]
+        pairs = [(label, REFERENCE) for label in self.live]
+        pairs += [(a, b) for a in self.live for b in self.live if a != b]
+        return pairs
+
+    def _analyse(self, resamples: int) -> Any:
+        from accelopt_mcp.stats import analyse
+
+        if not self.block_of:
+            return None
+        names = [REFERENCE, *self.live]
+        self.analysis = analyse(
+            {name: self.samples[name] for name in names},
+            self.block_of,
+            confidence=float(self.job.get("confidence", 0.95)),
+            resamples=resamples,
+            pairs=self._pairs(),
+        )
+        return self.analysis
+
+    def _report(self, target: float) -> None:
+        from accelopt_mcp.stats import drift
+
+        result = self.result
+        result["harness_overhead_ns"] = (
+            int(statistics.median(self.round_trips)) if self.round_trips else 0
+        )
+        kernels: dict[str, Any] = {}
+        for label in self.kernels:
+            if label in self.outcomes:
+                kernels[label] = self.outcomes[label]
+            else:
+                kernels[label] = {
+                    "status": "PASSED",
+                    "flags": self.flags[label],
+                    "correctness": self.worst.get(label),
+                }
+        result["kernels"] = kernels
+        if self.primary and PRIMARY in self.worst:
+            result["correctness"] = self.worst[PRIMARY]
+        analysis = self._analyse(RESAMPLES_FINAL) if self.live else None
+        if analysis is None:
+            return
+        clock = self.clock
+        steal = clock.steal_fraction() if clock is not None else 0.0
+        shift = drift(self.samples[REFERENCE])
+        rounds = len(self.block_of)
+        contended = (
+            self.kept_contended > 0
+            or self.retaken > CONTENDED_ROUNDS_SHARE * rounds
+            or steal > STEAL_LIMIT
+            or abs(shift) > DRIFT_LIMIT
+        )
+        result["analysis"] = {
+            "blocks": analysis.blocks,
+            "rounds": rounds,
+            "calls_per_sample": self.batch,
+            "target_ci": target,
+            "widest": analysis.widest(),
+            "target_met": analysis.widest() <= target,
+            "time_capped": bool(clock and clock.capped),
+            "summaries": {
+                name: {
+                    "median": s.median.estimate,
+                    "low": s.median.low,
+                    "high": s.median.high,
+                    "q1": s.q1,
+                    "q3": s.q3,
+                    "min": s.minimum,
+                    "max": s.maximum,
+                    "mean": s.mean,
+                    "stdev": s.stdev,
+                    "samples": s.samples,
+                }
+                for name, s in analysis.summaries.items()
+            },
+            "speedups": [
+                {"kernel": a, "baseline": b, "estimate": i.estimate, "low": i.low, "high": i.high}
+                for (a, b), i in analysis.speedups.items()
+            ],
+            "contention": {
+                "retaken_rounds": self.retaken,
+                "kept_contended_rounds": self.kept_contended,
+                "steal_fraction": steal,
+                "drift": shift,
+                "contended": contended,
+            },
+        }
+        result["timed_calls"] = self.timed_calls
+        result["timed_ns"] = self.timed_ns
+
+
+RESAMPLES_FINAL = 2000
 
 
 def _finite(value: Any) -> Any:

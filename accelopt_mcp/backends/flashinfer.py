@@ -15,13 +15,20 @@ import os
 import re
 import sys
 import tempfile
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from accelopt_mcp.backends.base import Availability, Backend, BackendInfo, BackendUnavailableError
+from accelopt_mcp.backends.base import (
+    Availability,
+    Backend,
+    BackendInfo,
+    BackendUnavailableError,
+    Baseline,
+)
 from accelopt_mcp.backends.flashinfer_runner import FlashInferRunResult, FlashInferSettings
 from accelopt_mcp.backends.roofline import is_above_peak, peak_counters, peak_for, percent_of_peak
 from accelopt_mcp.isolation.sandbox import (
@@ -187,7 +194,11 @@ class FlashInferBackend(Backend):
         return self._probe
 
     def evaluate(
-        self, task: Task, solution: Solution, config: BenchmarkConfig | None = None
+        self,
+        task: Task,
+        solution: Solution,
+        config: BenchmarkConfig | None = None,
+        baselines: Sequence[Baseline] = (),
     ) -> Evaluation:
         availability = self.availability()
         if not availability.usable:

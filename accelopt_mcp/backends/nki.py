@@ -16,12 +16,19 @@ import shutil
 import statistics
 import sys
 import tempfile
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
-from accelopt_mcp.backends.base import Availability, Backend, BackendInfo, BackendUnavailableError
+from accelopt_mcp.backends.base import (
+    Availability,
+    Backend,
+    BackendInfo,
+    BackendUnavailableError,
+    Baseline,
+)
 from accelopt_mcp.backends.nki_runner import NkiJob, NkiRunResult
 from accelopt_mcp.backends.roofline import is_above_peak, peak_counters, percent_of_peak
 from accelopt_mcp.isolation.sandbox import (
@@ -196,7 +203,11 @@ class NkiBackend(Backend):
     # ------------------------------------------------------------------ evaluation
 
     def evaluate(
-        self, task: Task, solution: Solution, config: BenchmarkConfig | None = None
+        self,
+        task: Task,
+        solution: Solution,
+        config: BenchmarkConfig | None = None,
+        baselines: Sequence[Baseline] = (),
     ) -> Evaluation:
         availability = self.availability()
         if not availability.usable:

@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from accelopt_mcp.backends.base import Backend, BackendInfo
-from accelopt_mcp.models import BenchmarkConfig, Evaluation, Solution, Task
+from accelopt_mcp.backends.base import Backend, BackendInfo, Baseline
+from accelopt_mcp.models import BenchmarkConfig, Evaluation, KernelComparison, Solution, Task
 
 BackendFactory = Callable[..., Backend]
 
@@ -122,8 +122,11 @@ class DevicePool:
         task: Task,
         solution: Solution,
         config: BenchmarkConfig | None = None,
+        baselines: Sequence[Baseline] = (),
     ) -> Future[PooledEvaluation]:
-        return self._executor.submit(self._run, backend_factory, task, solution, config)
+        return self._executor.submit(
+            self._run, backend_factory, task, solution, config, tuple(baselines)
+        )
 
     async def evaluate(
         self,
@@ -131,8 +134,39 @@ class DevicePool:
         task: Task,
         solution: Solution,
         config: BenchmarkConfig | None = None,
+        baselines: Sequence[Baseline] = (),
     ) -> PooledEvaluation:
-        return await asyncio.wrap_future(self.submit(backend_factory, task, solution, config))
+        """Evaluate on the next free device; baselines are timed alongside when the backend
+        interleaves (Backend.evaluate)."""
+        return await asyncio.wrap_future(
+            self.submit(backend_factory, task, solution, config, baselines)
+        )
+
+    async def compare(
+        self,
+        backend_factory: BackendFactory,
+        task: Task,
+        kernels: Sequence[Baseline],
+        config: BenchmarkConfig | None = None,
+    ) -> KernelComparison:
+        """Backend.compare on the next free device (one device times them all, so they share
+        its conditions)."""
+        return await asyncio.wrap_future(
+            self._executor.submit(self._compare, backend_factory, task, tuple(kernels), config)
+        )
+
+    def _compare(
+        self,
+        factory: BackendFactory,
+        task: Task,
+        kernels: Sequence[Baseline],
+        config: BenchmarkConfig | None,
+    ) -> KernelComparison:
+        device = self._free.get()
+        try:
+            return self._backend(factory, device).compare(task, kernels, config)
+        finally:
+            self._free.put(device)
 
     def map(
         self,
@@ -159,12 +193,13 @@ class DevicePool:
         task: Task,
         solution: Solution,
         config: BenchmarkConfig | None,
+        baselines: Sequence[Baseline] = (),
     ) -> PooledEvaluation:
         device = self._free.get()
         try:
             backend = self._backend(factory, device)
             started = time.monotonic()
-            evaluation = backend.evaluate(task, solution, config)
+            evaluation = backend.evaluate(task, solution, config, baselines)
             finished = time.monotonic()
         finally:
             self._free.put(device)

@@ -497,6 +497,7 @@ class JailedProcess:
         """Host pid of the direct child: bwrap, or the program itself in kind "none"."""
         self.init_pid = init_pid
         """Host pid of the jail's pid 1 (bwrap's reaper), when known."""
+        self._delay_pids: list[int] | None = None
         self.pid_namespace = pid_namespace
         self._popen = popen
         self._freezer = freezer
@@ -640,6 +641,24 @@ class JailedProcess:
             if not self._exited.is_set():
                 found.add(self.pid)
         return sorted(found)
+
+    def run_delay_ns(self) -> int:
+        """Nanoseconds the jail's processes have so far spent runnable but waiting for a CPU
+        (the scheduler's run-queue delay, /proc/PID/schedstat), summed over the processes seen
+        the first time this was asked; 0 where the kernel does not keep it. Timed work that
+        waited is work measured on a busy host."""
+        if self._delay_pids is None:
+            self._delay_pids = [
+                pid for pid in self.jail_pids() if pid not in (self.pid, self.init_pid)
+            ] or [self.pid]
+        total = 0
+        for pid in self._delay_pids:
+            try:
+                with open(f"/proc/{pid}/schedstat") as f:
+                    total += int(f.read().split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+        return total
 
     def _groups(self) -> list[Group]:
         groups: list[Group | None] = [self._pids_group, self._freezer, self._cpuset]

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from accelopt_mcp.models.base import NonEmptyString, NonNegativeInt, Record, Tagged
 from accelopt_mcp.models.benchmark import BenchmarkConfig
+from accelopt_mcp.models.comparison import ComparedKernel, KernelComparison, PairVerdict
 from accelopt_mcp.models.definition import Axis, AxisConst, AxisVar, Definition, DType, TensorSpec
 from accelopt_mcp.models.evaluation import (
+    Comparison,
     Correctness,
     Environment,
     Evaluation,
@@ -45,6 +47,8 @@ __all__ = [
     "BenchmarkConfig",
     "Binding",
     "BuildSpec",
+    "ComparedKernel",
+    "Comparison",
     "Correctness",
     "DType",
     "Definition",
@@ -52,11 +56,13 @@ __all__ = [
     "Evaluation",
     "EvaluationStatus",
     "InputSpec",
+    "KernelComparison",
     "Language",
     "LatencyStats",
     "LlmCallIn",
     "NonEmptyString",
     "NonNegativeInt",
+    "PairVerdict",
     "Performance",
     "RandomInput",
     "Record",

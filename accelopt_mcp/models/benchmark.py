@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 
 class BenchmarkConfig(BaseModel):
@@ -17,15 +17,32 @@ class BenchmarkConfig(BaseModel):
     atol: float = Field(default=1e-6, ge=0)
     """Absolute floor, for outputs whose reference norm is ~0."""
     warmup_runs: int = Field(default=2, ge=0)
+    """Untimed calls per process before its samples count."""
     iterations: int = Field(default=10, ge=1)
+    """Timed samples per round (nki, flashinfer); rounds per set of fresh processes (cpu)."""
     max_relative_spread: float = Field(default=0.05, gt=0)
-    """Re-measure while (max - min) / min of a round exceeds this."""
+    """nki, flashinfer: re-measure while (max - min) / min of a round exceeds this."""
     max_measurement_rounds: int = Field(default=3, ge=1)
+    """nki, flashinfer: at most this many rounds."""
+    target_ci: float = Field(default=0.01, gt=0, lt=1)
+    """cpu: sample until every median's and every speedup's confidence interval is within this
+    fraction of it (half-width), or `max_timing_seconds` is spent."""
+    confidence: float = Field(default=0.95, gt=0.5, lt=1)
+    """Level of every confidence interval."""
+    min_processes: int = Field(default=3, ge=1)
+    """cpu: at least this many sets of fresh processes (the kernel's and every baseline's,
+    the reference's included) take samples: variance between processes (memory layout,
+    alignment, core) does not shrink with more samples in one."""
+    max_processes: int = Field(default=8, ge=1)
+    """cpu: at most this many sets of fresh processes."""
+    max_timing_seconds: float = Field(default=20.0, gt=0)
+    """cpu: a cap on the time spent sampling, per evaluation; reaching it leaves a wider
+    interval (flag `noisy_timing`), never a failure."""
     timeout_seconds: float = Field(default=60.0, gt=0)
     memory_limit_mb: int = Field(default=4096, ge=64)
 
     # Settings that change what a latency figure means. Timeouts and memory caps do not.
-    PERF_FIELDS: tuple[str, ...] = (
+    PERF_FIELDS: ClassVar[tuple[str, ...]] = (
         "seeds",
         "rtol",
         "atol",
@@ -33,7 +50,21 @@ class BenchmarkConfig(BaseModel):
         "iterations",
         "max_relative_spread",
         "max_measurement_rounds",
+        "target_ci",
+        "confidence",
+        "min_processes",
+        "max_processes",
+        "max_timing_seconds",
     )
+
+    @model_validator(mode="after")
+    def _check_processes(self) -> BenchmarkConfig:
+        if self.max_processes < self.min_processes:
+            raise ValueError(
+                f"max_processes ({self.max_processes}) is below min_processes "
+                f"({self.min_processes}): raise max_processes or lower min_processes"
+            )
+        return self
 
     def perf_fields(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.PERF_FIELDS}

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     ConfigDict,
@@ -114,9 +114,35 @@ class Correctness(Record):
 
 class Performance(Record):
     latency_ms: float = Field(default=0.0, ge=0.0)
+    """The solution's median latency."""
     reference_latency_ms: float = Field(default=0.0, ge=0.0)
+    """The reference's median latency, measured in the same interleaved rounds (cpu)."""
     speedup_factor: float = Field(default=0.0, ge=0.0)
-    """reference latency / solution latency."""
+    """reference latency / solution latency (a ratio of medians)."""
+    speedup_ci_low: float | None = None
+    """Lower end of the speedup's confidence interval (None: the backend gives none)."""
+    speedup_ci_high: float | None = None
+    """Upper end of the speedup's confidence interval."""
+
+
+Verdict = Literal["faster", "slower", "indistinguishable"]
+
+
+class Comparison(Record):
+    """The solution against one baseline timed in the same interleaved rounds (its parent, the
+    initial kernel, another candidate): how many times faster, with its interval."""
+
+    baseline: NonEmptyString
+    """What it was compared with, as the caller named it (e.g. 'parent', a solution id)."""
+    baseline_latency_ms: float = Field(ge=0.0)
+    """The baseline's median latency in these rounds."""
+    speedup: float = Field(ge=0.0)
+    """baseline median / solution median."""
+    ci_low: float = Field(ge=0.0)
+    ci_high: float
+    verdict: Verdict
+    """'faster' / 'slower' when the whole interval is above / below 1, else
+    'indistinguishable'."""
 
 
 class Environment(Record):
@@ -126,7 +152,7 @@ class Environment(Record):
 
 
 class LatencyStats(Record):
-    """Ours: the spread behind `Performance.latency_ms`, in milliseconds."""
+    """Ours: the samples behind `Performance.latency_ms`, in milliseconds."""
 
     mean_ms: float
     median_ms: float
@@ -134,9 +160,36 @@ class LatencyStats(Record):
     max_ms: float
     stdev_ms: float = 0.0
     relative_spread: float
-    """(max - min) / min over the kept measurements."""
+    """A robust spread: interquartile range / median (cpu; the nki backend's is
+    (max - min) / min over its runs). Older records hold (max - min) / min."""
     runs: int
+    """Samples kept (pooled over every process and round)."""
     measurement_rounds: int = 1
+    """Process blocks (cpu: sets of fresh processes) the samples came from."""
+    ci_low_ms: float | None = None
+    """Lower end of the median's confidence interval (None: the backend gives none)."""
+    ci_high_ms: float | None = None
+    """Upper end of the median's confidence interval."""
+    confidence: float = 0.95
+    """The level of every interval in this evaluation."""
+    q1_ms: float | None = None
+    """First quartile of the samples."""
+    q3_ms: float | None = None
+    """Third quartile of the samples."""
+    contended_samples: int = 0
+    """Samples thrown away and re-taken because the kernel waited for a CPU while timed."""
+    contended: bool = False
+    """The host was busy: many samples waited for a CPU, steal time, or the timings drifted
+    while they were taken. The interval accounts for what was kept; read it with care."""
+    measurements: int = 1
+    """How many measurements (separate evaluations) this figure pools (stored profiles)."""
+
+    @property
+    def ci_half_width(self) -> float | None:
+        """Half the median's interval as a fraction of the median; None without one."""
+        if self.ci_low_ms is None or self.ci_high_ms is None or self.median_ms <= 0:
+            return None
+        return (self.ci_high_ms - self.ci_low_ms) / 2 / self.median_ms
 
 
 class Evaluation(Record):
@@ -154,6 +207,12 @@ class Evaluation(Record):
     """The spread of the measurements (not in flashinfer-bench)."""
     hardware_counters: dict[str, float] = Field(default_factory=dict)
     """What the planner sees besides latency (not in flashinfer-bench)."""
+    measurement: dict[str, float] = Field(default_factory=dict)
+    """How the figures were taken (calls timed, time inside them, the profiler's round trip,
+    contention): for benchmarks and audits, never shown to the LLM."""
+    comparisons: list[Comparison] = Field(default_factory=list)
+    """Baselines timed in the same interleaved rounds as this solution (its parent in a run),
+    each with a speedup interval and a verdict."""
     flags: list[str] = Field(default_factory=list)
     """Warnings a result carries, e.g. 'above_peak' (not in flashinfer-bench); any flag outside
     INFORMATIONAL_FLAGS makes it untrusted (`trusted`)."""

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
-from accelopt_mcp.backends.base import Availability, Backend, BackendInfo
+from accelopt_mcp.backends.base import Availability, Backend, BackendInfo, Baseline
 from accelopt_mcp.backends.registry import backend_info
 from accelopt_mcp.engine import beam as beam_module
 from accelopt_mcp.engine.beam import BeamSearch, InitialKernelFailed
@@ -76,7 +76,11 @@ class VerdictBackend(Backend):
         return Availability(name="cpu", usable=True, hardware="verdict/test", reason="stand-in")
 
     def evaluate(
-        self, task: Task, solution: Solution, config: BenchmarkConfig | None = None
+        self,
+        task: Task,
+        solution: Solution,
+        config: BenchmarkConfig | None = None,
+        baselines: Sequence[Baseline] = (),
     ) -> Evaluation:
         source = solution.entry_source.content
         environment = Environment(hardware="verdict/test")
