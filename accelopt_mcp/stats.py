@@ -150,8 +150,11 @@ def analyse(
     names = list(samples)
     if not names:
         return Analysis(summaries={})
+    lengths = {len(samples[name]) for name in names}
+    if len(lengths) != 1 or 0 in lengths:
+        raise ValueError("every contestant needs the same, non-zero number of samples")
     data = np.array([list(samples[name]) for name in names], dtype=np.float64)
-    if data.ndim != 2 or data.shape[1] == 0:
+    if data.ndim != 2:
         raise ValueError("every contestant needs the same, non-zero number of samples")
     n = data.shape[1]
     block_ids = np.zeros(n, dtype=np.int64) if blocks is None else np.asarray(blocks)

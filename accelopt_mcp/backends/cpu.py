@@ -551,7 +551,7 @@ class CpuBackend(Backend):
         log += notes
         return self._evaluation(
             EvaluationStatus.PASSED,
-            "\n".join(log),
+            _join(log, run),
             correctness=correctness,
             performance=Performance(
                 latency_ms=latency_ms,

@@ -652,6 +652,8 @@ CONTENDED_ROUNDS_SHARE = 0.2
 STEAL_LIMIT = 0.05
 DRIFT_LIMIT = 0.05
 STOP_RESAMPLES = 1000
+BLOCK_SECONDS = 0.25
+MAX_ROUNDS_PER_BLOCK = 200
 
 
 class _Clock:
@@ -754,6 +756,8 @@ class Session:
         self.batch = 1
         self.retaken = 0
         self.kept_contended = 0
+        self.delay_shares: list[float] = []
+        self.stderr: dict[str, str] = {}
         self.timed_ns: dict[str, int] = {}
         self.timed_calls = 0
         self.round_trips: list[float] = []
@@ -829,10 +833,17 @@ class Session:
                         break
         finally:
             self._close_all()
+            if self.primary and PRIMARY in self.stderr:
+                self.result["candidate_stderr"] = self.stderr[PRIMARY].strip()
         self._report(target)
 
     def _close_all(self) -> None:
-        for runner in self.runners.values():
+        for label, runner in self.runners.items():
+            if label != REFERENCE:
+                # What each kernel printed, every process set's (the newest last, capped).
+                tail = runner.process.stderr_tail(4000).strip()
+                if tail:
+                    self.stderr[label] = (self.stderr.get(label, "") + "\n" + tail)[-4000:]
             runner.close()
         self.runners.clear()
 
@@ -1011,7 +1022,16 @@ class Session:
         rounds = int(job["iterations"])
         retakes = 0
         taken = 0
-        while taken < rounds and self.live:
+        started = time.monotonic()
+        # At least `iterations` rounds, and at least BLOCK_SECONDS of them: starting a set of
+        # processes costs a few hundred ms, and within-process noise shrinks with rounds
+        # while between-process noise shrinks only with sets, so a cheap round is repeated
+        # until the set has paid for its start.
+        while (
+            self.live
+            and taken < MAX_ROUNDS_PER_BLOCK
+            and (taken < rounds or time.monotonic() - started < BLOCK_SECONDS)
+        ):
             if self.clock.expired() and taken > 0:
                 return
             sets = [
@@ -1035,6 +1055,7 @@ class Session:
                     self._fail(role, exc)
                     failed = True
                     break
+                self.delay_shares.append(runner.last_run_delay_ns / max(timed[role][0], 1))
                 if runner.last_run_delay_ns > CONTENDED_SHARE * timed[role][0]:
                     contended = True
             if failed:
@@ -1064,7 +1085,7 @@ class Session:
                         break
             if failed:
                 continue
-            if contended and retakes < MAX_RETAKES_PER_ROUND * rounds:
+            if contended and retakes < MAX_RETAKES_PER_ROUND * max(rounds, taken):
                 retakes += 1
                 self.retaken += 1
                 continue
@@ -1161,6 +1182,15 @@ class Session:
                 }
                 for name, s in analysis.summaries.items()
             },
+            "block_medians": {
+                name: [
+                    float(
+                        np.median([v for v, b in zip(values, self.block_of, strict=True) if b == k])
+                    )
+                    for k in sorted(set(self.block_of))
+                ]
+                for name, values in ((n, self.samples[n]) for n in [REFERENCE, *self.live])
+            },
             "speedups": [
                 {"kernel": a, "baseline": b, "estimate": i.estimate, "low": i.low, "high": i.high}
                 for (a, b), i in analysis.speedups.items()
@@ -1171,6 +1201,9 @@ class Session:
                 "steal_fraction": steal,
                 "drift": shift,
                 "contended": contended,
+                "wait_share_quantiles": [
+                    float(q) for q in np.percentile(self.delay_shares or [0.0], [50, 90, 99])
+                ],
             },
         }
         result["timed_calls"] = self.timed_calls

@@ -59,7 +59,14 @@ HONEST = [
 ]
 
 CONFIG = BenchmarkConfig(
-    seeds=[0, 21, 42], warmup_runs=1, iterations=3, max_measurement_rounds=1, timeout_seconds=30
+    seeds=[0, 21, 42],
+    warmup_runs=1,
+    iterations=3,
+    max_measurement_rounds=1,
+    timeout_seconds=30,
+    min_processes=1,
+    max_processes=2,
+    max_timing_seconds=2,
 )
 SERVER_TIMEOUT_S = 90
 

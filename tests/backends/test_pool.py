@@ -16,7 +16,9 @@ from accelopt_mcp.backends.registry import backend_names, get_backend, list_back
 from accelopt_mcp.models import BenchmarkConfig
 from tests.backends.test_cpu_backend import python_solution, scale_task
 
-CONFIG = BenchmarkConfig(warmup_runs=1, iterations=3, max_measurement_rounds=1)
+CONFIG = BenchmarkConfig(
+    warmup_runs=1, iterations=3, min_processes=1, max_processes=1, max_timing_seconds=1
+)
 
 # Correct only when pinned to exactly one core, so a PASSED result proves the pinning.
 PINNED_KERNEL = textwrap.dedent(

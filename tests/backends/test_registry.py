@@ -19,7 +19,14 @@ from accelopt_mcp.tasks.kernels import load_solution
 from accelopt_mcp.tasks.loader import load_task
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cpu" / "nkibench"
-FAST = BenchmarkConfig(seeds=[0, 21], warmup_runs=1, iterations=3, max_measurement_rounds=1)
+FAST = BenchmarkConfig(
+    seeds=[0, 21],
+    warmup_runs=1,
+    iterations=3,
+    max_measurement_rounds=1,
+    min_processes=1,
+    max_processes=1,
+)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from accelopt_mcp.tasks.kernels import load_solution
 from accelopt_mcp.tasks.loader import load_task
 
 ROOT = Path(__file__).resolve().parents[2] / "examples" / "cpu"
-CONFIG = BenchmarkConfig(iterations=5, max_measurement_rounds=2)
+CONFIG = BenchmarkConfig(iterations=5, min_processes=1, max_processes=2, max_timing_seconds=2)
 NKI_TASKS = sorted((ROOT / "nkibench" / "reference").glob("*.py"))
 FI_DEFINITIONS = sorted((ROOT / "flashinfer" / "definitions").glob("*.json"))
 

@@ -1,0 +1,183 @@
+"""How the cpu backend measures: interleaved rounds over fresh processes, intervals, baselines
+timed alongside, comparisons, contention. Real jailed kernels; loose bounds (this host is
+noisy), but each assertion fails when the mechanism it checks is missing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from accelopt_mcp.backends.base import Baseline
+from accelopt_mcp.backends.cpu import CpuBackend
+from accelopt_mcp.models import BenchmarkConfig, EvaluationStatus
+from tests.backends.test_cpu_backend import SLOW_REFERENCE, VECTORIZED, python_solution, scale_task
+
+CONFIG = BenchmarkConfig(
+    seeds=[0, 21],
+    warmup_runs=1,
+    iterations=8,
+    min_processes=3,
+    max_processes=3,
+    max_timing_seconds=10,
+    timeout_seconds=30,
+)
+# Forty times the vectorized kernel's work: several times slower, whatever the host.
+TWICE = """
+import numpy as np
+
+def run(x, scale):
+    for _ in range(40):
+        y = x * np.float32(scale) + np.float32(1.0)
+    return y
+"""
+LOUD = """
+import sys
+import numpy as np
+
+print("kernel process started", file=sys.stderr)
+
+def run(x, scale):
+    return x * np.float32(scale) + np.float32(1.0)
+"""
+BROKEN = """
+def run(x, scale):
+    raise RuntimeError("this baseline is broken")
+"""
+
+
+@pytest.fixture(scope="module")
+def backend() -> CpuBackend:
+    return CpuBackend()
+
+
+def test_intervals_and_fresh_processes(backend: CpuBackend) -> None:
+    evaluation = backend.evaluate(scale_task(), python_solution(LOUD), CONFIG)
+    assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
+    stats, performance = evaluation.latency_stats, evaluation.performance
+    assert stats is not None and performance is not None
+    assert stats.ci_low_ms is not None and stats.ci_high_ms is not None
+    assert stats.ci_low_ms <= stats.median_ms <= stats.ci_high_ms
+    assert stats.q1_ms is not None and stats.q3_ms is not None
+    assert stats.relative_spread == pytest.approx((stats.q3_ms - stats.q1_ms) / stats.median_ms)
+    assert performance.speedup_ci_low is not None and performance.speedup_ci_high is not None
+    assert performance.speedup_ci_low <= performance.speedup_factor <= performance.speedup_ci_high
+    # Three sets of fresh processes: the kernel module was imported three times.
+    assert stats.measurement_rounds == 3
+    assert evaluation.log.count("kernel process started") == 3
+    assert stats.runs >= 3 * CONFIG.iterations
+    # Harness internals are kept apart from what the planner reads.
+    assert evaluation.measurement["timed_calls"] > 0
+    assert "timed_calls" not in evaluation.hardware_counters
+    assert "CI" in evaluation.log and "over the reference" in evaluation.log
+
+
+def test_a_baseline_is_timed_in_the_same_rounds(backend: CpuBackend) -> None:
+    task = scale_task()
+    slower = Baseline(label="parent", solution=python_solution(TWICE))
+    same = Baseline(label="itself", solution=python_solution(VECTORIZED))
+    evaluation = backend.evaluate(task, python_solution(VECTORIZED), CONFIG, [slower, same])
+    assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
+    by_name = {c.baseline: c for c in evaluation.comparisons}
+    assert set(by_name) == {"parent", "itself"}
+    parent = by_name["parent"]
+    assert parent.verdict == "faster", evaluation.log
+    assert parent.ci_low > 1.2 and parent.ci_low <= parent.speedup <= parent.ci_high
+    itself = by_name["itself"]
+    # The same code: never "much faster" or "much slower" than itself.
+    assert 0.85 < itself.ci_low <= itself.ci_high < 1.15 and itself.ci_low < 1.03, evaluation.log
+    assert "against parent" in evaluation.log
+
+
+def test_a_failing_baseline_never_fails_the_candidate(backend: CpuBackend) -> None:
+    broken = Baseline(label="parent", solution=python_solution(BROKEN))
+    evaluation = backend.evaluate(scale_task(), python_solution(VECTORIZED), CONFIG, [broken])
+    assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
+    assert evaluation.comparisons == []
+    assert "baseline parent was not timed" in evaluation.log
+    assert "this baseline is broken" in evaluation.log
+
+
+def test_compare_ranks_and_keeps_failures_apart(backend: CpuBackend) -> None:
+    task = scale_task(SLOW_REFERENCE)
+    kernels = [
+        Baseline(label="twice", solution=python_solution(TWICE)),
+        Baseline(label="broken", solution=python_solution(BROKEN)),
+        Baseline(label="fast", solution=python_solution(VECTORIZED)),
+    ]
+    comparison = backend.compare(task, kernels, CONFIG)
+    assert comparison.interleaved
+    assert [k.label for k in comparison.kernels] == ["fast", "twice", "broken"]
+    assert [k.rank for k in comparison.kernels] == [1, 2, None]
+    assert comparison.kernels[2].evaluation.status == EvaluationStatus.RUNTIME_ERROR
+    assert "this baseline is broken" in comparison.kernels[2].evaluation.log
+    (pair,) = comparison.pairs
+    assert (pair.kernel, pair.baseline, pair.verdict) == ("fast", "twice", "faster")
+    assert pair.speedup > 1.2
+    for entry in comparison.kernels[:2]:
+        performance = entry.evaluation.performance
+        assert performance is not None and performance.speedup_factor > 1.0
+
+
+def test_compare_refuses_one_kernel(backend: CpuBackend) -> None:
+    with pytest.raises(ValueError, match="2 to 8 kernels"):
+        backend.compare(scale_task(), [Baseline(label="a", solution=python_solution(VECTORIZED))])
+
+
+def test_rounds_that_waited_for_a_cpu_are_retaken(tmp_path) -> None:
+    """A busy loop on the evaluation's own core: the kernel waits for the CPU in timed calls,
+    which the harness sees (run-queue delay) and re-takes or reports."""
+    core = min(os.sched_getaffinity(0))
+    spinner = subprocess.Popen(
+        [sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{core}}})\nwhile True: pass"]
+    )
+    try:
+        backend = CpuBackend(cpus={core})
+        evaluation = backend.evaluate(scale_task(), python_solution(VECTORIZED), CONFIG)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
+    assert evaluation.latency_stats is not None
+    assert evaluation.measurement["retaken_rounds"] > 0 or evaluation.latency_stats.contended
+    assert evaluation.latency_stats.contended
+    assert "busy" in evaluation.log
+
+
+SPINNER_KERNEL = textwrap.dedent(
+    """
+    import threading
+    import numpy as np
+
+    def _spin():
+        while True:
+            pass
+
+    # Tries to slow down whatever runs next to it (the reference, a baseline) to look faster.
+    for _ in range(2):
+        threading.Thread(target=_spin, daemon=True).start()
+
+    def run(x, scale):
+        return x * np.float32(scale) + np.float32(1.0)
+    """
+)
+
+
+def test_a_kernel_cannot_slow_down_what_it_is_compared_with(backend: CpuBackend) -> None:
+    """Its busy threads are frozen with it whenever the reference or a baseline is timed."""
+    task = scale_task()
+    honest = backend.evaluate(task, python_solution(VECTORIZED), CONFIG)
+    baseline = Baseline(label="parent", solution=python_solution(VECTORIZED))
+    sneaky = backend.evaluate(task, python_solution(SPINNER_KERNEL), CONFIG, [baseline])
+    assert honest.performance is not None
+    if sneaky.status != EvaluationStatus.PASSED:
+        return  # stopped by the thread cap: nothing was gained either
+    assert sneaky.performance is not None
+    ratio = sneaky.performance.reference_latency_ms / honest.performance.reference_latency_ms
+    assert ratio < 1.5, (sneaky.log, honest.log)
+    (parent,) = sneaky.comparisons
+    # Its own threads compete with its own work, never with the baseline's.
+    assert parent.ci_high < 1.2, sneaky.log
