@@ -23,6 +23,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("store", "llm", "backends"),
     # Whole directories in and out of a store.
     ("transfer",),
+    # Comparing kernels against each other, and how measured figures read wherever they are
+    # shown (prompts, tools, commands): below the engine, whose prompts show them.
+    ("comparing",),
     # The AccelOpt loop (and its jobs), and profiling one kernel into the store.
     ("engine", "profiling"),
     # Front ends: the `accelopt` command and the MCP tools, thin shells over the layers below.

@@ -120,7 +120,7 @@ def _replicate_indices(blocks: np.ndarray, resamples: int, rng: np.random.Genera
     block has, so blocks cut short weigh a little more than their size; they are rare (a time
     cap hit mid-block)."""
     labels, starts, sizes = np.unique(blocks, return_index=True, return_counts=True)
-    # Rounds of one block are contiguous (the harness times blocks one after another).
+    # Rounds of one block are contiguous here (analyse sorts them so).
     order = np.argsort(starts)
     starts, sizes = starts[order], sizes[order]
     count = len(labels)
@@ -160,6 +160,10 @@ def analyse(
     block_ids = np.zeros(n, dtype=np.int64) if blocks is None else np.asarray(blocks)
     if block_ids.shape != (n,):
         raise ValueError(f"blocks has {block_ids.shape} entries for {n} rounds")
+    # Blocks may interleave in time (rounds go to process sets in turn); the bootstrap wants
+    # each block's rounds together. Medians do not depend on the order.
+    order = np.argsort(block_ids, kind="stable")
+    data, block_ids = data[:, order], block_ids[order]
     rng = np.random.default_rng(seed)
     index = _replicate_indices(block_ids, resamples, rng)
     # (contestants, resamples): the median of each contestant in each replicate.

@@ -1,37 +1,45 @@
-"""How good is the cpu profiler itself? One command, prints figures and whether targets are met.
+"""Can the cpu profiler's numbers be ranked on? One command; figures and targets side by side.
 
-(a) overhead: wall time of one evaluation minus the time spent inside the timed calls of the
-    kernel and of the reference (timed alongside it in its own jail), with the bubblewrap jail
-    and without it (ACCELOPT_JAIL=none), side by side; targets: the jail adds < 100 ms, total
-    < 300 ms. Also the harness's round trip per timed call (an empty call, subtracted from
-    every sample).
-(b) precision: relative spread (max - min) / median of the median latencies of 10 repeated
-    evaluations of the same kernel; target < 5 %.
-(c) throughput: 20 evaluations on a 2-worker device pool vs a 1-worker pool; target >= 1.7x.
-(d) contention: latency of a kernel pinned to a core that a busy loop shares, vs alone
-    (no target; shows that waiting for the core is taken out of the figures).
+(a) precision: the spread ((max - min) / median) of the medians of 10 evaluations of the same
+    kernel, for a fast (~1 ms) and a slow (~8 ms) one, on a quiet host and with a busy loop
+    on the other core; targets <= 1 % quiet, <= 3 % busy. Also the mean interval half-width
+    the evaluations reported, and how often their intervals held the pooled median.
+(b) honesty: a kernel identical to the reference; its speedup interval contains 1.0 in
+    >= 95 % of evaluations.
+(c) cost: evaluations per minute at the defaults, today's code against the version before
+    interleaved intervals (extracted from git, run side by side in this run).
+(d) ranking: three kernels doing 1.00x, 1.05x and 1.20x the work, compared head to head
+    (Backend.compare) 20 times; target: ordered correctly in >= 19 of 20.
 
-    .venv/bin/python benchmarks/bench_profiler.py
+    .venv/bin/python benchmarks/bench_profiler.py [--only a,b,c,d] [--repeats 10]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
+import textwrap
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from accelopt_mcp.backends.base import Baseline
 from accelopt_mcp.backends.cpu import CpuBackend
-from accelopt_mcp.backends.pool import DevicePool
-from accelopt_mcp.models import BenchmarkConfig, Solution, Task
+from accelopt_mcp.models import BenchmarkConfig, BuildSpec, Evaluation, Solution, SourceFile, Task
 from accelopt_mcp.tasks.kernels import load_solution
 from accelopt_mcp.tasks.loader import load_task
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "cpu" / "nkibench"
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "cpu" / "nkibench"
 CONFIG = BenchmarkConfig()
+BEFORE = "73d2a75"
+"""The last commit before interleaved intervals: what 'today' meant when issue 14 was filed."""
 
 
 def example(task_stem: str, kernel_stem: str) -> tuple[Task, Solution]:
@@ -43,136 +51,222 @@ def verdict(ok: bool) -> str:
     return "MET" if ok else "NOT MET"
 
 
-def _overheads(repeats: int) -> tuple[list[float], list[float]]:
-    """(overheads in ms, harness round trips in us) of `repeats` evaluations in this mode."""
-    task, solution = example("softmax_M256_N1024", "softmax_M256_N1024_fast")
-    backend = CpuBackend(cpus={min(os.sched_getaffinity(0))})
-    overheads, round_trips = [], []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        evaluation = backend.evaluate(task, solution, CONFIG)
-        wall_ms = (time.perf_counter() - started) * 1e3
-        assert evaluation.passed, evaluation.log
-        counters = evaluation.hardware_counters
-        overheads.append(
-            wall_ms - counters["timed_total_ms"] - counters["reference_timed_total_ms"]
-        )
-        round_trips.append(counters["harness_overhead_us"])
-    return overheads, round_trips
-
-
-def bench_overhead(repeats: int) -> float:
-    # Alternate the two modes so that machine load hits both alike; ACCELOPT_JAIL is read each
-    # time a backend is made.
-    results: dict[str, tuple[list[float], list[float]]] = {"bwrap": ([], []), "none": ([], [])}
-    for _ in range(repeats):
-        for mode in ("bwrap", "none"):
-            os.environ["ACCELOPT_JAIL"] = mode
-            overheads, trips = _overheads(1)
-            results[mode][0].extend(overheads)
-            results[mode][1].extend(trips)
-    os.environ.pop("ACCELOPT_JAIL", None)
-    jailed = statistics.median(results["bwrap"][0])
-    plain = statistics.median(results["none"][0])
-    added = jailed - plain
-    print(
-        f"(a) overhead per evaluation over {repeats} runs each: jailed median {jailed:.0f} ms, "
-        f"without a jail {plain:.0f} ms -- the jail adds {added:.0f} ms (target < 100 ms: "
-        f"{verdict(added < 100)}); total with the jail {jailed:.0f} ms (target < 300 ms: "
-        f"{verdict(jailed < 300)})"
+def python_kernel(task: Task, code: str, name: str) -> Solution:
+    return Solution(
+        name=name,
+        definition=task.definition.name,
+        author="bench",
+        spec=BuildSpec(
+            language="python",
+            target_hardware=["cpu"],
+            entry_point="main.py::kernel",
+            destination_passing_style=False,
+        ),
+        sources=[SourceFile(path="main.py", content=textwrap.dedent(code))],
     )
-    print(
-        f"    harness round trip per timed call (empty call, subtracted): jailed median "
-        f"{statistics.median(results['bwrap'][1]):.1f} us, without a jail "
-        f"{statistics.median(results['none'][1]):.1f} us"
-    )
-    return jailed
 
 
-def bench_precision(repeats: int) -> dict[str, float]:
-    spreads = {}
-    for task_stem, kernel_stem in (
-        ("softmax_M256_N1024", "softmax_M256_N1024_fast"),
-        ("softmax_M256_N1024", "softmax_M256_N1024_0"),
-    ):
-        task, solution = example(task_stem, kernel_stem)
-        backend = CpuBackend()
-        medians = []
-        for _ in range(repeats):
-            evaluation = backend.evaluate(task, solution, CONFIG)
-            assert evaluation.passed, evaluation.log
-            medians.append(evaluation.performance.latency_ms)
-        spread = (max(medians) - min(medians)) / statistics.median(medians)
-        spreads[kernel_stem] = spread
-        print(
-            f"(b) precision, {kernel_stem}: medians {min(medians):.4f}..{max(medians):.4f} ms, "
-            f"spread {spread:.1%} over {repeats} evaluations "
-            f"-- target < 5 %: {verdict(spread < 0.05)}"
-        )
-    return spreads
-
-
-def bench_throughput(jobs_count: int) -> float:
-    pairs = [
-        ("rmsnorm_M256_N1024", "rmsnorm_M256_N1024_fast"),
-        ("softmax_M256_N1024", "softmax_M256_N1024_0"),
-        ("silu_M512_N1024", "silu_M512_N1024_0"),
-        ("matmul_bias_M128_K256_N256", "matmul_bias_M128_K256_N256_0"),
-        ("layernorm_M256_N1024", "layernorm_M256_N1024_0"),
-    ]
-    loaded = [example(*pair) for pair in pairs]
-    jobs = [loaded[i % len(loaded)] for i in range(jobs_count)]
-    walls = {}
-    for workers in (1, 2):
-        with DevicePool.for_cpu(workers=workers) as pool:
-            started = time.perf_counter()
-            results = pool.map(CpuBackend, jobs, CONFIG)
-            walls[workers] = time.perf_counter() - started
-        assert all(r.evaluation.passed for r in results)
-    ratio = walls[1] / walls[2]
-    print(
-        f"(c) throughput, {jobs_count} evaluations: 1 worker {walls[1]:.2f} s, "
-        f"2 workers {walls[2]:.2f} s, ratio {ratio:.2f}x -- target >= 1.7x: "
-        f"{verdict(ratio >= 1.7)}"
-    )
-    return ratio
-
-
-def bench_contention() -> float:
-    task, solution = example("softmax_M256_N1024", "softmax_M256_N1024_0")
-    core = max(os.sched_getaffinity(0))
-    backend = CpuBackend(cpus={core})
-    alone = backend.evaluate(task, solution, CONFIG).performance.latency_ms
+@contextmanager
+def busy_core(core: int | None) -> Iterator[None]:
+    """A busy loop pinned to `core` for the duration (nothing when None)."""
+    if core is None:
+        yield
+        return
     hog = subprocess.Popen(
         [sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{core}}})\nwhile True: pass"]
     )
     try:
         time.sleep(0.2)
-        shared = backend.evaluate(task, solution, CONFIG).performance.latency_ms
+        yield
     finally:
         hog.kill()
         hog.wait()
-    ratio = shared / alone
+
+
+def _passed(evaluation: Evaluation) -> Evaluation:
+    assert evaluation.passed and evaluation.performance, evaluation.log
+    return evaluation
+
+
+def bench_precision(repeats: int) -> None:
+    cores = sorted(os.sched_getaffinity(0))
+    mine, other = cores[0], (cores[1] if len(cores) > 1 else None)
+    backend = CpuBackend(cpus={mine})
+    for task_stem, kernel_stem in (
+        ("softmax_M256_N1024", "softmax_M256_N1024_fast"),
+        ("silu_M512_N1024", "silu_M512_N1024_0"),
+    ):
+        task, solution = example(task_stem, kernel_stem)
+        for condition, hog, target in (("quiet", None, 0.01), ("busy", other, 0.03)):
+            if condition == "busy" and other is None:
+                print(f"(a) {kernel_stem} busy: skipped, needs a second core")
+                continue
+            medians, widths, seconds = [], [], []
+            lows, highs = [], []
+            with busy_core(hog):
+                for _ in range(repeats):
+                    started = time.perf_counter()
+                    evaluation = _passed(backend.evaluate(task, solution, CONFIG))
+                    seconds.append(time.perf_counter() - started)
+                    stats = evaluation.latency_stats
+                    assert stats is not None and stats.ci_half_width is not None
+                    medians.append(stats.median_ms)
+                    widths.append(stats.ci_half_width)
+                    lows.append(stats.ci_low_ms or 0.0)
+                    highs.append(stats.ci_high_ms or 0.0)
+            middle = statistics.median(medians)
+            spread = (max(medians) - min(medians)) / middle
+            held = sum(lo <= middle <= hi for lo, hi in zip(lows, highs, strict=True))
+            print(
+                f"(a) {kernel_stem} {condition}: medians {min(medians):.4f}..{max(medians):.4f} "
+                f"ms, spread {spread:.2%} over {repeats} evaluations (target <= {target:.0%}: "
+                f"{verdict(spread <= target)}); stdev/mean "
+                f"{statistics.stdev(medians) / statistics.fmean(medians):.2%}; reported CI "
+                f"half-width mean ±{statistics.fmean(widths):.2%}; intervals holding the "
+                f"median of medians {held}/{repeats}; {statistics.fmean(seconds):.1f} s each"
+            )
+
+
+def bench_identical(repeats: int) -> None:
+    task = load_task(EXAMPLES / "reference" / "softmax_M256_N1024_numpy_0.py")
+    code = task.definition.reference + "\n\ndef kernel(x):\n    return forward(x)\n"
+    twin = python_kernel(task, code, "reference_twin")
+    backend = CpuBackend(cpus={min(os.sched_getaffinity(0))})
+    held, speedups = 0, []
+    for _ in range(repeats):
+        performance = _passed(backend.evaluate(task, twin, CONFIG)).performance
+        assert performance is not None
+        low, high = performance.speedup_ci_low or 0.0, performance.speedup_ci_high or 0.0
+        held += low <= 1.0 <= high
+        speedups.append(f"{performance.speedup_factor:.3f} [{low:.3f}, {high:.3f}]")
     print(
-        f"(d) contention: {alone:.3f} ms alone, {shared:.3f} ms sharing core {core} with a busy "
-        f"loop ({ratio:.2f}x; the harness times wall clock: a shared core shows as such)"
+        f"(b) a kernel identical to the reference: speedup interval holds 1.0 in {held}/"
+        f"{repeats} evaluations ({held / repeats:.0%}; target >= 95 %: "
+        f"{verdict(held / repeats >= 0.95)}); e.g. {', '.join(speedups[:3])}"
     )
-    return ratio
+
+
+COST_SCRIPT = """
+import json, sys, time
+from pathlib import Path
+from accelopt_mcp.backends.cpu import CpuBackend
+from accelopt_mcp.models import BenchmarkConfig
+from accelopt_mcp.tasks.kernels import load_solution
+from accelopt_mcp.tasks.loader import load_task
+examples = Path(sys.argv[1])
+task = load_task(examples / "reference" / "softmax_M256_N1024_numpy_0.py")
+solution = load_solution(examples / "kernels" / "softmax_M256_N1024_fast.py", task)
+import accelopt_mcp.backends.cpu as cpu
+root = sys.argv[4]
+# The runner is started with -I (no PYTHONPATH): point it at this tree's package explicitly.
+boot = (f"import sys, runpy; sys.path.insert(0, {root!r}); sys.argv = sys.argv[:1] + sys.argv[1:]; "
+        "runpy.run_module('accelopt_mcp.backends.cpu_runner', run_name='__main__')")
+cpu.runner_argv = lambda job, result: [sys.executable, "-s", "-c", boot, str(job), str(result)]
+backend = cpu.CpuBackend(cpus={int(sys.argv[3])})
+first = backend.evaluate(task, solution, BenchmarkConfig())
+assert first.passed, first.log
+started = time.perf_counter()
+for _ in range(int(sys.argv[2])):
+    assert backend.evaluate(task, solution, BenchmarkConfig()).passed
+print(json.dumps({"seconds": (time.perf_counter() - started) / int(sys.argv[2])}))
+"""
+
+
+def _seconds_per_evaluation(package_root: Path, repeats: int) -> float:
+    env = {**os.environ, "PYTHONPATH": str(package_root)}
+    env.pop("ACCELOPT_JAIL", None)
+    core = str(min(os.sched_getaffinity(0)))
+    out = subprocess.run(
+        [sys.executable, "-c", COST_SCRIPT, str(EXAMPLES), str(repeats), core, str(package_root)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=package_root,
+    ).stdout
+    return float(json.loads(out.splitlines()[-1])["seconds"])
+
+
+def bench_cost(repeats: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="accelopt-before-") as tmp:
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", BEFORE, "accelopt_mcp"],
+            capture_output=True,
+            check=False,
+        )
+        if archive.returncode != 0:
+            print(f"(c) cost: skipped, commit {BEFORE} is not in this clone")
+            return
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        # Alternate, so that load on the host hits both alike.
+        before, now = [], []
+        for _ in range(2):
+            before.append(_seconds_per_evaluation(Path(tmp), max(1, repeats // 2)))
+            now.append(_seconds_per_evaluation(ROOT, max(1, repeats // 2)))
+    b, n = statistics.fmean(before), statistics.fmean(now)
+    print(
+        f"(c) cost at the defaults (softmax fast, one core): {60 / n:.1f} evaluations/min now "
+        f"({n:.2f} s each) vs {60 / b:.1f}/min before ({b:.2f} s each): {n / b:.1f}x the time"
+    )
+
+
+def bench_ranking(trials: int) -> None:
+    task = load_task(EXAMPLES / "reference" / "silu_M512_N1024_numpy_0.py")
+    # Correct output (x * sigmoid(x)) plus a known amount of extra work.
+    base = 20
+    kernels = {
+        "1.00x": base,
+        "1.05x": base + 1,
+        "1.20x": base + 4,
+    }
+    code = """
+    import numpy as np
+
+    def kernel(x):
+        scratch = np.empty_like(x)
+        for _ in range({n}):
+            np.multiply(x, np.float32(1.0001), out=scratch)
+        return (x / (np.float32(1.0) + np.exp(-x))).astype(np.float32)
+    """
+    solutions = [
+        Baseline(label=label, solution=python_kernel(task, code.format(n=n), label))
+        for label, n in kernels.items()
+    ]
+    backend = CpuBackend(cpus={min(os.sched_getaffinity(0))})
+    correct, told_apart = 0, 0
+    for trial in range(trials):
+        order = solutions[trial % 3 :] + solutions[: trial % 3]
+        comparison = backend.compare(task, order, CONFIG)
+        ranked = [k.label for k in comparison.kernels]
+        correct += ranked == ["1.00x", "1.05x", "1.20x"]
+        told_apart += sum(p.verdict == "faster" for p in comparison.pairs)
+    print(
+        f"(d) ranking 1.00x/1.05x/1.20x work: ordered correctly in {correct}/{trials} "
+        f"comparisons (target >= {trials - 1}/{trials}: {verdict(correct >= trials - 1)}); "
+        f"pairs told apart (verdict faster) {told_apart}/{3 * trials}"
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--jobs", type=int, default=20)
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--only", default="a,b,c,d")
     args = parser.parse_args()
-    print(f"host: {CpuBackend().hardware}, {len(os.sched_getaffinity(0))} usable cores")
-    bench_overhead(args.repeats)
-    bench_precision(args.repeats)
-    if len(os.sched_getaffinity(0)) >= 2:
-        bench_throughput(args.jobs)
-    else:
-        print("(c) throughput: skipped, needs at least 2 cores")
-    bench_contention()
+    wanted = set(args.only.split(","))
+    print(
+        f"host: {CpuBackend().hardware}, {len(os.sched_getaffinity(0))} usable cores; defaults: "
+        f"target ±{CONFIG.target_ci:.0%}, {CONFIG.min_processes}-{CONFIG.max_processes} process "
+        f"sets, cap {CONFIG.max_timing_seconds:g} s"
+    )
+    if "a" in wanted:
+        bench_precision(args.repeats)
+    if "b" in wanted:
+        bench_identical(args.trials)
+    if "c" in wanted:
+        bench_cost(args.repeats)
+    if "d" in wanted:
+        bench_ranking(args.trials)
 
 
 if __name__ == "__main__":

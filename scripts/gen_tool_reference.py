@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 TARGET = REPO / "docs" / "tools.md"
 
 GROUPS = {
-    "Profiling": ["list_backends", "profile_kernel"],
+    "Profiling": ["list_backends", "profile_kernel", "compare_kernels"],
     "Kernel database": [
         "check_database",
         "list_definitions",

@@ -30,6 +30,7 @@ from accelopt_mcp.backends.base import (
     Baseline,
     ranked_comparison,
 )
+from accelopt_mcp.backends.cpu_runner import live_jails
 from accelopt_mcp.isolation.jail import MODE_VARIABLE, jail_status
 from accelopt_mcp.isolation.sandbox import (
     SandboxResult,
@@ -64,6 +65,9 @@ RUNNER_MODULE = "accelopt_mcp.backends.cpu_runner"
 PRIMARY = "candidate"
 """The harness's label for the kernel being evaluated (baselines are b0, b1, ...)."""
 MAX_COMPARED = 8
+HARNESS_PROCESSES = 16
+JAIL_MAX_PROCESSES = 64
+"""Processes and threads one jailed kernel may have at once."""
 TORCH = ("torch",)
 MAX_LOG_CHARS = 16_000
 STDERR_TAIL_CHARS = 4_000
@@ -269,6 +273,10 @@ class CpuBackend(Backend):
                 timeout_s=config.timeout_seconds * max(1.0, len(kernels) / 2)
                 + config.max_timing_seconds,
                 memory_limit_mb=config.memory_limit_mb * len(kernels),
+                # The harness itself needs a handful; every live jail has its own cap as well
+                # (JAIL_MAX_PROCESSES) and counts against this one too.
+                max_processes=HARNESS_PROCESSES
+                + live_jails(len(kernels), config.max_processes) * (JAIL_MAX_PROCESSES + 3),
                 cwd=work,
                 env=TIMING_ENV,
                 cpus=self.cpus,
@@ -335,6 +343,7 @@ class CpuBackend(Backend):
             "use_torch": use_torch,
             "cpus": sorted(self.cpus) if self.cpus else None,
             "memory_limit_mb": config.memory_limit_mb,
+            "jail_max_processes": JAIL_MAX_PROCESSES,
             # Added to the jail's own minimal environment (isolation.jail sets the rest, thread
             # counts included): the harness's allocator settings, so both time alike.
             "jail_env": TIMING_ENV,

@@ -419,7 +419,7 @@ class JailedRunner:
                 env={k: str(v) for k, v in (job.get("jail_env") or {}).items()},
                 cpus=cpus,
                 memory_limit_mb=int(job.get("memory_limit_mb", 4096)),
-                max_processes=int(job.get("max_processes", 64)),
+                max_processes=int(job.get("jail_max_processes", 64)),
             )
         finally:
             os.close(ctl_r)
@@ -653,7 +653,10 @@ STEAL_LIMIT = 0.05
 DRIFT_LIMIT = 0.05
 STOP_RESAMPLES = 1000
 BLOCK_SECONDS = 0.25
-MAX_ROUNDS_PER_BLOCK = 200
+MAX_ROUNDS_PER_PASS = 400
+MAX_LIVE_JAILS = 24
+"""Processes (all frozen but the one being timed) kept alive at once; more sets than fit are
+opened after closing the oldest."""
 
 
 class _Clock:
@@ -716,6 +719,22 @@ def evaluate(job: dict[str, Any], result: dict[str, Any]) -> None:
     Session(job, harness, result, reference_dir, arena_bytes).run()
 
 
+def live_jails(kernels: int, max_sets: int) -> int:
+    """How many jails an evaluation of `kernels` kernels keeps alive at most (the reference's
+    included)."""
+    contestants = kernels + 1
+    return contestants * min(max_sets, max(1, MAX_LIVE_JAILS // contestants))
+
+
+class ProcessSet:
+    """One fresh process for the reference and for every live kernel, timed together."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.runners: dict[str, JailedRunner] = {}
+        self.round_trip = 0.0
+
+
 class Session:
     """One evaluation's timing: the reference and every kernel (the candidate, and the
     baselines it is compared with) in interleaved rounds, over several sets of fresh
@@ -761,7 +780,11 @@ class Session:
         self.timed_ns: dict[str, int] = {}
         self.timed_calls = 0
         self.round_trips: list[float] = []
-        self.runners: dict[str, JailedRunner] = {}
+        self.sets: list[ProcessSet] = []
+        """The live process sets (older ones may have been closed; their samples stay)."""
+        self.opened = 0
+        self.per_set: dict[int, int] = {}
+        self.rounds_done = 0
         self.clock: _Clock | None = None
         self.analysis: Any = None
 
@@ -786,24 +809,27 @@ class Session:
         self.outcomes[label] = outcome
         self.live.remove(label)
         self.samples.pop(label, None)
-        runner = self.runners.pop(label, None)
-        if runner is not None:
-            runner.close()
+        for pset in self.sets:
+            runner = pset.runners.pop(label, None)
+            if runner is not None:
+                runner.close()
 
-    def _reference(self, sets: list[list[Any]]) -> tuple[int, list[list[Any]], list[list[str]]]:
+    def _reference(
+        self, pset: ProcessSet, sets: list[list[Any]]
+    ) -> tuple[int, list[list[Any]], list[list[str]]]:
         try:
-            return self.runners[REFERENCE].call(sets)
+            return pset.runners[REFERENCE].call(sets)
         except CallFailed as exc:
             raise StageError("reference", f"the reference failed: {exc.message}") from None
         except Verdict as verdict:  # the task's fault, not the candidate's
             raise StageError("reference", f"the reference failed: {verdict.message}") from None
 
     def _kernel(
-        self, label: str, sets: list[list[Any]], what: str
+        self, pset: ProcessSet, label: str, sets: list[list[Any]], what: str
     ) -> tuple[int, list[list[Any]], list[list[str]]]:
         harness = self.harness
         try:
-            return self.runners[label].call(
+            return pset.runners[label].call(
                 [_as_arena_values(harness.candidate_inputs(s)) for s in sets]
             )
         except CallFailed as exc:
@@ -818,69 +844,119 @@ class Session:
     def run(self) -> None:
         job = self.job
         target = float(job.get("target_ci", 0.01))
-        min_blocks = int(job.get("min_processes", 3))
-        max_blocks = max(min_blocks, int(job.get("max_processes", 8)))
+        min_sets = int(job.get("min_processes", 3))
+        max_sets = max(min_sets, int(job.get("max_processes", 8)))
+        rounds = int(job["iterations"])
         try:
-            for block in range(max_blocks):
-                self._block(block)
-                if not self.live and self.primary:
-                    break
+            self._open_sets(min_sets)
+            first = True
+            while self.live and self.sets:
+                # A pass: `iterations` rounds per initial set, going to the sets with the fewest
+                # samples first, so that a set opened late catches up.
+                self._pass(rounds * min_sets, BLOCK_SECONDS * (min_sets if first else 1))
+                first = False
                 if self.clock is not None and self.clock.capped:
                     break
-                if block + 1 >= min_blocks:
-                    analysis = self._analyse(STOP_RESAMPLES)
-                    if analysis is not None and analysis.widest() <= target:
-                        break
+                analysis = self._analyse(STOP_RESAMPLES)
+                if analysis is not None and analysis.widest() <= target:
+                    break
+                if self.opened >= max_sets:
+                    break
+                self._open_sets(1)
         finally:
-            self._close_all()
+            for pset in self.sets:
+                self._close_set(pset)
+            self.sets.clear()
             if self.primary and PRIMARY in self.stderr:
                 self.result["candidate_stderr"] = self.stderr[PRIMARY].strip()
         self._report(target)
 
-    def _close_all(self) -> None:
-        for label, runner in self.runners.items():
+    def _close_set(self, pset: ProcessSet) -> None:
+        for label, runner in pset.runners.items():
             if label != REFERENCE:
-                # What each kernel printed, every process set's (the newest last, capped).
+                # What each kernel printed, every process's (the newest last, capped).
                 tail = runner.process.stderr_tail(4000).strip()
                 if tail:
                     self.stderr[label] = (self.stderr.get(label, "") + "\n" + tail)[-4000:]
             runner.close()
-        self.runners.clear()
+        pset.runners.clear()
 
-    def _block(self, block: int) -> None:
-        """One set of fresh processes: start them, check them, warm them, time rounds."""
+    def _open_sets(self, count: int) -> None:
+        """Start `count` sets of fresh processes (the reference and every live kernel, all at
+        once), then check and warm each. Processes stay alive, frozen, while the other sets
+        are timed; beyond MAX_LIVE_JAILS the oldest set is closed (its samples stay)."""
         job, harness = self.job, self.harness
-        _stage(f"jail start (process set {block + 1})")
-        first_role = PRIMARY if self.primary else "kernel"
-        self.runners[REFERENCE] = JailedRunner(
-            REFERENCE,
-            self.reference_dir,
-            self.reference_dir / "reference.py",
-            "forward" if harness.style == "nkibench" else "run",
-            job,
-            arena_bytes=self.arena_bytes,
-        )
-        for label in list(self.live):
-            spec = self.kernels[label]
-            folder = Path(spec["kernel_dir"]).resolve()
-            self.runners[label] = JailedRunner(
-                PRIMARY if label == PRIMARY and self.primary else f"{first_role} {label}",
-                folder,
-                folder / spec["entry_file"],
-                spec["entry_symbol"],
+        live_cap = max(1, MAX_LIVE_JAILS // (1 + len(self.kernels)))
+        new: list[ProcessSet] = []
+        _stage(f"jail start (process set {self.opened + 1})")
+        for _ in range(count):
+            while self.sets and len(self.sets) + len(new) >= live_cap:
+                self._close_set(self.sets.pop(0))
+            pset = ProcessSet(self.opened)
+            self.opened += 1
+            new.append(pset)
+            pset.runners[REFERENCE] = JailedRunner(
+                REFERENCE,
+                self.reference_dir,
+                self.reference_dir / "reference.py",
+                "forward" if harness.style == "nkibench" else "run",
                 job,
                 arena_bytes=self.arena_bytes,
-                destination_passing_style=bool(spec.get("destination_passing_style")),
             )
-        if block == 0:
-            processes = [runner.process for runner in self.runners.values()]
-            self.result["isolation"] = {
-                "isolated": all(p.isolated for p in processes),
-                "freeze_method": processes[-1].freeze_method,
-            }
+            for label in self.live:
+                spec = self.kernels[label]
+                folder = Path(spec["kernel_dir"]).resolve()
+                pset.runners[label] = JailedRunner(
+                    PRIMARY if label == PRIMARY and self.primary else f"kernel {label}",
+                    folder,
+                    folder / spec["entry_file"],
+                    spec["entry_symbol"],
+                    job,
+                    arena_bytes=self.arena_bytes,
+                    destination_passing_style=bool(spec.get("destination_passing_style")),
+                )
+            if pset.index == 0:
+                processes = [runner.process for runner in pset.runners.values()]
+                self.result["isolation"] = {
+                    "isolated": all(p.isolated for p in processes),
+                    "freeze_method": processes[-1].freeze_method,
+                }
+        self.sets += new
+        for pset in new:
+            self._ready(pset)
+        for pset in new:
+            if not self.live:
+                return
+            _stage(f"calibration (process set {pset.index + 1})")
+            # Calibrated on the reference jail: the same runner, thaw and freeze as the
+            # kernels', but code we trust; a candidate could answer pings slowly to shrink its
+            # own figures.
+            pset.round_trip = statistics.median(
+                pset.runners[REFERENCE].ping() for _ in range(PING_ROUNDS)
+            )
+            self.round_trips.append(pset.round_trip)
+            self._correctness(pset)
+            if not self.live:
+                return
+            if pset.index == 0:
+                fastest = max(1, min(min(times) for times in self.per_call.values()))
+                self.batch = max(1, min(MAX_BATCH, TARGET_SAMPLE_NS // fastest))
+            _stage(f"warm-up (process set {pset.index + 1})")
+            for _ in range(job["warmup_runs"]):
+                sets = [_as_arena_values(harness.inputs(secrets.randbits(31)))]
+                self._reference(pset, sets)
+                for label in list(self.live):
+                    try:
+                        self._kernel(pset, label, sets, "during warm-up")
+                    except (Verdict, StageError) as exc:
+                        self._fail(label, exc)
+        if self.clock is None:
+            self.clock = _Clock(float(job.get("max_timing_seconds", 20.0)))
+
+    def _ready(self, pset: ProcessSet) -> None:
         _stage("reference import")
         try:
-            self.runners[REFERENCE].wait_ready()
+            pset.runners[REFERENCE].wait_ready()
         except CallFailed as exc:
             raise StageError(
                 "reference", f"the reference cannot be imported: {exc.message}"
@@ -888,70 +964,42 @@ class Session:
         _stage("kernel import")
         for label in list(self.live):
             try:
-                self.runners[label].wait_ready()
+                pset.runners[label].wait_ready()
             except CallFailed as exc:
-                if block == 0:
+                if pset.index == 0:
                     self._fail(label, StageError("compile", exc.message))
                 else:
                     self._fail(
                         label,
                         StageError(
                             "runtime",
-                            f"the kernel imported once but not in process set {block + 1}: "
+                            f"the kernel imported once but not in process set {pset.index + 1}: "
                             f"{exc.message}",
                         ),
                     )
-        if not self.live:
-            self._close_all()
-            return
-        _stage("calibration")
-        # Calibrated on the reference jail: the same runner, thaw and freeze as the kernels',
-        # but code we trust; a candidate could answer pings slowly to shrink its own figures.
-        round_trip = statistics.median(self.runners[REFERENCE].ping() for _ in range(PING_ROUNDS))
-        self.round_trips.append(round_trip)
-        self._correctness(block)
-        if not self.live:
-            self._close_all()
-            return
-        if block == 0:
-            fastest = max(1, min(min(times) for times in self.per_call.values()))
-            self.batch = max(1, min(MAX_BATCH, TARGET_SAMPLE_NS // fastest))
-        _stage(f"warm-up (process set {block + 1})")
-        for _ in range(job["warmup_runs"]):
-            sets = [_as_arena_values(harness.inputs(secrets.randbits(31)))]
-            self._reference(sets)
-            for label in list(self.live):
-                try:
-                    self._kernel(label, sets, "during warm-up")
-                except (Verdict, StageError) as exc:
-                    self._fail(label, exc)
-        if self.clock is None:
-            self.clock = _Clock(float(job.get("max_timing_seconds", 20.0)))
-        _stage(f"timing (process set {block + 1})")
-        self._rounds(block, round_trip)
-        self._close_all()
 
-    def _correctness(self, block: int) -> None:
+    def _correctness(self, pset: ProcessSet) -> None:
         """The fixed seeds, then fresh sets no one could know in advance (one fresh set in
         later process sets). Every output is checked against the reference output for its own
         input."""
         harness, job = self.harness, self.job
-        fixed: list[int] = job["seeds"] if block == 0 else []
-        fresh = [secrets.randbits(31) for _ in range(FRESH_CORRECTNESS_SETS if block == 0 else 1)]
+        first = pset.index == 0
+        fixed: list[int] = job["seeds"] if first else []
+        fresh = [secrets.randbits(31) for _ in range(FRESH_CORRECTNESS_SETS if first else 1)]
         for index, seed in enumerate([*fixed, *fresh]):
             if index < len(fixed):
                 label_text = f"seed {seed}"
             else:
                 label_text = f"fresh input set {index - len(fixed) + 1}"
-                if block:
-                    label_text += f" of process set {block + 1}"
+                if not first:
+                    label_text += f" of process set {pset.index + 1}"
             _stage(f"correctness {label_text}")
             inputs = [_as_arena_values(harness.inputs(seed))]
-            ref_ns, refs, ref_names = self._reference(inputs)
+            ref_ns, refs, ref_names = self._reference(pset, inputs)
             self.per_call.setdefault(REFERENCE, []).append(ref_ns)
             for label in list(self.live):
                 try:
-                    cand_ns, outs, out_names = self._kernel(label, inputs, f"on {label_text}")
+                    cand_ns, outs, out_names = self._kernel(pset, label, inputs, f"on {label_text}")
                     self.per_call.setdefault(label, []).append(cand_ns)
                     self._check(
                         label,
@@ -1013,48 +1061,51 @@ class Session:
             worst[key] = max(worst[key], errors[key])
         seen.append((outs_ref_layout, refs))
 
-    def _rounds(self, block: int, round_trip: float) -> None:
-        """Rounds of one process set: every contestant once per round, on the same fresh
-        inputs, in a rotating order. A round in which someone waited for a CPU is taken again
-        (a few times at most)."""
+    def _pass(self, rounds: int, min_seconds: float) -> None:
+        """At least `rounds` rounds (and `min_seconds` of them), each on the live process set
+        with the fewest samples: every contestant once per round, on the same fresh inputs,
+        in a rotating order. A round in which someone waited for a CPU is taken again (a few
+        times at most)."""
         harness, job = self.harness, self.job
         assert self.clock is not None
-        rounds = int(job["iterations"])
         retakes = 0
         taken = 0
         started = time.monotonic()
-        # At least `iterations` rounds, and at least BLOCK_SECONDS of them: starting a set of
-        # processes costs a few hundred ms, and within-process noise shrinks with rounds
-        # while between-process noise shrinks only with sets, so a cheap round is repeated
-        # until the set has paid for its start.
+        # Starting a set of processes costs a few hundred ms, and within-process noise shrinks
+        # with rounds while between-process noise shrinks only with sets, so a cheap round is
+        # repeated until the pass has paid for what it cost to start its sets.
         while (
             self.live
-            and taken < MAX_ROUNDS_PER_BLOCK
-            and (taken < rounds or time.monotonic() - started < BLOCK_SECONDS)
+            and self.sets
+            and taken < MAX_ROUNDS_PER_PASS
+            and (taken < rounds or time.monotonic() - started < min_seconds)
         ):
             if self.clock.expired() and taken > 0:
                 return
+            pset = min(self.sets, key=lambda s: (self.per_set.get(s.index, 0), s.index))
             sets = [
                 _as_arena_values(harness.inputs(secrets.randbits(31))) for _ in range(self.batch)
             ]
             contestants = [REFERENCE, *self.live]
-            shift = (taken + block) % len(contestants)
+            shift = self.rounds_done % len(contestants)
             order = contestants[shift:] + contestants[:shift]
             timed: dict[str, tuple[int, list[list[Any]], list[list[str]]]] = {}
             contended = False
             failed = False
             for role in order:
-                runner = self.runners[role]
-                try:
-                    timed[role] = (
-                        self._reference(sets)
-                        if role == REFERENCE
-                        else self._kernel(role, sets, f"in timed round {taken + 1}")
-                    )
-                except (Verdict, StageError) as exc:
-                    self._fail(role, exc)
-                    failed = True
-                    break
+                runner = pset.runners[role]
+                if role == REFERENCE:
+                    # The reference failing is the task's fault: it ends the evaluation.
+                    timed[role] = self._reference(pset, sets)
+                else:
+                    try:
+                        timed[role] = self._kernel(
+                            pset, role, sets, f"in timed round {self.rounds_done + 1}"
+                        )
+                    except (Verdict, StageError) as exc:
+                        self._fail(role, exc)
+                        failed = True
+                        break
                 self.delay_shares.append(runner.last_run_delay_ns / max(timed[role][0], 1))
                 if runner.last_run_delay_ns > CONTENDED_SHARE * timed[role][0]:
                     contended = True
@@ -1076,7 +1127,7 @@ class Session:
                     except Verdict as verdict:
                         self.flags[label].append("timed_output_mismatch")
                         verdict.message = (
-                            f"timed call {j} of round {taken + 1} (fresh inputs): "
+                            f"timed call {j} of round {self.rounds_done + 1} (fresh inputs): "
                             f"{verdict.message}; the kernel was correct in the correctness pass "
                             "but not while being timed"
                         )
@@ -1093,11 +1144,13 @@ class Session:
                 self.kept_contended += 1
             for role in [REFERENCE, *self.live]:
                 elapsed = timed[role][0]
-                net = max(elapsed - int(round_trip) * len(sets), len(sets))
+                net = max(elapsed - int(pset.round_trip) * len(sets), len(sets))
                 self.samples[role].append(net / len(sets))
                 self.timed_ns[role] = self.timed_ns.get(role, 0) + elapsed
-            self.block_of.append(block)
+            self.block_of.append(pset.index)
+            self.per_set[pset.index] = self.per_set.get(pset.index, 0) + 1
             self.timed_calls += len(sets)
+            self.rounds_done += 1
             taken += 1
 
     # -- statistics

@@ -14,11 +14,12 @@ app = typer.Typer(
 
 def _register() -> None:
     # Imported here so that each group module can import `app` helpers without cycles.
-    from accelopt_mcp.cli import db, imports, profile
+    from accelopt_mcp.cli import compare, db, imports, profile
 
     app.add_typer(db.app, name="db")
     app.add_typer(imports.app, name="import")
     app.command()(profile.profile)
+    app.command()(compare.compare)
     app.command()(profile.backends)
 
     from accelopt_mcp.cli import memory, optimize, runs

@@ -12,6 +12,14 @@ from rich.table import Table
 from accelopt_mcp.backends.base import BackendUnavailableError
 from accelopt_mcp.backends.registry import backend_help, backend_info
 from accelopt_mcp.cli.common import JsonOption, StoreOption, console, fail, opened_store, print_json
+from accelopt_mcp.comparing import (
+    comparison_text,
+    interval_text,
+    latency_text,
+    reference_speedup_text,
+    shown_counters,
+    shown_evaluation,
+)
 from accelopt_mcp.models import BenchmarkConfig, Evaluation
 from accelopt_mcp.profiling import ProfileOutcome, profile_kernel
 from accelopt_mcp.store.base import KernelStore
@@ -69,7 +77,9 @@ def profile(
         with opened_store(store) as db:
             outcome = run(db)
     if as_json:
-        print_json(outcome)
+        # The record without the harness's internals (Evaluation.measurement): outputs are
+        # read by people and agents, and those figures describe the harness, not the kernel.
+        print_json(outcome.model_copy(update={"evaluation": shown_evaluation(outcome.evaluation)}))
     else:
         _print_evaluation(outcome)
     raise typer.Exit(0 if outcome.evaluation.passed else 1)
@@ -82,29 +92,37 @@ def _print_evaluation(outcome: ProfileOutcome) -> None:
         f"[bold]{escape(outcome.solution_name)}[/] on {escape(outcome.definition_name)} "
         f"({escape(ev.environment.hardware)}): [{colour}]{ev.status.value}[/]"
     )
-    if ev.performance is not None:
-        perf = ev.performance
-        console.print(
-            f"  latency {perf.latency_ms:.4f} ms   reference {perf.reference_latency_ms:.4f} ms   "
-            f"speedup {perf.speedup_factor:.2f}x"
-        )
-    if ev.latency_stats is not None:
+    latency = latency_text(ev)
+    if latency is not None:
+        assert ev.performance is not None
+        reference = ev.performance.reference_latency_ms
+        line = f"  median {escape(latency)}"
+        if reference > 0:
+            line += f"   reference {interval_text(reference, None, None, ' ms')}"
+        console.print(line, highlight=False)
+    speedups = [reference_speedup_text(ev), *(comparison_text(c) for c in ev.comparisons)]
+    for speedup in speedups:
+        if speedup:
+            console.print(f"  speedup {escape(speedup)}", highlight=False)
+    if ev.latency_stats is not None and ev.performance is not None:
         s = ev.latency_stats
+        busy = "; the host was busy, read with care" if s.contended else ""
         console.print(
-            f"  median {s.median_ms:.4f}  mean {s.mean_ms:.4f}  min {s.min_ms:.4f}  "
-            f"max {s.max_ms:.4f} ms  spread {s.relative_spread:.1%}  ({s.runs} runs, "
-            f"{s.measurement_rounds} rounds)"
+            f"  spread (IQR / median) {s.relative_spread:.1%} over {s.runs} samples in "
+            f"{s.measurement_rounds} sets of fresh processes{busy}",
+            highlight=False,
         )
     if ev.correctness is not None:
         console.print(
             f"  max abs error {ev.correctness.max_absolute_error:.3g}   "
             f"max rel error {ev.correctness.max_relative_error:.3g}"
         )
-    if ev.hardware_counters:
+    counters = shown_counters(ev)
+    if counters:
         table = Table(show_header=True, header_style="bold", box=None)
         table.add_column("counter")
         table.add_column("value", justify="right")
-        for name, value in sorted(ev.hardware_counters.items()):
+        for name, value in sorted(counters.items()):
             table.add_row(name, f"{value:.6g}")
         console.print(table)
     for flag in ev.flags:

@@ -12,6 +12,14 @@ from functools import cache
 from importlib import resources
 
 from accelopt_mcp.backends.registry import backend_info
+from accelopt_mcp.comparing import (
+    comparison_text,
+    latency_text,
+    level_text,
+    reference_speedup_text,
+    shown_counters,
+    speedup_text,
+)
 from accelopt_mcp.llm import ChatMessage
 from accelopt_mcp.models import Evaluation, Solution, Task
 from accelopt_mcp.store.base import ExperienceRecord
@@ -69,14 +77,24 @@ def describe_task(task: Task) -> str:
 
 
 def describe_profile(evaluation: Evaluation | None, rng: random.Random) -> str:
+    """Status, the median with its interval, every speedup with its interval and against what
+    (the reference, the parent), then the counters. Never how the harness took the figures
+    (Evaluation.measurement, or such names among old profiles' counters): they describe the
+    harness, not the kernel, and a planner would chase them."""
     if evaluation is None:
         return "(not profiled)"
     lines = [f"status: {evaluation.status.value}"]
-    if evaluation.performance is not None:
-        lines.append(f"latency_ms: {evaluation.performance.latency_ms:.6g}")
-    counters = list(evaluation.hardware_counters.items())
+    latency = latency_text(evaluation)
+    if latency is not None:
+        lines.append(f"latency: {latency}")
+    over_reference = reference_speedup_text(evaluation)
+    if over_reference is not None:
+        lines.append(f"speedup: {over_reference}")
+    lines += [f"speedup: {comparison_text(c)}" for c in evaluation.comparisons]
+    # The latency is shown above, with its interval.
+    counters = [(k, v) for k, v in shown_counters(evaluation).items() if k != "latency_ms"]
     rng.shuffle(counters)
-    lines += [f"{name}: {value:.6g}" for name, value in counters if name != "latency_ms"]
+    lines += [f"{name}: {value:.6g}" for name, value in counters]
     if evaluation.flags:
         lines.append("flags: " + ", ".join(evaluation.flags))
     return "\n".join(lines)
@@ -138,15 +156,28 @@ def executor_messages(family: str, task: Task, kernel: Solution, plan: str) -> l
 
 
 def summarizer_messages(
-    family: str, task: Task, slow: Solution, fast: Solution, speedup: float
+    family: str,
+    task: Task,
+    slow: Solution,
+    fast: Solution,
+    speedup: float,
+    *,
+    interval: tuple[float, float] | None = None,
+    confidence: float = 0.95,
 ) -> list[ChatMessage]:
+    """`speedup`: how many times faster `fast` is than `slow` (slow median / fast median);
+    `interval`: its confidence interval at `confidence`, when the pair was timed with one."""
+    low, high = interval if interval is not None else (None, None)
+    figure = speedup_text(speedup, low, high, "the slow kernel")
+    if interval is not None:
+        figure += f" {level_text(confidence)}"
     user = _fill(
         _template(family, "summarizer_user"),
         {
             "task": describe_task(task),
             "slow": slow.entry_source.content.rstrip(),
             "fast": fast.entry_source.content.rstrip(),
-            "speedup": f"{speedup:.3g}",
+            "speedup": figure,
             "fence": _fence(slow),
         },
     )

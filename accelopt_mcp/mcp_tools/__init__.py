@@ -17,8 +17,9 @@ accelopt optimizes accelerator kernels the AccelOpt way (planner -> executor -> 
 summarized experience memory, in a beam search) and keeps every kernel, profile and experience
 in a kernel database with lineage.
 Start with check_database (stop and relay its next_steps when ok is false) and list_backends.
-profile_kernel checks and times one kernel. start_optimization runs the whole loop as a
-background job: follow it with wait_for_job / job_status, read job_result, cancel_job to stop.
+profile_kernel checks and times one kernel; compare_kernels ranks 2-8 against each other.
+start_optimization runs the whole loop as a background job: follow it with wait_for_job /
+job_status, read job_result, cancel_job to stop.
 Browse with list_definitions, list_solutions, get_solution, solution_lineage, query_profiles;
 read and curate the optimization memory with list_memory, search_memory, add_memory,
 remove_memory. Long texts come in slices: pass next_offset back to get more."""
@@ -31,9 +32,9 @@ def build_server(
     hands the state to each request, resumes interrupted jobs first when `resume_jobs`, and
     closes the state when the server stops."""
     from accelopt_mcp import __version__
-    from accelopt_mcp.mcp_tools import browse, kernels, profiling
+    from accelopt_mcp.mcp_tools import browse, compare, kernels, profiling
 
-    tools = [*profiling.TOOLS, *kernels.TOOLS]
+    tools = [*profiling.TOOLS, *compare.TOOLS, *kernels.TOOLS]
     try:
         from accelopt_mcp.mcp_tools import jobs, memory
     except ModuleNotFoundError as exc:  # a build without the engine still browses and profiles

@@ -12,6 +12,7 @@ from pydantic import Field
 from accelopt_mcp import profiling as profiler
 from accelopt_mcp.backends import registry as backends
 from accelopt_mcp.backends.base import Availability
+from accelopt_mcp.comparing import figures_text, shown_counters
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
 from accelopt_mcp.mcp_tools.views import View, clip
 from accelopt_mcp.models import BenchmarkConfig
@@ -33,9 +34,18 @@ class ProfileReport(View):
     solution_name: str
     hardware: str
     latency_ms: float | None = None
+    """The median latency."""
+    latency_ci_low_ms: float | None = None
+    latency_ci_high_ms: float | None = None
     reference_latency_ms: float | None = None
     speedup: float | None = None
-    """Reference latency / kernel latency."""
+    """Over the task's reference: reference median / kernel median."""
+    speedup_ci_low: float | None = None
+    speedup_ci_high: float | None = None
+    confidence: float | None = None
+    """Level of the intervals."""
+    summary: str = ""
+    """E.g. '0.412 ms [0.405, 0.419] (95% CI); 1.31x [1.27, 1.35] over the reference'."""
     max_relative_error: float | None = None
     max_absolute_error: float | None = None
     hardware_counters: dict[str, float] = Field(default_factory=dict)
@@ -104,6 +114,7 @@ def profile_kernel(
         store=state_of(ctx).store() if store else None,
     )
     ev = outcome.evaluation
+    perf, stats = ev.performance, ev.latency_stats
     return ProfileReport(
         status=ev.status.value,
         correct=ev.passed,
@@ -112,12 +123,19 @@ def profile_kernel(
         backend=backend,
         solution_name=outcome.solution_name,
         hardware=ev.environment.hardware,
-        latency_ms=ev.performance.latency_ms if ev.performance else None,
-        reference_latency_ms=ev.performance.reference_latency_ms if ev.performance else None,
-        speedup=ev.performance.speedup_factor if ev.performance else None,
+        latency_ms=perf.latency_ms if perf else None,
+        latency_ci_low_ms=stats.ci_low_ms if stats and perf else None,
+        latency_ci_high_ms=stats.ci_high_ms if stats and perf else None,
+        reference_latency_ms=perf.reference_latency_ms if perf else None,
+        speedup=perf.speedup_factor if perf else None,
+        speedup_ci_low=perf.speedup_ci_low if perf else None,
+        speedup_ci_high=perf.speedup_ci_high if perf else None,
+        confidence=stats.confidence if stats and perf else None,
+        summary=figures_text(ev),
         max_relative_error=ev.correctness.max_relative_error if ev.correctness else None,
         max_absolute_error=ev.correctness.max_absolute_error if ev.correctness else None,
-        hardware_counters=dict(ev.hardware_counters),
+        # Harness internals are not properties of the kernel; never hand them to an agent.
+        hardware_counters=shown_counters(ev),
         flags=list(ev.flags),
         log=clip(ev.log, 2000) or "",
         solution_id=outcome.solution_id,

@@ -26,6 +26,7 @@ BLANK_STRATEGY = "strategy must not be empty or only whitespace"
 EXPECTED_TOOLS = {
     "list_backends",
     "profile_kernel",
+    "compare_kernels",
     "check_database",
     "list_definitions",
     "get_definition",
@@ -320,6 +321,56 @@ async def test_untrusted_results_rank_nothing_unless_asked(
     for log in (shown["log"], profiles["items"][0]["log"]):
         assert secret not in log and "pw-mcp-9" not in log
         assert "postgresql://***@h/db" in log
+
+
+async def test_query_profiles_shows_the_pooled_figure_and_every_measurement(
+    db_client: Client,
+) -> None:
+    c = db_client
+    await ok(c, "insert_definition", {"definition": json.loads(SILU_TASK.read_text())})
+    workload = {"axes": {"M": 64}, "inputs": {"x": {"type": "random"}}, "uuid": "w-64"}
+    await ok(c, "insert_workload", {"definition_name": "silu_n1024", "workload": workload})
+    kernel = (await ok(c, "insert_solution", {"solution": json.loads(SILU_SLOW.read_text())}))["id"]
+    stored = []
+    for day, (latency, flags) in enumerate(((1.0, []), (1.2, ["noisy_timing"])), start=1):
+        measured = {
+            **evaluation(latency),
+            "timestamp": f"2026-01-0{day}T00:00:00Z",
+            "latency_stats": {
+                "mean_ms": latency,
+                "median_ms": latency,
+                "min_ms": latency,
+                "max_ms": latency,
+                "relative_spread": 0.01,
+                "runs": 20,
+                "ci_low_ms": latency * 0.95,
+                "ci_high_ms": latency * 1.05,
+            },
+            "flags": flags,
+        }
+        args = {
+            "workload_uuid": "w-64",
+            "solution_id": kernel,
+            "evaluation": measured,
+            "benchmark_config": {"iterations": 10},
+        }
+        stored.append((await ok(c, "insert_profile", args))["id"])
+    assert stored[0] == stored[1]  # one profile, measured twice
+
+    [profile] = (await ok(c, "query_profiles", {"solution_id": kernel}))["items"]
+    assert profile["measurements_total"] == 2
+    assert 1.0 < profile["latency_ms"] < 1.2
+    assert profile["latency_ci_low_ms"] < profile["latency_ms"] < profile["latency_ci_high_ms"]
+    assert profile["flags"] == ["noisy_timing"] and profile["trusted"] is True
+    first, second = profile["measurements"]
+    assert (first["median_ms"], second["median_ms"]) == (1.0, 1.2)
+    assert (first["ci_low_ms"], first["ci_high_ms"]) == pytest.approx((0.95, 1.05))
+    assert first["status"] == "PASSED" and first["speedup"] == pytest.approx(2.0)
+    assert (first["flags"], second["flags"]) == ([], ["noisy_timing"])
+    assert first["created_at"] <= second["created_at"]
+    newest = await ok(c, "query_profiles", {"solution_id": kernel, "measurements_limit": 1})
+    [only] = newest["items"][0]["measurements"]
+    assert only["median_ms"] == 1.2 and newest["items"][0]["measurements_total"] == 2
 
 
 # --------------------------------------------------------------------------- profiling

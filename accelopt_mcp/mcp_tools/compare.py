@@ -1,0 +1,196 @@
+"""compare_kernels: time 2-8 kernels of one task against each other, ranked, with a verdict for
+every pair."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from mcp.server.mcpserver.tools import Tool
+from mcp_types import ToolAnnotations
+from pydantic import Field
+
+from accelopt_mcp import comparing
+from accelopt_mcp.backends import registry as backends
+from accelopt_mcp.backends.base import Baseline
+from accelopt_mcp.mcp_tools.app import NotFoundError
+from accelopt_mcp.mcp_tools.state import ToolContext, state_of
+from accelopt_mcp.mcp_tools.views import View, clip
+from accelopt_mcp.models import BenchmarkConfig, ComparedKernel, KernelComparison, Task
+from accelopt_mcp.tasks.loader import load_task
+
+
+class KernelInput(View):
+    """One kernel: exactly one of solution_id, kernel_path, kernel_source."""
+
+    solution_id: str | None = None
+    """A stored solution's id (list_solutions)."""
+    kernel_path: str | None = None
+    """A kernel .py with `kernel`/`run`, or a solution .json."""
+    kernel_source: str | None = None
+    """The kernel's Python source itself."""
+    label: str | None = None
+    """How results name it (default: the id, the file name, or kernel<N>)."""
+
+
+class RankedKernel(View):
+    rank: int | None = None
+    """1 for the fastest median; null when it did not pass."""
+    label: str
+    status: str
+    """PASSED, or why it failed (COMPILE_ERROR, ...)."""
+    median_ms: float | None = None
+    ci_low_ms: float | None = None
+    ci_high_ms: float | None = None
+    speedup: float | None = None
+    """Over the task's reference: reference median / this median."""
+    speedup_ci_low: float | None = None
+    speedup_ci_high: float | None = None
+    summary: str = ""
+    """E.g. '0.412 ms [0.405, 0.419] (95% CI); 1.31x [1.27, 1.35] over the reference'."""
+    flags: list[str] = Field(default_factory=list)
+    log: str = ""
+    """Why it failed (the log's tail); empty when it passed."""
+
+
+class PairResult(View):
+    kernel: str
+    """The faster median of the two."""
+    baseline: str
+    verdict: Literal["faster", "slower", "indistinguishable"]
+    """From the speedup's interval: wholly above 1, wholly below, or holding 1."""
+    speedup: float
+    """baseline median / kernel median."""
+    ci_low: float
+    ci_high: float
+    summary: str
+
+
+class ComparisonReport(View):
+    definition_name: str
+    workload_uuid: str
+    backend: str
+    hardware: str
+    confidence: float
+    interleaved: bool
+    """True when all were timed in the same interleaved rounds; false when each was timed on
+    its own and the intervals combined (wider)."""
+    kernels: list[RankedKernel]
+    """Fastest median first; those that failed last."""
+    pairs: list[PairResult]
+    """Every pair that passed, once."""
+
+
+def _kernel(
+    task: Task, given: KernelInput, index: int, ctx: ToolContext, hw: list[str]
+) -> Baseline:
+    where = f"kernels[{index}]"
+    chosen = [
+        v for v in (given.solution_id, given.kernel_path, given.kernel_source) if v is not None
+    ]
+    if len(chosen) != 1:
+        raise ValueError(f"{where}: give exactly one of solution_id, kernel_path and kernel_source")
+    if given.solution_id is not None:
+        try:
+            return comparing.stored_kernel(
+                state_of(ctx).store(), task, given.solution_id, given.label
+            )
+        except LookupError as exc:
+            raise NotFoundError(
+                f"{where}: {exc}; list_solutions gives the ids of a definition"
+            ) from None
+    if given.kernel_path is not None:
+        return comparing.file_kernel(task, given.kernel_path, label=given.label, target_hardware=hw)
+    assert given.kernel_source is not None
+    return comparing.source_kernel(
+        task, given.kernel_source, label=given.label or f"kernel{index + 1}", target_hardware=hw
+    )
+
+
+def _row(entry: ComparedKernel) -> RankedKernel:
+    ev = entry.evaluation
+    stats, perf = ev.latency_stats, ev.performance
+    return RankedKernel(
+        rank=entry.rank,
+        label=entry.label,
+        status=ev.status.value,
+        median_ms=perf.latency_ms if perf else None,
+        ci_low_ms=stats.ci_low_ms if stats and perf else None,
+        ci_high_ms=stats.ci_high_ms if stats and perf else None,
+        speedup=perf.speedup_factor if perf and perf.reference_latency_ms > 0 else None,
+        speedup_ci_low=perf.speedup_ci_low if perf else None,
+        speedup_ci_high=perf.speedup_ci_high if perf else None,
+        summary=comparing.figures_text(ev),
+        flags=list(ev.flags),
+        log="" if ev.passed else clip(ev.log, 1000) or "",
+    )
+
+
+def report(task: Task, backend: str, found: KernelComparison) -> ComparisonReport:
+    return ComparisonReport(
+        definition_name=task.definition.name,
+        workload_uuid=task.workload.uuid,
+        backend=backend,
+        hardware=found.kernels[0].evaluation.environment.hardware if found.kernels else "",
+        confidence=found.confidence,
+        interleaved=found.interleaved,
+        kernels=[_row(k) for k in found.kernels],
+        pairs=[
+            PairResult(
+                kernel=p.kernel,
+                baseline=p.baseline,
+                verdict=p.verdict,
+                speedup=p.speedup,
+                ci_low=p.ci_low,
+                ci_high=p.ci_high,
+                summary=comparing.pair_text(p),
+            )
+            for p in found.pairs
+        ],
+    )
+
+
+def compare_kernels(
+    ctx: ToolContext,
+    task_path: Annotated[
+        str,
+        Field(description="The task, as profile_kernel takes it."),
+    ],
+    kernels: Annotated[list[KernelInput], Field(description="2 to 8 kernels.")],
+    workload: Annotated[
+        str | None, Field(description="Workload uuid or index; default the first.")
+    ] = None,
+    backend: Annotated[str, Field(description="As profile_kernel.")] = "cpu",
+    iterations: Annotated[int, Field(ge=1, le=1000, description="Rounds per process set.")] = 10,
+    max_timing_seconds: Annotated[float, Field(gt=0, le=600, description="Sampling cap.")] = 20.0,
+    timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 60.0,
+) -> ComparisonReport:
+    """Time 2-8 kernels of one task against each other (in the same interleaved rounds where
+    the backend can): ranked by median with intervals, and a verdict per pair (faster /
+    indistinguishable). Nothing is stored."""
+    if backend not in backends.backend_names():
+        raise ValueError(
+            f"unknown backend {backend!r}; choose one of {', '.join(backends.backend_names())} "
+            "(list_backends says which run here)"
+        )
+    comparing.check_count(len(kernels))
+    task = load_task(Path(task_path).expanduser(), workload=workload)
+    hardware = list(backends.backend_info(backend).target_hardware)
+    chosen = [_kernel(task, k, i, ctx, hardware) for i, k in enumerate(kernels)]
+    config = BenchmarkConfig(
+        iterations=iterations,
+        max_timing_seconds=max_timing_seconds,
+        timeout_seconds=timeout_seconds,
+    )
+    found = comparing.compare_kernels(task, chosen, backend=backend, config=config)
+    return report(task, backend, found)
+
+
+TOOLS = [
+    Tool.from_function(
+        compare_kernels,
+        annotations=ToolAnnotations(
+            read_only_hint=True, destructive_hint=False, idempotent_hint=True
+        ),
+    ),
+]
