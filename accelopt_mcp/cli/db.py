@@ -17,6 +17,7 @@ from accelopt_mcp.cli.common import (
     opened_store,
     print_json,
 )
+from accelopt_mcp.models import LatencyStats
 from accelopt_mcp.store.base import StoreError
 from accelopt_mcp.store.url import describe_store_url
 
@@ -109,8 +110,10 @@ def best(
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """The fastest correct solutions of a definition. A result flagged untrusted (its numbers
-    cannot be believed: above_peak, constant_output, ...) is left out unless --include-flagged."""
+    """The fastest correct solutions of a definition, by each profile's latency pooled over all
+    its measurements (shown with its confidence interval and how many measurements it pools).
+    A result flagged untrusted (its numbers cannot be believed: above_peak, constant_output,
+    ...) is left out unless --include-flagged."""
     with opened_store(store) as db:
         if db.get_definition(definition) is None:
             fail(f"no definition named {definition!r}; `accelopt db stats` shows what is stored")
@@ -127,7 +130,8 @@ def best(
         "name",
         "language",
         "hardware",
-        "latency ms",
+        "latency ms [CI]",
+        "measurements",
         "speedup",
         "flags",
     ):
@@ -135,16 +139,27 @@ def best(
     for r in ranked:
         speedup = f"{r.profile.speedup:.2f}x" if r.profile.speedup else "-"
         flags = ", ".join(r.profile.flags)
+        stats = r.profile.evaluation.latency_stats
         table.add_row(
             r.solution.id,
             r.solution.solution.name,
             r.solution.spec_language,
             r.profile.eval_hardware,
-            f"{r.profile.latency_ms:.4f}" if r.profile.latency_ms is not None else "-",
+            _latency_cell(r.profile.latency_ms, stats),
+            str(stats.measurements) if stats else "1",
             speedup,
             escape(f"UNTRUSTED: {flags}" if not r.profile.trusted else flags or "-"),
         )
     console.print(table)
+
+
+def _latency_cell(latency_ms: float | None, stats: LatencyStats | None) -> str:
+    """The pooled latency with its confidence interval, when the profile has one."""
+    if latency_ms is None:
+        return "-"
+    if stats is None or stats.ci_low_ms is None or stats.ci_high_ms is None:
+        return f"{latency_ms:.4f}"
+    return escape(f"{latency_ms:.4f} [{stats.ci_low_ms:.4f}, {stats.ci_high_ms:.4f}]")
 
 
 @app.command()

@@ -32,7 +32,13 @@ from accelopt_mcp.mcp_tools.views import (
     workload_summary,
 )
 from accelopt_mcp.models import Definition, Evaluation, Solution, Workload
-from accelopt_mcp.store.base import KernelStore, StoredDefinition, StoredSolution
+from accelopt_mcp.store.base import (
+    KernelStore,
+    StoredDefinition,
+    StoredMeasurement,
+    StoredProfile,
+    StoredSolution,
+)
 from accelopt_mcp.store.detect import StoreCheck, check_store
 from accelopt_mcp.transfer.traceset import TransferCounts
 
@@ -88,8 +94,39 @@ class Lineage(View):
     descendants_total: int
 
 
+class MeasurementSummary(View):
+    """One measurement behind a profile's pooled figure, as it was taken."""
+
+    created_at: str | None = None
+    status: str
+    median_ms: float | None = None
+    ci_low_ms: float | None = None
+    """Lower end of the median's confidence interval (null: the backend gave none)."""
+    ci_high_ms: float | None = None
+    speedup: float | None = None
+    """Speedup over the reference (null when it failed or had no reference)."""
+    speedup_ci_low: float | None = None
+    speedup_ci_high: float | None = None
+    flags: list[str] = Field(default_factory=list)
+
+
+class PooledProfile(ProfileSummary):
+    """A profile: latency_ms, speedup, flags and trusted are the pooled figure of every
+    measurement (what rankings use); `measurements` are the runs behind it."""
+
+    latency_ci_low_ms: float | None = None
+    """Lower end of the pooled latency's confidence interval."""
+    latency_ci_high_ms: float | None = None
+    speedup_ci_low: float | None = None
+    speedup_ci_high: float | None = None
+    measurements_total: int
+    """How many measurements the profile holds (failed ones included; only passed ones pool)."""
+    measurements: list[MeasurementSummary]
+    """The newest measurements_limit of them, oldest first."""
+
+
 class ProfilePage(View):
-    items: list[ProfileSummary]
+    items: list[PooledProfile]
     page: PageInfo
 
 
@@ -272,6 +309,38 @@ def solution_lineage(
     )
 
 
+def _measurement_summary(m: StoredMeasurement) -> MeasurementSummary:
+    evaluation = m.evaluation
+    latency, perf = evaluation.latency_stats, evaluation.performance
+    median = latency.median_ms if latency else (perf.latency_ms if perf else None)
+    return MeasurementSummary(
+        created_at=m.created_at.isoformat() if m.created_at else None,
+        status=evaluation.status.value,
+        median_ms=median,
+        ci_low_ms=latency.ci_low_ms if latency else None,
+        ci_high_ms=latency.ci_high_ms if latency else None,
+        speedup=perf.speedup_factor if perf and perf.speedup_factor > 0 else None,
+        speedup_ci_low=perf.speedup_ci_low if perf else None,
+        speedup_ci_high=perf.speedup_ci_high if perf else None,
+        flags=list(evaluation.flags),
+    )
+
+
+def _pooled_profile(store: KernelStore, p: StoredProfile, measurements_limit: int) -> PooledProfile:
+    history = store.list_measurements(p.id)
+    latency, perf = p.evaluation.latency_stats, p.evaluation.performance
+    shown = history[len(history) - measurements_limit :] if measurements_limit else []
+    return PooledProfile(
+        **profile_summary(p).model_dump(),
+        latency_ci_low_ms=latency.ci_low_ms if latency else None,
+        latency_ci_high_ms=latency.ci_high_ms if latency else None,
+        speedup_ci_low=perf.speedup_ci_low if perf else None,
+        speedup_ci_high=perf.speedup_ci_high if perf else None,
+        measurements_total=len(history),
+        measurements=[_measurement_summary(m) for m in shown],
+    )
+
+
 def query_profiles(
     ctx: ToolContext,
     solution_id: str | None = None,
@@ -284,9 +353,19 @@ def query_profiles(
     ] = None,
     offset: Offset = 0,
     limit: Limit = DEFAULT_PAGE,
+    measurements_limit: Annotated[
+        int,
+        Field(
+            ge=0,
+            le=MAX_PAGE,
+            description="Show at most this many measurements per profile (the newest).",
+        ),
+    ] = 20,
 ) -> ProfilePage:
     """Profiles (evaluations: status, latency, speedup, hardware counters, log tail)
-    matching every filter given."""
+    matching every filter given. A profile's latency and speedup are pooled over every
+    measurement of it (with their confidence intervals), and each measurement is listed:
+    when, status, median and interval, speedup and interval, flags."""
     store = state_of(ctx).store()
     if solution_id is not None:
         _solution(store, solution_id)
@@ -302,7 +381,7 @@ def query_profiles(
     more = len(found) > limit
     total = offset + len(found)
     return ProfilePage(
-        items=[profile_summary(p) for p in found[:limit]],
+        items=[_pooled_profile(store, p, measurements_limit) for p in found[:limit]],
         page=PageInfo(
             total=total,
             offset=offset,
@@ -358,8 +437,8 @@ def insert_profile(
         dict[str, Any], Field(description="How it was measured (seeds, iterations, ...).")
     ],
 ) -> Inserted:
-    """Store an evaluation of a solution on a workload. The same (workload, solution,
-    config, hardware) replaces the earlier row."""
+    """Store an evaluation of a solution on a workload. Each one is kept as a measurement; the
+    profile of that (workload, solution, config, hardware) shows their pooled figure."""
     store = state_of(ctx).store()
     _solution(store, solution_id)
     if store.get_workload(workload_uuid) is None:

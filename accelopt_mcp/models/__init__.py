@@ -8,8 +8,9 @@ on Evaluation the latency statistics and hardware counters that the planner read
 Task and Roofline (what a backend is asked to run), BenchmarkConfig (how it checks and times),
 LlmCallIn (a row of the LLM cost ledger).
 
-Records import nothing of the project but `accelopt_mcp.pysource`; import them from here
-(`from accelopt_mcp.models import Solution`), not from the submodules.
+Records import nothing of the project but the foundations (`accelopt_mcp.pysource`,
+`accelopt_mcp.stats`); import them from here (`from accelopt_mcp.models import Solution`), not
+from the submodules.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from accelopt_mcp.models.evaluation import (
     Performance,
 )
 from accelopt_mcp.models.llm_call import LlmCallIn
+from accelopt_mcp.models.pooling import pool_evaluations
 from accelopt_mcp.models.solution import Binding, BuildSpec, Language, Solution, SourceFile
 from accelopt_mcp.models.task import ROOFLINE_TAG, Roofline, Task
 from accelopt_mcp.models.trace import Trace
@@ -76,4 +78,5 @@ __all__ = [
     "TensorSpec",
     "Trace",
     "Workload",
+    "pool_evaluations",
 ]

@@ -26,6 +26,7 @@ from accelopt_mcp.store.base import (
     LlmCallRecord,
     RunRecord,
     StoredDefinition,
+    StoredMeasurement,
     StoredProfile,
     StoredSolution,
     StoredWorkload,
@@ -33,7 +34,16 @@ from accelopt_mcp.store.base import (
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
-TABLES = ("definitions", "workloads", "solutions", "profiles", "runs", "experiences", "llm_calls")
+TABLES = (
+    "definitions",
+    "workloads",
+    "solutions",
+    "profiles",
+    "measurements",
+    "runs",
+    "experiences",
+    "llm_calls",
+)
 
 DEFINITION_COLUMNS = ("name", "definition", "created_at")
 WORKLOAD_COLUMNS = ("uuid", "definition_name", "workload", "created_at")
@@ -63,6 +73,7 @@ PROFILE_COLUMNS = (
     "speedup",
     "created_at",
 )
+MEASUREMENT_COLUMNS = ("id", "profile_id", "evaluation", "created_at")
 RUN_COLUMNS = tuple(RunRecord.model_fields)
 EXPERIENCE_COLUMNS = tuple(ExperienceRecord.model_fields)
 LLM_CALL_COLUMNS = tuple(LlmCallRecord.model_fields)
@@ -252,6 +263,33 @@ def profile_from_row(row: Mapping[str, Any], prefix: str = "") -> StoredProfile:
         speedup=_float(r["speedup"]),
         created_at=_timestamp(r["created_at"]),
     )
+
+
+def measurement_from_row(row: Mapping[str, Any], prefix: str = "") -> StoredMeasurement:
+    r = _pick(row, prefix, MEASUREMENT_COLUMNS)
+    return StoredMeasurement(
+        id=str(r["id"]),
+        profile_id=str(r["profile_id"]),
+        evaluation=evaluation_from_json(r["evaluation"]),
+        created_at=_timestamp(r["created_at"]),
+    )
+
+
+def evaluation_from_json(value: Any) -> Evaluation:
+    """An evaluation column's value (JSON text or a decoded JSONB value) as a record."""
+    return Evaluation.model_validate(_json(value))
+
+
+def same_measurement(a: Evaluation, b: Evaluation) -> bool:
+    """True when two evaluations say the same thing, field for field (defaults included, key
+    order and NaN aside): the same measurement sent twice, not a re-measurement, which always
+    differs at least in its timestamp."""
+    return bool(_canonical(a) == _canonical(b))
+
+
+def _canonical(evaluation: Evaluation) -> Any:
+    # Through JSON text: NaN becomes a string there, which compares equal to itself.
+    return json.loads(evaluation.model_dump_json())
 
 
 def run_from_row(row: Mapping[str, Any]) -> RunRecord:

@@ -14,7 +14,14 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from accelopt_mcp import hashing
-from accelopt_mcp.models import Definition, Evaluation, LlmCallIn, Solution, Workload
+from accelopt_mcp.models import (
+    Definition,
+    Evaluation,
+    LlmCallIn,
+    Solution,
+    Workload,
+    pool_evaluations,
+)
 from accelopt_mcp.store import _rows
 from accelopt_mcp.store.base import (
     ConflictError,
@@ -27,6 +34,7 @@ from accelopt_mcp.store.base import (
     RunRecord,
     RunUpdate,
     StoredDefinition,
+    StoredMeasurement,
     StoredProfile,
     StoredSolution,
     StoredWorkload,
@@ -81,6 +89,11 @@ class SqlKernelStore(KernelStore, abc.ABC):
 
     def _no_limit(self) -> int | None:
         return None
+
+    def _for_update(self) -> str:
+        """What locks the rows a SELECT reads until the transaction ends (PostgreSQL: FOR
+        UPDATE); nothing where a write transaction holds the whole database (SQLite)."""
+        return ""
 
     def _secrets(self) -> tuple[str | None, ...]:
         """Secrets of this store (a DSN password) masked in what it stores, besides the usual."""
@@ -311,20 +324,95 @@ class SqlKernelStore(KernelStore, abc.ABC):
         config = _rows.plain_json(benchmark_config, "benchmark_config")
         config_hash = hashing.benchmark_config_hash(dict(benchmark_config or {}))
         doc = _rows.record_json(evaluation)
+        # One write transaction, the profile row locked (SQLite: BEGIN IMMEDIATE holds the
+        # database; PostgreSQL: FOR UPDATE), so that two writers of the same profile queue and
+        # the second pools over the first's measurement too.
         with self._tx(write=True) as cur:
             if not self._exists(cur, "workloads", "uuid", workload_uuid):
                 raise UnknownReferenceError(_rows.unknown_workload(workload_uuid))
             solution = self._require_solution(cur, solution_id, "solution_id")
-            row = cur.one(
-                "INSERT INTO profiles (id, workload_uuid, solution_id, evaluation, "
-                "benchmark_config, benchmark_config_hash) VALUES (?, ?, ?, ?j, ?j, ?) "
-                "ON CONFLICT (workload_uuid, solution_id, benchmark_config_hash, eval_hardware) "
-                "DO UPDATE SET evaluation = excluded.evaluation, "
-                "benchmark_config = excluded.benchmark_config RETURNING id",
-                (_rows.new_uuid(), workload_uuid, solution, doc, config, config_hash),
+            key = (workload_uuid, solution, config_hash, evaluation.environment.hardware)
+            stored = self._lock_profile(cur, key)
+            if stored is None:
+                row = cur.one(
+                    "INSERT INTO profiles (id, workload_uuid, solution_id, evaluation, "
+                    "benchmark_config, benchmark_config_hash) VALUES (?, ?, ?, ?j, ?j, ?) "
+                    "ON CONFLICT (workload_uuid, solution_id, benchmark_config_hash, "
+                    "eval_hardware) DO NOTHING RETURNING id",
+                    (_rows.new_uuid(), workload_uuid, solution, doc, config, config_hash),
+                )
+                if row is not None:
+                    profile_id = str(row["id"])
+                    self._add_measurement(cur, profile_id, doc)
+                    pooled = pool_evaluations([evaluation])
+                    if pooled is not evaluation:
+                        self._set_evaluation(cur, profile_id, pooled, config)
+                    return profile_id
+                # PostgreSQL: another transaction stored this profile first; it is committed
+                # now (the insert waited for it), so lock it and add to it.
+                stored = self._lock_profile(cur, key)
+                assert stored is not None
+            profile_id = str(stored["id"])
+            history = [
+                _rows.evaluation_from_json(r["evaluation"])
+                for r in cur.all(
+                    "SELECT m.evaluation FROM measurements m WHERE m.profile_id = ? "
+                    f"ORDER BY {self._order('measurements', 'm')}",
+                    (profile_id,),
+                )
+            ]
+            if not history:
+                # Stored before measurements were kept: its evaluation was its one measurement.
+                history = [_rows.evaluation_from_json(stored["evaluation"])]
+                cur.one(
+                    "INSERT INTO measurements (id, profile_id, evaluation, created_at) "
+                    "VALUES (?, ?, ?j, ?)",
+                    (
+                        _rows.new_uuid(),
+                        profile_id,
+                        _rows.record_json(history[0]),
+                        stored["created_at"],
+                    ),
+                )
+            if any(_rows.same_measurement(evaluation, e) for e in history):
+                return profile_id
+            self._add_measurement(cur, profile_id, doc)
+            self._set_evaluation(cur, profile_id, pool_evaluations([*history, evaluation]), config)
+        return profile_id
+
+    def _lock_profile(self, cur: Cursor, key: tuple[str, str | None, str, str]) -> Row | None:
+        return cur.one(
+            "SELECT p.id, p.evaluation, p.created_at FROM profiles p WHERE p.workload_uuid = ? "
+            "AND p.solution_id = ? AND p.benchmark_config_hash = ? AND p.eval_hardware = ?"
+            + self._for_update(),
+            key,
+        )
+
+    @staticmethod
+    def _add_measurement(cur: Cursor, profile_id: str, doc: str) -> None:
+        cur.one(
+            "INSERT INTO measurements (id, profile_id, evaluation) VALUES (?, ?, ?j)",
+            (_rows.new_uuid(), profile_id, doc),
+        )
+
+    @staticmethod
+    def _set_evaluation(cur: Cursor, profile_id: str, pooled: Evaluation, config: str) -> None:
+        cur.one(
+            "UPDATE profiles SET evaluation = ?j, benchmark_config = ?j WHERE id = ?",
+            (_rows.record_json(pooled), config, profile_id),
+        )
+
+    def list_measurements(self, profile_id: str) -> list[StoredMeasurement]:
+        canonical = _rows.canonical_uuid(profile_id)
+        if canonical is None:
+            return []
+        with self._tx(write=False) as cur:
+            rows = cur.all(
+                f"SELECT {_cols('m', _rows.MEASUREMENT_COLUMNS)} FROM measurements m "
+                f"WHERE m.profile_id = ? ORDER BY {self._order('measurements', 'm')}",
+                (canonical,),
             )
-        assert row is not None  # an upsert always returns its row
-        return str(row["id"])
+        return [_rows.measurement_from_row(r) for r in rows]
 
     def get_profile(self, profile_id: str) -> StoredProfile | None:
         canonical = _rows.canonical_uuid(profile_id)

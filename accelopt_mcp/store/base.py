@@ -103,6 +103,17 @@ class StoredProfile(Row):
         return list(self.evaluation.flags)
 
 
+class StoredMeasurement(Row):
+    """One evaluation of a profile as it was taken; the profile's own evaluation pools them
+    (accelopt_mcp.models.pool_evaluations)."""
+
+    id: str
+    profile_id: str
+    evaluation: Evaluation
+    """What this measurement found, log redacted as in the profile."""
+    created_at: datetime | None = None
+
+
 class RankedSolution(Row):
     """A correct solution with the profile that ranks it."""
 
@@ -312,12 +323,20 @@ class KernelStore(abc.ABC):
         evaluation: Evaluation,
         benchmark_config: dict[str, Any],
     ) -> str:
-        """Store an evaluation; one row per (workload, solution, benchmark-config hash,
-        hardware): a later evaluation with the same key replaces the earlier one. Its log is
-        stored redacted (Evaluation.redacted)."""
+        """Store an evaluation as a new measurement of the profile keyed by (workload,
+        solution, benchmark-config hash, hardware) and return the profile's id. The profile
+        keeps every measurement (list_measurements) and its own evaluation becomes their
+        pooled figure (pool_evaluations), so the promoted columns and every ranking use it:
+        a re-run refines the figure instead of replacing it. An evaluation equal to one the
+        profile already holds is the same measurement sent again and adds nothing (upserts
+        are idempotent). Logs are stored redacted (Evaluation.redacted)."""
 
     @abc.abstractmethod
     def get_profile(self, profile_id: str) -> StoredProfile | None: ...
+
+    @abc.abstractmethod
+    def list_measurements(self, profile_id: str) -> list[StoredMeasurement]:
+        """Every measurement of a profile, oldest first (empty for an unknown id)."""
 
     @abc.abstractmethod
     def list_profiles(

@@ -45,6 +45,8 @@ _REQUIRED = (
 # Columns schema_v2.txt gained after databases were created with it (added there with
 # ALTER TABLE ... ADD COLUMN IF NOT EXISTS): a database without them needs the file again.
 _ADDED_COLUMNS = (("profiles", "trusted"),)
+# Tables it gained the same way (CREATE TABLE IF NOT EXISTS, applied again).
+_ADDED_TABLES = ("measurements",)
 
 INIT_HINT = (
     "run `accelopt db init --store <dsn>` or `psql -v ON_ERROR_STOP=1 -f schema_v2.txt <dsn>`"
@@ -193,11 +195,13 @@ class PostgresStore(SqlKernelStore):
         )
 
     def _check_schema(self) -> None:
-        added = [f"{t}.{c}" for t, c in _ADDED_COLUMNS]
+        added = [f"{t}.{c}" for t, c in _ADDED_COLUMNS] + list(_ADDED_TABLES)
         with self._tx(write=False) as cur:
             row = cur.one(
                 "SELECT "
-                + ", ".join(f"to_regclass('{t}') IS NOT NULL AS {t}" for t in _REQUIRED)
+                + ", ".join(
+                    f"to_regclass('{t}') IS NOT NULL AS {t}" for t in (*_REQUIRED, *_ADDED_TABLES)
+                )
                 + ", to_regprocedure('solution_ancestors(uuid)') IS NOT NULL AS lineage"
                 + "".join(
                     ", EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = "
@@ -283,12 +287,15 @@ class PostgresStore(SqlKernelStore):
 
     # ------------------------------------------------------------------ dialect hooks
     def _order(self, table: str, alias: str) -> str:
-        if table in ("solutions", "experiences"):
+        if table in ("solutions", "measurements", "experiences"):
             return f"{alias}.seq"
         return f"{alias}.created_at"
 
     def _contains(self, column: str) -> str:
         return f"strpos(lower({column}), ?) > 0"
+
+    def _for_update(self) -> str:
+        return " FOR UPDATE"
 
     def _location(self) -> str:
         return self.location

@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from accelopt_mcp.store._rows import SOLUTION_COLUMNS
+from accelopt_mcp.store._rows import SOLUTION_COLUMNS, new_uuid
 from accelopt_mcp.store._sql import LINEAGE_DEPTH_CAP, Cursor, Row, SqlKernelStore
 from accelopt_mcp.store.base import (
     ConflictError,
@@ -26,7 +26,10 @@ from accelopt_mcp.store.base import (
     UnknownReferenceError,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+"""2 -> 3: the measurements table (a profile's history). An older accelopt refuses a version-3
+file: it would overwrite profiles without recording the measurement, and the pooled figure
+would then disagree with the history."""
 BUSY_TIMEOUT_MS = 30_000
 _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 
@@ -51,6 +54,19 @@ def added_column_sql(schema: str, column: str) -> str:
     if found is None:
         raise RuntimeError(f"sqlite_schema.sql defines no generated column {column!r}")
     return found.group(1)
+
+
+def _backfill_measurements(conn: sqlite3.Connection) -> None:
+    """A file from before the measurements table: each stored profile was one measurement,
+    so it becomes its profile's first (taken when the profile was stored)."""
+    rows = conn.execute(
+        "SELECT p.id, p.evaluation, p.created_at FROM profiles p WHERE NOT EXISTS "
+        "(SELECT 1 FROM measurements m WHERE m.profile_id = p.id) ORDER BY p.rowid"
+    ).fetchall()
+    conn.executemany(
+        "INSERT INTO measurements (id, profile_id, evaluation, created_at) VALUES (?, ?, ?, ?)",
+        [(new_uuid(), r[0], r[1], r[2]) for r in rows],
+    )
 
 
 def _lower(value: Any) -> Any:
@@ -151,6 +167,8 @@ class SqliteStore(SqlKernelStore):
                         conn.execute(
                             f"ALTER TABLE {table} ADD COLUMN {added_column_sql(schema, column)}"
                         )
+                if version < 3:
+                    _backfill_measurements(conn)
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 conn.execute("COMMIT")
             except sqlite3.DatabaseError as exc:

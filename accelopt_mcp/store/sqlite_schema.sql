@@ -78,6 +78,16 @@ CREATE INDEX IF NOT EXISTS profiles_passed_latency_idx
 CREATE INDEX IF NOT EXISTS profiles_passed_any_hw_idx
     ON profiles (latency_ms) WHERE eval_status = 'PASSED';
 
+-- Every evaluation of a profile as it was taken, in rowid order; the profile's evaluation is
+-- their pooled figure (accelopt_mcp/models/pooling.py), rewritten by the store on each new one.
+CREATE TABLE IF NOT EXISTS measurements (
+    id          TEXT PRIMARY KEY,
+    profile_id  TEXT NOT NULL REFERENCES profiles (id) ON DELETE CASCADE,
+    evaluation  TEXT NOT NULL,
+    created_at  TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+);
+CREATE INDEX IF NOT EXISTS measurements_profile_idx ON measurements (profile_id);
+
 CREATE TABLE IF NOT EXISTS runs (
     id                   TEXT PRIMARY KEY,
     definition_name      TEXT NOT NULL REFERENCES definitions (name) ON DELETE CASCADE,

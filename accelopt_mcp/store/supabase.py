@@ -25,7 +25,14 @@ from pydantic import BaseModel
 from supabase import Client, ClientOptions, create_client
 
 from accelopt_mcp import hashing
-from accelopt_mcp.models import Definition, Evaluation, LlmCallIn, Solution, Workload
+from accelopt_mcp.models import (
+    Definition,
+    Evaluation,
+    LlmCallIn,
+    Solution,
+    Workload,
+    pool_evaluations,
+)
 from accelopt_mcp.redaction import redact
 from accelopt_mcp.store import _rows
 from accelopt_mcp.store.base import (
@@ -39,6 +46,7 @@ from accelopt_mcp.store.base import (
     RunRecord,
     RunUpdate,
     StoredDefinition,
+    StoredMeasurement,
     StoredProfile,
     StoredSolution,
     StoredWorkload,
@@ -59,6 +67,8 @@ Query = Any
 """A postgrest-py request builder (select/insert/update/... chains); untyped upstream."""
 
 PROFILE_KEY = "workload_uuid,solution_id,benchmark_config_hash,eval_hardware"
+_POOL_ATTEMPTS = 5
+"""Rounds of pooling a profile's measurements while other writers keep adding to it."""
 _SCHEMA_CODES = {"PGRST205", "42P01", "PGRST202", "PGRST204", "42703"}
 _KEY_CODES = {"PGRST301", "PGRST302", "PGRST303"}
 _DATABASE_DOWN_CODES = {"PGRST000", "PGRST001", "PGRST002", "503"}
@@ -400,33 +410,121 @@ class SupabaseStore(KernelStore):
         evaluation: Evaluation,
         benchmark_config: dict[str, Any],
     ) -> str:
+        # PostgREST has no transaction across requests, so this is: find or create the
+        # profile, insert the measurement, read every measurement, write the pooled figure,
+        # and read the measurements again to pool once more if another writer added one
+        # meanwhile. What remains racy: until the last write a reader sees the previous
+        # pooled figure; a writer that dies between its insert and its write leaves the
+        # profile's figure without its measurement until the next one is stored; two writers
+        # that both find a legacy profile (stored before measurements were kept) without any
+        # measurement may both copy its evaluation in as the first one; and after
+        # `_POOL_ATTEMPTS` rounds of contention the last write may miss a concurrent
+        # measurement (the table keeps it; the next upsert pools it in).
         _rows.require_str(workload_uuid, "workload_uuid")
         evaluation = _rows.require(evaluation, Evaluation, "evaluation").redacted([self._key])
         config = json.loads(_rows.plain_json(benchmark_config, "benchmark_config"))
         config_hash = hashing.benchmark_config_hash(dict(benchmark_config or {}))
         solution = self._canonical_solution(solution_id, "solution_id")
+        doc = _doc(evaluation)
 
         def missing(detail: str) -> str:
             if "solution_id" in detail:
                 return _rows.unknown_solution(str(solution_id), "solution_id")
             return _rows.unknown_workload(workload_uuid)
 
-        # No id in the payload: on a conflict the stored row keeps its id (PostgREST would
-        # overwrite every column it is sent).
-        rows = self._rows(
-            self._table("profiles").upsert(
-                {
-                    "workload_uuid": workload_uuid,
-                    "solution_id": solution,
-                    "evaluation": _doc(evaluation),
-                    "benchmark_config": config,
-                    "benchmark_config_hash": config_hash,
-                },
-                on_conflict=PROFILE_KEY,
+        def find() -> Row | None:
+            return self._first(
+                self._table("profiles")
+                .select("id,evaluation,created_at")
+                .eq("workload_uuid", workload_uuid)
+                .eq("solution_id", solution)
+                .eq("benchmark_config_hash", config_hash)
+                .eq("eval_hardware", evaluation.environment.hardware)
+            )
+
+        stored = find()
+        if stored is None:
+            # Insert or nothing: a concurrent writer may store the same profile first, and
+            # then its row is read back below.
+            inserted = self._rows(
+                self._table("profiles").upsert(
+                    {
+                        "workload_uuid": workload_uuid,
+                        "solution_id": solution,
+                        "evaluation": doc,
+                        "benchmark_config": config,
+                        "benchmark_config_hash": config_hash,
+                    },
+                    on_conflict=PROFILE_KEY,
+                    ignore_duplicates=True,
+                ),
+                on_missing_reference=missing,
+            )
+            if inserted:
+                profile_id = str(inserted[0]["id"])
+                self._add_measurement(profile_id, doc)
+                self._pool_into(profile_id, config)
+                return profile_id
+            stored = find()
+            if stored is None:
+                raise ConflictError(
+                    f"the profile of solution {solution_id!r} on workload {workload_uuid!r} "
+                    "could not be stored; try again"
+                )
+        profile_id = str(stored["id"])
+        history = self._measurement_rows(profile_id)
+        if not history:
+            # Stored before measurements were kept: its evaluation was its one measurement.
+            self._add_measurement(profile_id, stored["evaluation"], stored["created_at"])
+            history = self._measurement_rows(profile_id)
+        if any(
+            _rows.same_measurement(evaluation, _rows.evaluation_from_json(r["evaluation"]))
+            for r in history
+        ):
+            return profile_id
+        self._add_measurement(profile_id, doc)
+        self._pool_into(profile_id, config)
+        return profile_id
+
+    def _add_measurement(self, profile_id: str, doc: Any, created_at: Any = None) -> None:
+        row = {"profile_id": profile_id, "evaluation": doc}
+        if created_at is not None:
+            row["created_at"] = created_at
+        self._run(self._table("measurements").insert(row, returning="minimal"))
+
+    def _measurement_rows(self, profile_id: str) -> list[Row]:
+        columns = ",".join(_rows.MEASUREMENT_COLUMNS)
+        return self._paged(
+            lambda: (
+                self._table("measurements")
+                .select(columns)
+                .eq("profile_id", profile_id)
+                .order("seq")
             ),
-            on_missing_reference=missing,
+            None,
         )
-        return str(rows[0]["id"])
+
+    def _pool_into(self, profile_id: str, config: Any) -> None:
+        """Write the pooled figure of the profile's measurements into it; again while the
+        measurements change under it (another writer), at most _POOL_ATTEMPTS times."""
+        rows = self._measurement_rows(profile_id)
+        for _ in range(_POOL_ATTEMPTS):
+            pooled = pool_evaluations([_rows.evaluation_from_json(r["evaluation"]) for r in rows])
+            self._run(
+                self._table("profiles")
+                .update({"evaluation": _doc(pooled), "benchmark_config": config})
+                .eq("id", profile_id),
+            )
+            again = self._measurement_rows(profile_id)
+            if [r["id"] for r in again] == [r["id"] for r in rows]:
+                return
+            rows = again
+
+    def list_measurements(self, profile_id: str) -> list[StoredMeasurement]:
+        canonical = _rows.canonical_uuid(profile_id)
+        if canonical is None:
+            return []
+        return [_rows.measurement_from_row(r) for r in self._measurement_rows(canonical)]
 
     def get_profile(self, profile_id: str) -> StoredProfile | None:
         canonical = _rows.canonical_uuid(profile_id)

@@ -8,10 +8,16 @@ The directory is what flashinfer-bench 0.1.2 reads (`TraceSet.from_path`):
     traces/<op_type>/<definition>.jsonl           evaluated traces
 
 What that format has no place for (lineage, evolve metadata, benchmark settings, runs, memory,
-the LLM ledger) rides along so that export -> import moves a store without loss: an `accelopt`
-key inside solution files and trace lines (flashinfer-bench ignores unknown keys), and JSONL
-files under `accelopt/` for runs, experiences and LLM calls. Solutions are referred to by
-their source hash there, since row ids are local to a store.
+the LLM ledger, a profile's measurements) rides along so that export -> import moves a store
+without loss: an `accelopt` key inside solution files and trace lines (flashinfer-bench ignores
+unknown keys), and JSONL files under `accelopt/` for runs, experiences and LLM calls. Solutions
+are referred to by their source hash there, since row ids are local to a store.
+
+A trace line is one profile: its evaluation is the pooled figure (what flashinfer-bench reads),
+and `accelopt.measurements` lists every measurement behind it, oldest first. Import stores
+those one by one through upsert_profile, which pools them again (and skips one already
+stored, so importing twice adds nothing); a line without the list (flashinfer-bench's files,
+older exports) is one measurement.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ class TransferCounts(BaseModel):
     workloads: int = 0
     solutions: int = 0
     profiles: int = 0
+    measurements: int = 0
     runs: int = 0
     experiences: int = 0
     llm_calls: int = 0
@@ -164,15 +171,18 @@ def export_traceset(store: KernelStore, root: Path) -> TransferCounts:
                     solution=row.solution.name,
                     evaluation=profile.evaluation,
                 )
+                measurements = [_dump(m.evaluation) for m in store.list_measurements(profile.id)]
                 trace_rows.append(
                     _dump(
                         trace,
                         {
                             "solution_hash": row.solution_hash,
                             "benchmark_config": profile.benchmark_config,
+                            "measurements": measurements,
                         },
                     )
                 )
+                counts.measurements += len(measurements)
         _write_jsonl(root / "traces" / group / f"{name}.jsonl", trace_rows)
         counts.profiles += len(trace_rows)
 
@@ -324,13 +334,22 @@ def _import_traces(
                 raise TraceSetError(f"{where}: a trace with a solution needs an evaluation")
             _require_definition(store, trace.definition, where)
             store.upsert_workload(trace.definition, trace.workload)
-            store.upsert_profile(
-                trace.workload.uuid,
-                solution_id,
-                Evaluation.model_validate(trace.evaluation.model_dump()),
-                extra.get("benchmark_config") or {},
-            )
+            config = extra.get("benchmark_config") or {}
+            for measurement in _measurements(extra, trace.evaluation, where):
+                store.upsert_profile(trace.workload.uuid, solution_id, measurement, config)
+                counts.measurements += 1
             counts.profiles += 1
+
+
+def _measurements(extra: dict[str, Any], pooled: Evaluation, where: str) -> list[Evaluation]:
+    """The measurements a trace line carries, oldest first; the line's own evaluation when it
+    carries none (a file of flashinfer-bench's, or exported before measurements were kept)."""
+    listed = extra.get("measurements")
+    if not listed:
+        return [Evaluation.model_validate(pooled.model_dump())]
+    if not isinstance(listed, list) or not all(isinstance(m, dict) for m in listed):
+        raise TraceSetError(f"{where}: accelopt.measurements must be a list of evaluations")
+    return [_validate(Evaluation, m, f"{where} (measurement {i})") for i, m in enumerate(listed)]
 
 
 def _import_engine_records(

@@ -1,4 +1,5 @@
-"""Eight writers upsert overlapping kernels at once: nothing is lost and nothing is doubled."""
+"""Eight writers upsert overlapping kernels at once: nothing is lost and nothing is doubled
+(every writer's measurement of a profile is kept and pooled)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,14 @@ def _check(store: KernelStore, results: list[dict]) -> None:
     assert counts["workloads"] == 1
     assert counts["solutions"] == KERNELS
     assert counts["profiles"] == KERNELS
+    # Every writer's measurement of every profile is kept, and each pooled figure pools all.
+    assert counts["measurements"] == KERNELS * WRITERS
+    for i in range(KERNELS):
+        profile_id = results[0]["profiles"][i]
+        assert len(store.list_measurements(profile_id)) == WRITERS
+        profile = store.get_profile(profile_id)
+        assert profile is not None and profile.evaluation.latency_stats is not None
+        assert profile.evaluation.latency_stats.measurements == WRITERS
     assert counts["experiences"] == WRITERS
     stored = {s.id for s in store.list_solutions(definition_name=DEF)}
     assert stored == {results[0]["ids"][i] for i in range(KERNELS)}

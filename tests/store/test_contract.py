@@ -247,12 +247,15 @@ def test_profile_round_trip_and_promoted_columns(seeded: KernelStore) -> None:
     assert (row.latency_ms, row.reference_latency_ms, row.speedup) == (None, None, None)
 
 
-def test_profile_key_replaces_evaluation(seeded: KernelStore) -> None:
+def test_profile_key_pools_measurements(seeded: KernelStore) -> None:
     sid = seeded.upsert_solution(make_solution(DEF, "# k\n"))
     first = seeded.upsert_profile("w-1", sid, make_evaluation(latency_ms=3.0), CONFIG)
     again = seeded.upsert_profile("w-1", sid, make_evaluation(latency_ms=1.5), dict(CONFIG))
     assert again == first
-    assert seeded.get_profile(first).latency_ms == pytest.approx(1.5)
+    # No intervals in these samples: the median of the two (tests/store/test_measurements.py
+    # covers the pooling itself).
+    assert seeded.get_profile(first).latency_ms == pytest.approx(2.25)
+    assert len(seeded.list_measurements(first)) == 2
     other_config = seeded.upsert_profile(
         "w-1", sid, make_evaluation(latency_ms=9.0), {**CONFIG, "iterations": 20}
     )
@@ -644,6 +647,7 @@ def test_stats_counts_every_table(seeded: KernelStore) -> None:
         "workloads": 1,
         "solutions": 1,
         "profiles": 1,
+        "measurements": 1,
         "runs": 1,
         "experiences": 1,
         "llm_calls": 1,

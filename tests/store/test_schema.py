@@ -25,12 +25,26 @@ from accelopt_mcp.store.postgres import (
     mask_dsn,
     schema_v2,
 )
-from accelopt_mcp.store.sqlite import SqliteStore, added_column_sql, sqlite_schema
+from accelopt_mcp.store.sqlite import (
+    SCHEMA_VERSION,
+    SqliteStore,
+    added_column_sql,
+    sqlite_schema,
+)
 from tests.store.samples import make_definition, make_evaluation, make_solution, make_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "schema_v2.txt"
-TABLES = {"definitions", "workloads", "solutions", "profiles", "runs", "experiences", "llm_calls"}
+TABLES = {
+    "definitions",
+    "workloads",
+    "solutions",
+    "profiles",
+    "measurements",
+    "runs",
+    "experiences",
+    "llm_calls",
+}
 
 
 def _psql() -> str:
@@ -329,7 +343,7 @@ def test_sqlite_adds_trusted_to_an_older_file(tmp_path: Path) -> None:
     try:
         columns = [r[1] for r in conn.execute("PRAGMA table_xinfo(profiles)")]
         assert columns.count("trusted") == 1
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     finally:
         conn.close()
 
