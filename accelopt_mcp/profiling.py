@@ -19,6 +19,9 @@ class ProfileOutcome(BaseModel):
     solution_id: str | None = None
     """Set when the result was stored."""
     profile_id: str | None = None
+    pooled: Evaluation | None = None
+    """When stored: the profile's figure pooled over every measurement of this kernel on this
+    workload, settings and hardware (this one included)."""
 
 
 def profile_kernel(
@@ -54,4 +57,6 @@ def profile_kernel(
         outcome.profile_id = store.upsert_profile(
             task.workload.uuid, outcome.solution_id, evaluation, config.perf_fields()
         )
+        stored = store.get_profile(outcome.profile_id)
+        outcome.pooled = stored.evaluation if stored is not None else None
     return outcome

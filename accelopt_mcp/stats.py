@@ -32,6 +32,9 @@ import numpy as np
 
 CONFIDENCE = 0.95
 RESAMPLES = 2000
+MIN_SAMPLES = 6
+"""Below this many samples no interval is given (0 to infinity): a bootstrap of the median
+of a handful of values is narrow by accident, not by precision."""
 Verdict = Literal["faster", "slower", "indistinguishable"]
 
 
@@ -170,9 +173,10 @@ def analyse(
     medians = np.median(data[:, index], axis=2)
     estimates = np.median(data, axis=1)
     summaries: dict[str, Summary] = {}
+    too_few = n < MIN_SAMPLES
     for row, name in enumerate(names):
         values = data[row]
-        low, high = _percentiles(medians[row], confidence)
+        low, high = (0.0, math.inf) if too_few else _percentiles(medians[row], confidence)
         q1, q3 = np.percentile(values, [25, 75])
         summaries[name] = Summary(
             median=Interval(float(estimates[row]), low, high),
@@ -193,7 +197,7 @@ def analyse(
             ratios = medians[rb] / medians[ra]
             ratios = ratios[np.isfinite(ratios)]
             estimate = float(estimates[rb] / estimates[ra]) if estimates[ra] > 0 else math.inf
-            if ratios.size == 0:
+            if ratios.size == 0 or too_few:
                 speedups[(a, b)] = Interval(estimate, 0.0, math.inf)
                 continue
             low, high = _percentiles(ratios, confidence)

@@ -488,9 +488,9 @@ class CpuBackend(Backend):
                 baseline=names.get(baseline, baseline),
                 baseline_latency_ms=summaries[baseline]["median"] / 1e6,
                 speedup=s["estimate"],
-                ci_low=s["low"],
-                ci_high=s["high"],
-                verdict=verdict(Interval(s["estimate"], s["low"], s["high"])),
+                ci_low=float(s["low"]),
+                ci_high=float(s["high"]),
+                verdict=verdict(Interval(s["estimate"], float(s["low"]), float(s["high"]))),
             )
             for (kernel_label, baseline), s in speedups.items()
             if kernel_label == label and baseline != "reference" and baseline in names
@@ -521,20 +521,26 @@ class CpuBackend(Backend):
         speedup = Interval(reference_ms / latency_ms if latency_ms > 0 else 0.0, 0.0, math.inf)
         if against_reference is not None:
             speedup = Interval(
-                against_reference["estimate"], against_reference["low"], against_reference["high"]
+                float(against_reference["estimate"]),
+                float(against_reference["low"]),
+                float(against_reference["high"]),
             )
         level = f"{config.confidence:.0%}"
+        interval = (
+            f"[{kernel.ci_low_ms:.4f}, {kernel.ci_high_ms:.4f}] ({level} CI)"
+            if kernel.ci_low_ms is not None and kernel.ci_high_ms is not None
+            else "(too few samples for an interval)"
+        )
         log = [
             f"correct on {len(config.seeds)} seeds (L2-relative error "
-            f"{counters['l2_rel_error']:.3g}); median {latency_ms:.4f} ms "
-            f"[{kernel.ci_low_ms:.4f}, {kernel.ci_high_ms:.4f}] ({level} CI) over "
+            f"{counters['l2_rel_error']:.3g}); median {latency_ms:.4f} ms {interval} over "
             f"{kernel.runs} samples in {kernel.measurement_rounds} sets of fresh processes; "
             f"reference {reference_ms:.4f} ms in the same rounds; speedup over the reference "
             f"{speedup.estimate:.3f}x [{speedup.low:.3f}, {speedup.high:.3f}]"
         ]
         log += [
-            f"against {c.baseline}: {c.speedup:.3f}x [{c.ci_low:.3f}, {c.ci_high:.3f}] "
-            f"({c.verdict})"
+            f"against {c.baseline}: {c.speedup:.3f}x [{c.ci_low:.3f}, "
+            f"{c.ci_high:.3f}] ({c.verdict})"
             for c in comparisons
         ]
         if not analysis.get("target_met", True):
@@ -636,8 +642,9 @@ def _stats(
         relative_spread=robust_spread_of(ms["q1"], ms["q3"], ms["median"]),
         runs=int(summary["samples"]),
         measurement_rounds=int(analysis["blocks"]),
-        ci_low_ms=ms["low"],
-        ci_high_ms=ms["high"],
+        # No interval at all rather than (0, inf): too few samples to say anything.
+        ci_low_ms=ms["low"] if math.isfinite(ms["high"]) else None,
+        ci_high_ms=ms["high"] if math.isfinite(ms["high"]) else None,
         confidence=confidence,
         q1_ms=ms["q1"],
         q3_ms=ms["q3"],
@@ -681,7 +688,7 @@ def _pairs(result: dict[str, Any], names: dict[str, str], labels: list[str]) -> 
             s = speedups.get((first, second))
             if s is None:
                 continue
-            interval = Interval(s["estimate"], s["low"], s["high"])
+            interval = Interval(float(s["estimate"]), float(s["low"]), float(s["high"]))
             pairs.append(
                 PairVerdict(
                     kernel=names[first],

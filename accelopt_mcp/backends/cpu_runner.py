@@ -653,6 +653,7 @@ STEAL_LIMIT = 0.05
 DRIFT_LIMIT = 0.05
 STOP_RESAMPLES = 1000
 BLOCK_SECONDS = 0.25
+MIN_ROUNDS = 8
 MAX_ROUNDS_PER_PASS = 400
 MAX_LIVE_JAILS = 24
 """Processes (all frozen but the one being timed) kept alive at once; more sets than fit are
@@ -1080,7 +1081,8 @@ class Session:
             and taken < MAX_ROUNDS_PER_PASS
             and (taken < rounds or time.monotonic() - started < min_seconds)
         ):
-            if self.clock.expired() and taken > 0:
+            # The cap never leaves fewer rounds than an interval needs.
+            if self.clock.expired() and self.rounds_done >= MIN_ROUNDS:
                 return
             pset = min(self.sets, key=lambda s: (self.per_set.get(s.index, 0), s.index))
             sets = [

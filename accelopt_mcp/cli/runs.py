@@ -9,7 +9,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from accelopt_mcp.cli.common import JsonOption, StoreOption, console, fail, opened_store, print_json
-from accelopt_mcp.engine.runs import RunNotFound, load_run, run_state, speedup
+from accelopt_mcp.engine.runs import (
+    BestFigures,
+    RunNotFound,
+    SpeedupFigure,
+    best_figures,
+    load_run,
+    run_state,
+    speedup,
+)
+from accelopt_mcp.engine.selection import AttemptRecord
 
 app = typer.Typer(help="Optimization runs: list them, show one's trace.", no_args_is_help=True)
 
@@ -77,18 +86,21 @@ def show(
             fail(str(exc))
         experiences = db.recent_experiences(run_id=run_id, limit=100_000)
         llm = db.llm_totals(run_id)
+    cfg = spec.optimize
+    best = best_figures(checkpoint, run.best_solution_id, cfg.benchmark.confidence)
     if as_json:
         print_json(
             {
                 "run": run.model_dump(mode="json", exclude={"config"}),
                 "settings": spec.optimize.model_dump(mode="json"),
                 "checkpoint": checkpoint.model_dump(mode="json"),
+                "best": best.model_dump(mode="json") if best else None,
+                "ties": [t.describe() for t in checkpoint.ties],
                 "experiences": [e.model_dump(mode="json") for e in experiences],
                 "llm": [t.model_dump(mode="json") for t in llm],
             }
         )
         return
-    cfg = spec.optimize
     console.print(
         f"[bold]run {run.id}[/] {escape(run.definition_name)}: "
         f"{run_state(run, checkpoint)}, iteration {run.current_iteration}/"
@@ -100,7 +112,7 @@ def show(
             f"initial {checkpoint.initial.solution_id} {checkpoint.initial.latency_ms:.4g} ms"
         )
     if run.best_latency_ms:
-        console.print(f"best {run.best_solution_id} {run.best_latency_ms:.4g} ms")
+        console.print(escape(_best_line(run.best_solution_id, run.best_latency_ms, best)))
     for totals in llm:
         console.print(
             f"LLM {totals.role}: {totals.calls} calls, {totals.tokens_in}+{totals.tokens_out} "
@@ -118,7 +130,7 @@ def show(
                 text = (plan or "(planner failed)").replace("\n", " ")
                 console.print(f"plan {key}/{index}: {escape(text[:160])}")
         table = Table()
-        for column in ("slot", "status", "latency ms", "speedup", "solution", "note"):
+        for column in ("slot", "status", "latency ms", "vs parent", "solution", "note"):
             table.add_column(column)
         for slot in sorted(
             checkpoint.slots_of(iteration),
@@ -128,11 +140,47 @@ def show(
                 slot.key,
                 slot.status,
                 f"{slot.latency_ms:.4g}" if slot.latency_ms is not None else "-",
-                f"{slot.speedup:.2f}x" if slot.speedup else "-",
+                _slot_speedup(slot),
                 (slot.solution_id or "-")[:8],
                 escape((slot.error or ("reused profile" if slot.reused_profile else ""))[:60]),
             )
         console.print(table)
+        for tie in checkpoint.ties_of(iteration):
+            console.print(escape(tie.describe()))
         for item in experiences:
             if item.iteration == iteration:
                 console.print(f"experience: {escape(item.title)} ({item.speedup or 0:.2f}x)")
+
+
+def _figure(figure: SpeedupFigure, against: str) -> str:
+    """'2.10x [2.05, 2.16] over the reference (same rounds)'."""
+    if figure.low is None:
+        return f"{figure.estimate:.3g}x over {against} (no interval)"
+    high = "inf" if figure.high is None else f"{figure.high:.3g}"
+    how = "same rounds" if figure.measured == "same_rounds" else "measured apart"
+    return f"{figure.estimate:.3g}x [{figure.low:.3g}, {high}] over {against} ({how})"
+
+
+def _best_line(solution_id: str | None, latency_ms: float, best: BestFigures | None) -> str:
+    line = f"best {solution_id} {latency_ms:.4g} ms"
+    if best is None:
+        return line
+    parts = []
+    if best.over_reference is not None:
+        parts.append(_figure(best.over_reference, "the reference"))
+    if best.is_initial:
+        parts.append("the initial kernel itself (nothing beat it)")
+    elif best.over_initial is not None:
+        parts.append(_figure(best.over_initial, "the initial kernel"))
+    return f"{line}: {'; '.join(parts)}" if parts else line
+
+
+def _slot_speedup(slot: AttemptRecord) -> str:
+    """Over the parent, with its interval when there is one."""
+    interval = slot.speedup_interval
+    if interval is None:
+        return "-"
+    if slot.speedup_ci_low is None:
+        return f"{interval.estimate:.2f}x"
+    high = "inf" if interval.high == float("inf") else f"{interval.high:.2f}"
+    return f"{interval.estimate:.2f}x [{interval.low:.2f}, {high}]"

@@ -7,6 +7,12 @@ client's per-role limits, profiling by the pool's device count.
 
 Everything is written as it happens and the checkpoint (in runs.config) after every finished
 attempt, so `resume` after a crash redoes only what never finished.
+
+Under noise: each attempt is timed with its parent in the same rounds (its speedup over the
+parent then has a paired interval); experience pairs and the next beam are chosen on intervals
+(selection.py), and a tie that decides the beam's head or its last slot is re-measured
+head-to-head at the end of the iteration (winner.settle_beam) and recorded in the checkpoint.
+The best kernel found during an iteration is provisional (lowest median) until then.
 """
 
 from __future__ import annotations
@@ -46,11 +52,14 @@ from accelopt_mcp.engine.selection import (
     NO_CODE,
     AttemptRecord,
     BeamEntry,
-    next_beam,
+    HeadToHead,
+    TieDecision,
+    measured_fields,
+    parent_speedup_fields,
     select_pairs,
     slot_key,
 )
-from accelopt_mcp.engine.winner import write_winner
+from accelopt_mcp.engine.winner import head_to_head, settle_beam, write_winner
 from accelopt_mcp.llm import (
     Budget,
     BudgetExceeded,
@@ -228,6 +237,7 @@ class BeamSearch:
                 latency_ms=evaluation.performance.latency_ms,
                 source_hash=initial.source_hash,
                 branch="initial",
+                **measured_fields(evaluation),
             )
             checkpoint.initial = entry
             checkpoint.beam = [entry]
@@ -250,7 +260,7 @@ class BeamSearch:
             capacity=cfg.exp_n,
             seed_ids=checkpoint.seed_experience_ids,
         )
-        state.best = state.fastest_so_far()
+        state.best = checkpoint.best_so_far()
         return memory
 
     async def _finish(self, ctx: RunContext, state: LiveRun) -> RunRecord:
@@ -332,7 +342,24 @@ class _Iterations:
         added = await summarize_pairs(ctx, self.control, iteration, pairs)
         if self.control.stopping:
             return
-        checkpoint.beam = next_beam(beam, attempts, cfg.beam)
+        # A stop request cancels the re-measures like any other work of the iteration.
+        settling = self.control.spawn(
+            settle_beam(beam, attempts, cfg.beam, self._head_to_head, iteration=iteration)
+        )
+        try:
+            choice = await settling
+        except asyncio.CancelledError:
+            if settling.cancelled() and self.control.stopping:
+                return
+            raise
+        if self.control.stopping:
+            return
+        checkpoint.beam = choice.beam
+        # A resumed iteration decides again: its earlier record (if any got written) goes.
+        checkpoint.ties = [t for t in checkpoint.ties if t.iteration != iteration] + choice.ties
+        if choice.beam:
+            # The head of the beam is the run's best: its first place was settled just now.
+            self.state.best = choice.beam[0]
         checkpoint.completed_iteration = iteration
         passed = sum(1 for a in attempts if a.passed)
         best = self.state.best
@@ -350,11 +377,24 @@ class _Iterations:
             )
         )
         await self._save(current_iteration=iteration)
+        for tie in choice.ties:
+            ctx.events.emit("tie_decided", iteration, tie.describe())
         ctx.events.emit(
             "iteration_finished",
             iteration,
             f"iteration {iteration} done: {passed}/{len(attempts)} passed, {added} experience(s)",
         )
+
+    async def _head_to_head(self, tie: TieDecision) -> HeadToHead:
+        """The two kernels of a tie re-measured against each other (one device, same rounds)."""
+        self.ctx.events.emit(
+            "tie_decided",
+            tie.iteration,
+            f"iteration {tie.iteration}: {tie.placed[:8]} and {tie.challenger[:8]} tie for "
+            + ("first place" if tie.place == "first" else f"beam slot {tie.slot}")
+            + "; re-measuring them head-to-head",
+        )
+        return await head_to_head(self.ctx.profiles, tie.placed, tie.challenger)
 
     async def _chain(
         self, iteration: int, b: int, entry: BeamEntry, p: int, memory: list[ExperienceRecord]
@@ -441,7 +481,9 @@ class _Iterations:
             return
         candidate = derived_solution(parent, outcome.source, name)
         try:
-            profiled = await ctx.profiles.store_and_profile(candidate, entry.solution_id, meta)
+            profiled = await ctx.profiles.store_and_profile(
+                candidate, entry.solution_id, meta, parent=parent
+            )
         except ConflictError as exc:
             await self._record(
                 self._slot(iteration, b, p, a, entry, "COMPILE_ERROR", error=str(exc))
@@ -462,6 +504,8 @@ class _Iterations:
             latency_ms=latency,
             reused_profile=profiled.reused,
             flags=list(evaluation.flags),
+            **measured_fields(evaluation),
+            **parent_speedup_fields(evaluation, entry, profiled.parent_comparison),
         )
         await self._record(record)
 
@@ -487,18 +531,10 @@ class _Iterations:
         self.state.checkpoint.slots[record.key] = record
         best = self.state.best
         improved = False
-        if (
-            record.usable
-            and record.latency_ms is not None
-            and record.source_hash
-            and (best is None or record.latency_ms < best.latency_ms)
-        ):
-            self.state.best = BeamEntry(
-                solution_id=record.solution_id or "",
-                latency_ms=record.latency_ms,
-                source_hash=record.source_hash,
-                branch=record.branch,
-            )
+        candidate = record.as_beam_entry()
+        if candidate is not None and (best is None or candidate.latency_ms < best.latency_ms):
+            # Provisional: a tie with the settled best is re-measured when the iteration ends.
+            self.state.best = candidate
             improved = True
         await self._save()
         events = self.ctx.events
@@ -507,6 +543,7 @@ class _Iterations:
             "attempt_profiled",
             record.iteration,
             f"attempt {record.key}: {record.status} {latency}"
+            + _against_parent(record)
             + (" (profile reused)" if record.reused_profile else "")
             + (
                 f" [untrusted: {', '.join(untrusted_flags(record.flags))}; not a candidate]"
@@ -516,3 +553,15 @@ class _Iterations:
         )
         if improved:
             events.emit("best_improved", record.iteration, f"new best: {record.latency_ms:.4g} ms")
+
+
+def _against_parent(record: AttemptRecord) -> str:
+    """', 1.20x [1.10, 1.31] vs parent (same rounds)' or '' when there is no speedup."""
+    interval = record.speedup_interval
+    if interval is None:
+        return ""
+    if record.speedup_ci_low is None:
+        return f", {interval.estimate:.3g}x vs parent (no interval)"
+    high = f"{interval.high:.3g}" if interval.high != float("inf") else "inf"
+    how = (record.speedup_measured or "").replace("_", " ")
+    return f", {interval.estimate:.3g}x [{interval.low:.3g}, {high}] vs parent ({how})"

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from accelopt_mcp.engine.config import OptimizeConfig
-from accelopt_mcp.engine.selection import AttemptRecord, BeamEntry
+from accelopt_mcp.engine.selection import AttemptRecord, BeamEntry, TieDecision
 from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.store.base import RunRecord
 
@@ -57,6 +57,9 @@ class Checkpoint(BaseModel):
     """"iteration/beam_index" -> the N plans (None: the planner failed for that sample)."""
     slots: dict[str, AttemptRecord] = Field(default_factory=dict)
     history: list[IterationSummary] = Field(default_factory=list)
+    ties: list[TieDecision] = Field(default_factory=list)
+    """Beam decisions that were ties (selection.next_beam), oldest first; a finished iteration
+    adds its own with its beam, in the same write."""
     hardware: str | None = None
     worker_pid: int | None = None
     worker_host: str | None = None
@@ -72,6 +75,25 @@ class Checkpoint(BaseModel):
 
     def slots_of(self, iteration: int) -> list[AttemptRecord]:
         return [s for s in self.slots.values() if s.iteration == iteration]
+
+    def ties_of(self, iteration: int) -> list[TieDecision]:
+        return [t for t in self.ties if t.iteration == iteration]
+
+    def best_so_far(self) -> BeamEntry:
+        """The run's best kernel as the checkpoint knows it: the head of the beam (its first
+        place was settled when the last iteration finished, ties re-measured), unless an
+        attempt of the iteration under way has a lower median (provisional until that
+        iteration settles its beam). Flagged attempts never count. For checkpoints written
+        before ties were settled this is the fastest correct, trusted kernel, as it was."""
+        assert self.initial is not None
+        settled = self.beam[0] if self.beam else self.initial
+        later = [
+            entry
+            for slot in self.slots.values()
+            if slot.iteration > self.completed_iteration
+            and (entry := slot.as_beam_entry()) is not None
+        ]
+        return min([settled, *later], key=lambda e: e.latency_ms)
 
     def start_clock(self) -> None:
         """A worker starts (or resumes) the run now."""

@@ -32,9 +32,11 @@ class OptimizeConfig(BaseModel):
     exp_n: int = Field(default=16, ge=0, le=10_000)
     """Capacity of the working memory (FIFO)."""
     positive_threshold: float = Field(default=1.04, gt=0)
-    """A pair is positive when the fast kernel's speedup over its parent is at least this."""
+    """A pair is positive when the fast kernel's speedup over its parent is at least this, the
+    lower end of its confidence interval included (where the backend gives one)."""
     negative_threshold: float = Field(default=0.87, gt=0)
-    """A pair is negative when the attempt's speedup over its parent is at most this."""
+    """A pair is negative when the attempt's speedup over its parent is at most this, the upper
+    end of its confidence interval included (where the backend gives one)."""
     backend: str = "cpu"
     benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig)
     models_config: str | None = None

@@ -14,6 +14,7 @@ EventKind = Literal[
     "attempt_profiled",
     "best_improved",
     "experience_added",
+    "tie_decided",
     "iteration_finished",
     "run_finished",
 ]

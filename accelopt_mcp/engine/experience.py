@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 
 from accelopt_mcp.engine.context import RunContext
 from accelopt_mcp.engine.prompts import summarizer_messages
@@ -17,10 +18,11 @@ log = logging.getLogger(__name__)
 
 
 def slow_fast(pair: Pair) -> tuple[str, str]:
-    """(slow solution id, fast solution id) of a pair, whichever way the attempt went."""
+    """(slow solution id, fast solution id) of a pair, whichever way the attempt went: a
+    positive pair's attempt beat its parent by its whole interval, a negative one's lost."""
     attempt = pair.attempt
     assert attempt.solution_id is not None
-    if pair.speedup >= 1.0:
+    if pair.positive:
         return attempt.parent_id, attempt.solution_id
     return attempt.solution_id, attempt.parent_id
 
@@ -54,7 +56,25 @@ async def _summarize_one(ctx: RunContext, control: RunControl, iteration: int, p
         return 0
     slow, fast = await ctx.profiles.solution(slow_id), await ctx.profiles.solution(fast_id)
     factor = max(pair.speedup, 1.0 / pair.speedup)
-    messages = summarizer_messages(ctx.family, ctx.task, slow, fast, factor)
+    # The interval of "fast over slow": the attempt's own over its parent, or its inverse when
+    # the attempt is the slow one (a negative pair).
+    interval = attempt.speedup_interval
+    bounds: tuple[float, float] | None = None
+    if interval is not None and interval.low > 0 and math.isfinite(interval.high):
+        bounds = (
+            (interval.low, interval.high)
+            if pair.positive
+            else (1.0 / interval.high, 1.0 / interval.low)
+        )
+    messages = summarizer_messages(
+        ctx.family,
+        ctx.task,
+        slow,
+        fast,
+        factor,
+        interval=bounds,
+        confidence=ctx.benchmark.confidence,
+    )
     try:
         summary = await summarize_pair(ctx.client, messages)
     except BudgetExceeded as exc:

@@ -7,6 +7,13 @@ kept in memory by id, since the planner and summarizer read the same few again a
 Every evaluation a backend returns has its log redacted (accelopt_mcp.redaction) here, before
 the engine stores it, shows it to the planner or copies it into an attempt's error; so is the
 error text stored in a failed attempt's evolve_metadata.
+
+An attempt is timed with its parent as a baseline (label 'parent') when the backend interleaves:
+both in the same rounds, so the speedup over the parent has a paired interval in which host
+drift cancels (selection.parent_speedup_fields reads it). The cache remembers which parent each
+of its fresh profiles was timed beside, so that an attempt reusing that profile gets the same
+comparison when its parent is the same one, and none otherwise: a stored profile's comparisons
+may be against any kernel that someone once called its parent.
 """
 
 from __future__ import annotations
@@ -14,9 +21,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any, NamedTuple
 
+from accelopt_mcp.backends.base import Baseline
 from accelopt_mcp.backends.pool import BackendFactory, DevicePool
+from accelopt_mcp.engine.selection import PARENT_LABEL
 from accelopt_mcp.hashing import benchmark_config_hash, solution_hash
-from accelopt_mcp.models import BenchmarkConfig, Evaluation, Solution, Task
+from accelopt_mcp.models import BenchmarkConfig, Evaluation, KernelComparison, Solution, Task
+from accelopt_mcp.models.evaluation import Comparison
 from accelopt_mcp.redaction import redact
 from accelopt_mcp.store.base import ConflictError, KernelStore
 
@@ -27,6 +37,10 @@ class ProfiledSolution(NamedTuple):
     evaluation: Evaluation
     reused: bool
     """Whether a known profile was reused rather than profiled anew."""
+    parent_comparison: Comparison | None = None
+    """The solution against the parent it was stored with (parent_id), timed in the same
+    rounds; None when it was not (no parent, a backend that does not interleave, a profile
+    this cache did not take beside that parent)."""
 
 
 class ProfileCache:
@@ -41,17 +55,29 @@ class ProfileCache:
         pool: DevicePool,
         backend_factory: BackendFactory,
         hardware: str | None,
+        *,
+        interleaves: bool | None = None,
     ) -> None:
-        """hardware: what profiles are measured on; None: stored profiles are never reused."""
+        """hardware: what profiles are measured on; None: stored profiles are never reused.
+        interleaves: whether the backend times baselines in the same rounds (None: the
+        factory's `interleaves`, as a Backend class declares it; a factory that is no class
+        and says nothing does not)."""
         self.store = store
         self.task = task
         self.benchmark = benchmark
         self.pool = pool
         self.backend_factory = backend_factory
         self.hardware = hardware
+        self.interleaves = (
+            bool(getattr(backend_factory, "interleaves", False))
+            if interleaves is None
+            else interleaves
+        )
         self.perf = benchmark.perf_fields()
         self.perf_hash = benchmark_config_hash(self.perf)
         self._inflight: dict[str, asyncio.Future[Evaluation]] = {}
+        self._beside_parent: dict[tuple[str, str], Comparison] = {}
+        """(source hash, parent id) -> the 'parent' comparison of this cache's fresh profile."""
         self._solutions: dict[str, Solution] = {}
 
     async def store_solution(
@@ -73,21 +99,32 @@ class ProfileCache:
         )
 
     async def store_and_profile(
-        self, solution: Solution, parent_id: str | None, meta: dict[str, Any]
+        self,
+        solution: Solution,
+        parent_id: str | None,
+        meta: dict[str, Any],
+        parent: Solution | None = None,
     ) -> ProfiledSolution:
+        """The solution stored and profiled (or its known profile). parent: timed alongside
+        as the 'parent' baseline when the backend interleaves (only a fresh profile has it)."""
         source_hash = solution_hash(solution)
         sid = await self.store_solution(solution, parent_id, meta)
         self._solutions.setdefault(sid, solution)
         pending = self._inflight.get(source_hash)
         if pending is not None:
-            return ProfiledSolution(sid, source_hash, await asyncio.shield(pending), True)
+            evaluation = await asyncio.shield(pending)
+            return ProfiledSolution(
+                sid, source_hash, evaluation, True, self._comparison(source_hash, parent_id)
+            )
         stored = await self.stored_evaluation(sid)
         if stored is not None:
-            return ProfiledSolution(sid, source_hash, stored, True)
+            return ProfiledSolution(
+                sid, source_hash, stored, True, self._comparison(source_hash, parent_id)
+            )
         future: asyncio.Future[Evaluation] = asyncio.get_running_loop().create_future()
         self._inflight[source_hash] = future
         try:
-            pooled = await self.evaluate(solution)
+            pooled = await self.evaluate(solution, parent)
             await asyncio.to_thread(
                 self.store.upsert_profile, self.task.workload.uuid, sid, pooled, self.perf
             )
@@ -95,14 +132,38 @@ class ProfileCache:
             self._inflight.pop(source_hash, None)
             future.cancel()
             raise
+        comparison = next((c for c in pooled.comparisons if c.baseline == PARENT_LABEL), None)
+        if comparison is not None and parent is not None and parent_id is not None:
+            # Set before the waiters wake, so that they find it.
+            self._beside_parent[(source_hash, parent_id)] = comparison
         future.set_result(pooled)
-        return ProfiledSolution(sid, source_hash, pooled, False)
+        return ProfiledSolution(sid, source_hash, pooled, False, comparison)
 
-    async def evaluate(self, solution: Solution) -> Evaluation:
+    def _comparison(self, source_hash: str, parent_id: str | None) -> Comparison | None:
+        if parent_id is None:
+            return None
+        return self._beside_parent.get((source_hash, parent_id))
+
+    async def evaluate(self, solution: Solution, parent: Solution | None = None) -> Evaluation:
         """Profile the solution on one of the pool's devices (no cache, nothing stored); its
-        log comes back redacted."""
-        result = await self.pool.evaluate(self.backend_factory, self.task, solution, self.benchmark)
+        log comes back redacted. parent: timed in the same rounds when the backend
+        interleaves (Evaluation.comparisons, baseline 'parent'); ignored otherwise."""
+        baselines = (
+            [Baseline(label=PARENT_LABEL, solution=parent)]
+            if parent is not None and self.interleaves
+            else []
+        )
+        result = await self.pool.evaluate(
+            self.backend_factory, self.task, solution, self.benchmark, baselines
+        )
         return result.evaluation.redacted()
+
+    async def compare(self, solution_ids: list[str]) -> KernelComparison:
+        """Stored solutions re-measured against each other (Backend.compare: in the same
+        interleaved rounds where the backend interleaves), each labelled by its id. Nothing
+        is stored: the figures settle a decision, they are no profile of either kernel."""
+        kernels = [Baseline(label=sid, solution=await self.solution(sid)) for sid in solution_ids]
+        return await self.pool.compare(self.backend_factory, self.task, kernels, self.benchmark)
 
     async def stored_evaluation(self, solution_id: str) -> Evaluation | None:
         """A stored profile of this solution on this task, settings and hardware."""

@@ -12,7 +12,9 @@ from pydantic import BaseModel
 
 from accelopt_mcp.engine.checkpoint import Checkpoint, RunSpec, read_run, run_config
 from accelopt_mcp.engine.config import OptimizeConfig
+from accelopt_mcp.engine.selection import BeamEntry, finite_or_none
 from accelopt_mcp.models import Solution, Task
+from accelopt_mcp.stats import Interval, ratio_of_independent
 from accelopt_mcp.store.base import KernelStore, RunRecord, RunUpdate
 from accelopt_mcp.store.url import default_sqlite_path
 
@@ -113,6 +115,88 @@ def speedup(baseline_ms: float | None, latency_ms: float | None) -> float | None
     if not baseline_ms or not latency_ms:
         return None
     return baseline_ms / latency_ms
+
+
+class SpeedupFigure(BaseModel):
+    """A speedup with its interval, and how that interval was had."""
+
+    estimate: float
+    low: float | None = None
+    """None: no interval (a point estimate)."""
+    high: float | None = None
+    """None with a lower end: unbounded."""
+    measured: Literal["same_rounds", "apart", "point"]
+    """'same_rounds': both timed in the same interleaved rounds; 'apart': two measurements'
+    intervals combined as independent errors (wider); 'point': no interval known."""
+
+    @classmethod
+    def of(cls, interval: Interval, measured: Literal["same_rounds", "apart"]) -> SpeedupFigure:
+        return cls(
+            estimate=interval.estimate,
+            low=interval.low,
+            high=finite_or_none(interval.high),
+            measured=measured,
+        )
+
+
+class BestFigures(BaseModel):
+    """The run's best kernel and how much faster it is, with intervals, against what."""
+
+    solution_id: str
+    latency_ms: float
+    is_initial: bool
+    """The initial kernel is still the best (nothing beat it)."""
+    over_reference: SpeedupFigure | None = None
+    """Against the task's reference, timed in the same rounds as the kernel."""
+    over_initial: SpeedupFigure | None = None
+    """Against the run's initial kernel (None when it is the initial kernel)."""
+
+
+def _entry_of(checkpoint: Checkpoint, solution_id: str) -> BeamEntry | None:
+    """What the checkpoint knows of a kernel's figures: as a beam entry, an attempt or the
+    initial kernel."""
+    for entry in checkpoint.beam:
+        if entry.solution_id == solution_id:
+            return entry
+    for slot in checkpoint.slots.values():
+        found = slot.as_beam_entry()
+        if found is not None and found.solution_id == solution_id:
+            return found
+    initial = checkpoint.initial
+    return initial if initial is not None and initial.solution_id == solution_id else None
+
+
+def best_figures(
+    checkpoint: Checkpoint, best_solution_id: str | None, confidence: float = 0.95
+) -> BestFigures | None:
+    """The best kernel's speedups over the reference and over the initial kernel with their
+    intervals; None when the checkpoint does not know the kernel."""
+    if best_solution_id is None:
+        return None
+    entry = _entry_of(checkpoint, best_solution_id)
+    if entry is None:
+        return None
+    initial = checkpoint.initial
+    figures = BestFigures(
+        solution_id=entry.solution_id,
+        latency_ms=entry.latency_ms,
+        is_initial=initial is not None and initial.solution_id == entry.solution_id,
+    )
+    reference = entry.reference_interval
+    if reference is not None:
+        figures.over_reference = SpeedupFigure.of(reference, "same_rounds")
+    elif entry.reference_speedup is not None:
+        figures.over_reference = SpeedupFigure(estimate=entry.reference_speedup, measured="point")
+    if initial is not None and not figures.is_initial and entry.latency_ms > 0:
+        theirs, ours = initial.latency_interval, entry.latency_interval
+        if theirs is not None and ours is not None:
+            ratio = ratio_of_independent(theirs, ours, confidence)
+            figures.over_initial = SpeedupFigure.of(ratio, "apart")
+        else:
+            figures.over_initial = SpeedupFigure(
+                estimate=initial.latency_ms / entry.latency_ms, measured="point"
+            )
+    return figures
 
 
 class RunProgress(BaseModel):

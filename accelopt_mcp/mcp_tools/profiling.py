@@ -15,7 +15,7 @@ from accelopt_mcp.backends.base import Availability
 from accelopt_mcp.comparing import figures_text, shown_counters
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
 from accelopt_mcp.mcp_tools.views import View, clip
-from accelopt_mcp.models import BenchmarkConfig
+from accelopt_mcp.models import BenchmarkConfig, Evaluation
 from accelopt_mcp.tasks.kernels import kernel_solution
 from accelopt_mcp.tasks.loader import load_task
 
@@ -55,6 +55,10 @@ class ProfileReport(View):
     solution_id: str | None = None
     """Set when stored."""
     profile_id: str | None = None
+    measurements: int | None = None
+    """When stored: how many measurements of this kernel the profile pools (this one too)."""
+    pooled_summary: str | None = None
+    """When stored: the pooled figure over every measurement, with its interval."""
 
 
 def list_backends() -> BackendList:
@@ -140,7 +144,15 @@ def profile_kernel(
         log=clip(ev.log, 2000) or "",
         solution_id=outcome.solution_id,
         profile_id=outcome.profile_id,
+        measurements=pooled_count(outcome.pooled),
+        pooled_summary=figures_text(outcome.pooled) if outcome.pooled is not None else None,
     )
+
+
+def pooled_count(pooled: Evaluation | None) -> int | None:
+    if pooled is None or pooled.latency_stats is None:
+        return None
+    return pooled.latency_stats.measurements
 
 
 TOOLS = [

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from accelopt_mcp.comparing import shown_counters
 from accelopt_mcp.redaction import redact
 from accelopt_mcp.store.base import (
     ExperienceRecord,
@@ -156,7 +157,7 @@ def profile_summary(p: StoredProfile) -> ProfileSummary:
         speedup=p.speedup,
         flags=list(p.evaluation.flags),
         trusted=p.trusted,
-        hardware_counters=dict(p.evaluation.hardware_counters),
+        hardware_counters=shown_counters(p.evaluation),
         log=redacted_tail(p.evaluation.log) or None,
         created_at=p.created_at.isoformat() if p.created_at else None,
     )

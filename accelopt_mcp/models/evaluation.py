@@ -132,6 +132,10 @@ class Comparison(Record):
     """The solution against one baseline timed in the same interleaved rounds (its parent, the
     initial kernel, another candidate): how many times faster, with its interval."""
 
+    model_config = ConfigDict(
+        extra="ignore", use_attribute_docstrings=True, ser_json_inf_nan="strings"
+    )
+
     baseline: NonEmptyString
     """What it was compared with, as the caller named it (e.g. 'parent', a solution id)."""
     baseline_latency_ms: float = Field(ge=0.0)
@@ -140,6 +144,8 @@ class Comparison(Record):
     """baseline median / solution median."""
     ci_low: float = Field(ge=0.0)
     ci_high: float
+    """Infinity when there is no upper bound (too few samples for an interval); written to
+    JSON as the string "Infinity"."""
     verdict: Verdict
     """'faster' / 'slower' when the whole interval is above / below 1, else
     'indistinguishable'."""

@@ -61,6 +61,9 @@ def test_resume_after_sigkill_loses_and_redoes_nothing(
                     "warmup_runs": 1,
                     "iterations": 3,
                     "max_measurement_rounds": 1,
+                    "min_processes": 1,
+                    "max_processes": 2,
+                    "max_timing_seconds": 1.0,
                     "timeout_seconds": 4,
                 },
             }
@@ -175,6 +178,9 @@ def test_time_before_a_sigkill_counts_against_the_wall_budget(
                     "warmup_runs": 1,
                     "iterations": 3,
                     "max_measurement_rounds": 1,
+                    "min_processes": 1,
+                    "max_processes": 2,
+                    "max_timing_seconds": 1.0,
                     "timeout_seconds": 4,
                 },
             }

@@ -80,10 +80,11 @@ def test_next_beam_dedups_by_hash_and_branch() -> None:
         attempt(2, 0, 5.0),
         attempt(3, 0, None, status="RUNTIME_ERROR"),
     ]
-    beam = next_beam(old, new, width=3)
+    beam = next_beam(old, new, width=3).beam
     assert [e.latency_ms for e in beam] == [2.0, 5.0, 6.0]
     assert len({e.branch for e in beam}) == 3
-    assert [e.solution_id for e in next_beam(old, [], width=2)] == ["old"]
+    assert [e.solution_id for e in next_beam(old, [], width=2).beam] == ["old"]
+    assert next_beam(old, new, width=3).ties == []  # no intervals: no ties, the old rule
 
 
 def test_a_pair_found_by_two_plans_is_summarized_once() -> None:
@@ -132,7 +133,7 @@ def test_a_flagged_attempt_never_enters_the_beam() -> None:
         flagged(1, 0, 0.5, "input_independent_output"),  # a branch of flagged attempts only
         flagged(2, 0, 4.0, "noisy_timing"),  # informational: joins
     ]
-    beam = next_beam(old, new, width=4)
+    beam = next_beam(old, new, width=4).beam
     assert [(e.solution_id, e.latency_ms) for e in beam] == [
         ("s-0-0-1", 3.0),
         ("s-0-2-0", 4.0),
