@@ -73,7 +73,7 @@ async def _summarize_one(ctx: RunContext, control: RunControl, iteration: int, p
         fast,
         factor,
         interval=bounds,
-        confidence=ctx.benchmark.confidence,
+        confidence=ctx.profiles.benchmark.confidence,
     )
     try:
         summary = await summarize_pair(ctx.client, messages)
