@@ -5,7 +5,7 @@ trusted harness (backends/cpu_runner.py) imports it inside every evaluation.
 How the intervals are made, and why:
 
 - A *round* times every contestant (the reference, the candidate, its parent, ...) once, back
-  to back and in a rotating order, on the same fresh inputs. Drift and contention that hit a
+  to back and in a random order, on the same fresh inputs. Drift and contention that hit a
   round hit all of them, so rounds are *paired*: a bootstrap draws the same round indices for
   every contestant, and what is common cancels in a ratio.
 - Rounds come in *blocks*, one per set of fresh processes. Timings inside one process share its

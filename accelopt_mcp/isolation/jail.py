@@ -647,18 +647,29 @@ class JailedProcess:
         (the scheduler's run-queue delay, /proc/PID/schedstat), summed over the processes seen
         the first time this was asked; 0 where the kernel does not keep it. Timed work that
         waited is work measured on a busy host."""
+        return self.sched_times()[1]
+
+    def cpu_time_ns(self) -> int:
+        """Nanoseconds the jail's processes have so far spent on a CPU (same processes and
+        source as run_delay_ns)."""
+        return self.sched_times()[0]
+
+    def sched_times(self) -> tuple[int, int]:
+        """(on-CPU, waiting for a CPU) nanoseconds so far, from /proc/PID/schedstat."""
         if self._delay_pids is None:
             self._delay_pids = [
                 pid for pid in self.jail_pids() if pid not in (self.pid, self.init_pid)
             ] or [self.pid]
-        total = 0
+        running = waiting = 0
         for pid in self._delay_pids:
             try:
                 with open(f"/proc/{pid}/schedstat") as f:
-                    total += int(f.read().split()[1])
+                    fields = f.read().split()
+                running += int(fields[0])
+                waiting += int(fields[1])
             except (OSError, ValueError, IndexError):
                 continue
-        return total
+        return running, waiting
 
     def _groups(self) -> list[Group]:
         groups: list[Group | None] = [self._pids_group, self._freezer, self._cpuset]
