@@ -206,3 +206,26 @@ def test_the_pooled_record_serialises_and_reads_back() -> None:
     assert again == pooled
     assert again.latency_stats is not None and again.latency_stats.measurements == 2
     assert math.isfinite(again.latency_stats.stdev_ms)
+
+
+def test_a_failure_that_caught_a_cheat_keeps_the_profile_untrusted() -> None:
+    """Failing on purpose when its timings look bad, or being caught on a re-measure, does not
+    leave a kernel trusted because another measurement passed."""
+    honest = measured(1.0, (0.9, 1.1), when="2026-01-01T00:00:00Z")
+    caught = Evaluation(
+        status=EvaluationStatus.RUNTIME_ERROR,
+        environment=Environment(hardware="cpu/x86_64"),
+        timestamp="2026-01-02T00:00:00Z",
+        flags=["timed_output_mismatch", "backend_error"],
+    )
+    pooled = pool_evaluations([honest, caught])
+    assert "timed_output_mismatch" in pooled.flags and not pooled.trusted
+    assert "backend_error" not in pooled.flags
+    wrong = Evaluation(
+        status=EvaluationStatus.INCORRECT_SHAPE,
+        environment=Environment(hardware="cpu/x86_64"),
+        timestamp="2026-01-03T00:00:00Z",
+    )
+    inconsistent = pool_evaluations([honest, wrong])
+    assert "inconsistent_correctness" in inconsistent.flags and not inconsistent.trusted
+    assert pool_evaluations([honest, failed()]).trusted  # a crash alone says nothing

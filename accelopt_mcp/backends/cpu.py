@@ -310,8 +310,10 @@ class CpuBackend(Backend):
         style = reference_style(definition.reference)
         (work / "reference.py").write_text(definition.reference)
         specs = []
-        for index, (label, solution) in enumerate(kernels):
-            kernel_dir = work / ("solution" if index == 0 else f"solution_{label}")
+        for label, solution in kernels:
+            # Names that do not tell a kernel its role (candidate, baseline, rival): nothing
+            # to behave differently on when it is compared.
+            kernel_dir = work / f"kernel_{secrets.token_hex(4)}"
             for source in solution.sources:
                 target = kernel_dir / source.path
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -433,6 +435,9 @@ class CpuBackend(Backend):
             return self._error_evaluation(result["error"], run, flags)
         outcome = (result.get("kernels") or {}).get(label) or {}
         flags = list(dict.fromkeys([*outcome.get("flags", []), *flags]))
+        if outcome.get("stderr"):
+            # What this kernel printed (not the harness's output, which all kernels share).
+            run = run.model_copy(update={"stderr": str(outcome["stderr"]), "stdout": ""})
         if outcome.get("error"):
             return self._error_evaluation(outcome["error"], run, flags)
         status = EvaluationStatus(outcome.get("status") or "RUNTIME_ERROR")
@@ -440,12 +445,12 @@ class CpuBackend(Backend):
         if status == EvaluationStatus.INCORRECT_NUMERICAL:
             return self._evaluation(
                 status,
-                outcome.get("message", ""),
+                _join([outcome.get("message", "")], run),
                 correctness=correctness or Correctness(),
                 flags=flags,
             )
         if status != EvaluationStatus.PASSED or correctness is None:
-            return self._evaluation(status, outcome.get("message", ""), flags=flags)
+            return self._evaluation(status, _join([outcome.get("message", "")], run), flags=flags)
         if label not in ((result.get("analysis") or {}).get("summaries") or {}):
             return self._evaluation(
                 EvaluationStatus.RUNTIME_ERROR, "no timing was taken", flags=flags
@@ -455,11 +460,10 @@ class CpuBackend(Backend):
     def _error_evaluation(
         self, error: dict[str, Any], run: SandboxResult, flags: list[str]
     ) -> Evaluation:
-        status = (
-            EvaluationStatus.COMPILE_ERROR
-            if error["kind"] == "compile"
-            else EvaluationStatus.RUNTIME_ERROR
-        )
+        status = {
+            "compile": EvaluationStatus.COMPILE_ERROR,
+            "timeout": EvaluationStatus.TIMEOUT,
+        }.get(error["kind"], EvaluationStatus.RUNTIME_ERROR)
         lines = [_error_line(error), error.get("traceback", "")]
         return self._evaluation(status, _join(lines, run), flags=flags)
 
@@ -552,7 +556,7 @@ class CpuBackend(Backend):
             )
             log.append(
                 f"the intervals stayed wider than ±{config.target_ci:.1%} "
-                f"(widest ±{analysis['widest']:.1%}) after {why}"
+                f"(widest ±{float(analysis['widest']):.1%}) after {why}"
             )
         if kernel.contended:
             log.append(

@@ -346,7 +346,13 @@ class Harness:
             return outputs
         ref = refs[0] if len(refs) == 1 else tuple(refs)
         returned = outputs[0] if len(outputs) == 1 else tuple(outputs)
-        return _as_list(self.from_kernel_outputs(returned, ref))
+        try:
+            return _as_list(self.from_kernel_outputs(returned, ref))
+        except Exception as exc:  # the kernel's outputs do not fit the task's transform
+            raise Verdict(
+                "INCORRECT_SHAPE",
+                f"the task's output transform cannot take the kernel's outputs: {exc!r}",
+            ) from None
 
 
 # --------------------------------------------------------------------------- the jails
@@ -361,9 +367,11 @@ ARENA_SLACK_BYTES = 1 << 20
 class CallFailed(Exception):
     """The jailed process raised, returned something that is not arrays, or died."""
 
-    def __init__(self, message: str, *, died: bool = False, code: int = 0) -> None:
+    def __init__(
+        self, message: str, *, died: bool = False, code: int = 0, timed_out: bool = False
+    ) -> None:
         super().__init__(message)
-        self.message, self.died, self.code = message, died, code
+        self.message, self.died, self.code, self.timed_out = message, died, code, timed_out
 
 
 class JailedRunner:
@@ -385,7 +393,7 @@ class JailedRunner:
         self.folder = folder
         # The arenas are sealed memfds handed over as descriptors: nothing in the jail's folder
         # for it to swap for a symlink, and it cannot shrink them under our mappings (SIGBUS).
-        self._arena_fds = [_sealed_memfd(f"accelopt-{role}-{name}", arena_bytes) for name in "io"]
+        self._arena_fds = [_sealed_memfd(f"accelopt-arena-{name}", arena_bytes) for name in "io"]
         fd_in, fd_out = self._arena_fds
         ctl_r, self._ctl = os.pipe()
         self._ack, ack_w = os.pipe()
@@ -427,6 +435,7 @@ class JailedRunner:
         self.arena_in = mmap.mmap(fd_in, arena_bytes)
         self.arena_out = mmap.mmap(fd_out, arena_bytes)
         self._frozen = False
+        self.call_timeout_s = float(job.get("timeout_seconds", 60.0))
         self.last_run_delay_ns = 0
         """Time inside the last `call`'s timed windows that its process was not on a CPU."""
         self.watch_delay = True
@@ -447,7 +456,19 @@ class JailedRunner:
 
     def _read_ack(self, sequence: int | None = None) -> tuple[int, int]:
         data = b""
+        deadline = time.monotonic() + self.call_timeout_s
         while len(data) < MESSAGE.size:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._ack], [], [], left)[0]:
+                # One call that never answers must not take the whole evaluation (its rivals'
+                # results included) down with it: this process is ended and judged alone.
+                self.process.kill()
+                raise CallFailed(
+                    f"the {self.role} did not answer within {self.call_timeout_s:g} s "
+                    "(a hang, or far too slow)",
+                    died=True,
+                    timed_out=True,
+                )
             chunk = os.read(self._ack, MESSAGE.size - len(data))
             if not chunk:
                 raise CallFailed(self._death(), died=True)
@@ -529,7 +550,12 @@ class JailedRunner:
         names: list[list[str]] = []
         self.last_run_delay_ns = 0
         for values in sets:
-            elapsed, out, out_names = self._call_one(values)
+            try:
+                elapsed, out, out_names = self._call_one(values)
+            except (OSError, TimeoutError) as exc:
+                # A closed pipe, a jail that cannot be frozen or thawed: this process's fault
+                # or its end, never a reason to void the others' results.
+                raise CallFailed(f"the {self.role} could not be called: {exc!r}") from None
             total += elapsed
             outputs.append(out)
             names.append(out_names)
@@ -799,7 +825,8 @@ class Session:
     def _fail(self, label: str, exc: CallFailed | Verdict | StageError) -> None:
         """A kernel failed: the evaluation ends (the primary candidate) or it is dropped."""
         if isinstance(exc, CallFailed):
-            exc = StageError("runtime", f"the kernel failed: {exc.message}")
+            kind = "timeout" if exc.timed_out else "runtime"
+            exc = StageError(kind, f"the kernel failed: {exc.message}")
         if self.primary and label == PRIMARY:
             raise exc
         outcome: dict[str, Any] = {"flags": self.flags[label]}
@@ -818,6 +845,9 @@ class Session:
         for pset in self.sets:
             runner = pset.runners.pop(label, None)
             if runner is not None:
+                tail = runner.process.stderr_tail(4000).strip()
+                if tail:
+                    outcome["stderr"] = tail
                 runner.close()
 
     def _reference(
@@ -839,7 +869,8 @@ class Session:
                 [_as_arena_values(harness.candidate_inputs(s)) for s in sets]
             )
         except CallFailed as exc:
-            raise StageError("runtime", f"the kernel failed {what}: {exc.message}") from None
+            kind = "timeout" if exc.timed_out else "runtime"
+            raise StageError(kind, f"the kernel failed {what}: {exc.message}") from None
 
     # -- the whole evaluation
 
@@ -862,7 +893,7 @@ class Session:
                 analysis = self._analyse(STOP_RESAMPLES)
                 if analysis is not None and analysis.widest() <= target:
                     break
-                if self.opened >= max_sets:
+                if self.opened >= max_sets or (self.clock is not None and self.clock.expired()):
                     break
                 self._open_sets(1)
         finally:
@@ -891,12 +922,14 @@ class Session:
         live_cap = max(1, MAX_LIVE_JAILS // (1 + len(self.kernels)))
         new: list[ProcessSet] = []
         _stage(f"jail start (process set {self.opened + 1})")
-        for _ in range(count):
-            while self.sets and len(self.sets) + len(new) >= live_cap:
+        for _ in range(min(count, live_cap)):
+            while self.sets and len(self.sets) >= live_cap:
                 self._close_set(self.sets.pop(0))
             pset = ProcessSet(self.opened)
             self.opened += 1
             new.append(pset)
+            # Listed before its processes start, so that a failure half-way closes them too.
+            self.sets.append(pset)
             pset.runners[REFERENCE] = JailedRunner(
                 REFERENCE,
                 self.reference_dir,
@@ -923,7 +956,6 @@ class Session:
                     "isolated": all(p.isolated for p in processes),
                     "freeze_method": processes[-1].freeze_method,
                 }
-        self.sets += new
         for pset in new:
             self._ready(pset)
         for pset in new:
@@ -1010,7 +1042,9 @@ class Session:
                         out_names[0],
                         ref_names[0],
                         label_text,
-                        fresh_input=index >= len(fixed),
+                        # Only where the fixed seeds were just passed: in a later process set
+                        # a failure on fresh inputs says nothing about following them.
+                        fresh_input=first and index >= len(fixed),
                         fixed_count=len(job["seeds"]),
                     )
                 except (Verdict, StageError) as exc:

@@ -93,6 +93,18 @@ def head_to_head_of(comparison: KernelComparison, a: str, b: str) -> HeadToHead:
         for k in comparison.kernels
         if not k.evaluation.passed
     ]
+    passed = [k.label for k in comparison.kernels if k.evaluation.passed and k.label in (a, b)]
+    if len(passed) == 1:
+        # A kernel that fails the re-measure loses the tie: otherwise failing on purpose when
+        # compared would keep an incumbent in its place for free.
+        winner = passed[0]
+        return HeadToHead(
+            verdict="faster",
+            faster=winner,
+            slower=b if winner == a else a,
+            interleaved=comparison.interleaved,
+            note="the other did not pass in the re-measure: " + ", ".join(failed),
+        )
     note = "did not pass in the re-measure: " + ", ".join(failed) if failed else "no pair timed"
     return HeadToHead(verdict=None, interleaved=comparison.interleaved, note=note)
 

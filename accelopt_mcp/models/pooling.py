@@ -31,7 +31,12 @@ import statistics
 from collections.abc import Sequence
 
 from accelopt_mcp import stats
-from accelopt_mcp.models.evaluation import Evaluation, LatencyStats, Performance
+from accelopt_mcp.models.evaluation import (
+    UNTRUSTED_FLAGS,
+    Evaluation,
+    LatencyStats,
+    Performance,
+)
 from accelopt_mcp.stats import Interval
 
 
@@ -45,9 +50,20 @@ def pool_evaluations(evaluations: Sequence[Evaluation]) -> Evaluation:
     if not passed:
         return evaluations[-1]
     newest = passed[-1]
-    if len(passed) == 1:
-        return _alone(newest)
-    return _pooled(passed, newest)
+    pooled = _alone(newest) if len(passed) == 1 else _pooled(passed, newest)
+    # Failed measurements add no figure, but what they caught stays: a kernel flagged on a
+    # re-measure (constant_output, timed_output_mismatch, ...) is not trusted because another
+    # measurement passed, and one that was wrong once is inconsistent (an untrusted flag), so
+    # failing on purpose when its timings look bad does not hide them.
+    caught = [
+        flag for e in evaluations if not e.passed for flag in e.flags if flag in UNTRUSTED_FLAGS
+    ]
+    if any(e.status.value.startswith("INCORRECT") for e in evaluations):
+        caught.append("inconsistent_correctness")
+    extra = [flag for flag in dict.fromkeys(caught) if flag not in pooled.flags]
+    if extra:
+        pooled = pooled.model_copy(update={"flags": [*pooled.flags, *extra]})
+    return pooled
 
 
 def _alone(evaluation: Evaluation) -> Evaluation:

@@ -415,9 +415,7 @@ class SupabaseStore(KernelStore):
         # and read the measurements again to pool once more if another writer added one
         # meanwhile. What remains racy: until the last write a reader sees the previous
         # pooled figure; a writer that dies between its insert and its write leaves the
-        # profile's figure without its measurement until the next one is stored; two writers
-        # that both find a legacy profile (stored before measurements were kept) without any
-        # measurement may both copy its evaluation in as the first one; and after
+        # profile's figure without its measurement until the next one is stored; and after
         # `_POOL_ATTEMPTS` rounds of contention the last write may miss a concurrent
         # measurement (the table keeps it; the next upsert pools it in).
         _rows.require_str(workload_uuid, "workload_uuid")
@@ -472,11 +470,11 @@ class SupabaseStore(KernelStore):
                     "could not be stored; try again"
                 )
         profile_id = str(stored["id"])
+        # No copying of the profile's own evaluation as a first measurement here: profiles
+        # stored before measurements were kept got theirs when schema_v2.txt was applied, and
+        # one without any now is one another writer has just created and not yet filled (it
+        # would be counted twice).
         history = self._measurement_rows(profile_id)
-        if not history:
-            # Stored before measurements were kept: its evaluation was its one measurement.
-            self._add_measurement(profile_id, stored["evaluation"], stored["created_at"])
-            history = self._measurement_rows(profile_id)
         if any(
             _rows.same_measurement(evaluation, _rows.evaluation_from_json(r["evaluation"]))
             for r in history
