@@ -371,7 +371,7 @@ def test_work_dir_of_a_killed_profiler_is_removed_by_the_next_backend(tmp_path: 
     work_dir = None
     try:
         deadline = time.monotonic() + 60
-        pattern = f"accelopt-cpu-*-{process.pid}-*/solution/kernel-started"
+        pattern = f"accelopt-cpu-*-{process.pid}-*/kernel_*/kernel-started"
         while work_dir is None and time.monotonic() < deadline:
             found = list(Path(tempfile.gettempdir()).glob(pattern))
             work_dir = found[0].parents[1] if found else None
