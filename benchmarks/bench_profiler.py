@@ -102,7 +102,7 @@ def bench_precision(repeats: int) -> None:
                 print(f"(a) {kernel_stem} busy: skipped, needs a second core")
                 continue
             medians, widths, seconds = [], [], []
-            lows, highs = [], []
+            lows, highs, speedups = [], [], []
             with busy_core(hog):
                 for _ in range(repeats):
                     started = time.perf_counter()
@@ -111,6 +111,8 @@ def bench_precision(repeats: int) -> None:
                     stats = evaluation.latency_stats
                     assert stats is not None and stats.ci_half_width is not None
                     medians.append(stats.median_ms)
+                    assert evaluation.performance is not None
+                    speedups.append(evaluation.performance.speedup_factor)
                     widths.append(stats.ci_half_width)
                     lows.append(stats.ci_low_ms or 0.0)
                     highs.append(stats.ci_high_ms or 0.0)
@@ -124,6 +126,13 @@ def bench_precision(repeats: int) -> None:
                 f"{statistics.stdev(medians) / statistics.fmean(medians):.2%}; reported CI "
                 f"half-width mean ±{statistics.fmean(widths):.2%}; intervals holding the "
                 f"median of medians {held}/{repeats}; {statistics.fmean(seconds):.1f} s each"
+            )
+            ratio_spread = (max(speedups) - min(speedups)) / statistics.median(speedups)
+            print(
+                f"    speedup over the reference (what rankings use): "
+                f"{min(speedups):.3f}..{max(speedups):.3f}x, spread {ratio_spread:.2%} "
+                f"(target <= {target:.0%}: {verdict(ratio_spread <= target)}); stdev/mean "
+                f"{statistics.stdev(speedups) / statistics.fmean(speedups):.2%}"
             )
 
 
