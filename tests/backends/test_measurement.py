@@ -4,6 +4,7 @@ noisy), but each assertion fails when the mechanism it checks is missing."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -221,3 +222,15 @@ def test_a_kernel_cannot_have_its_slow_rounds_retaken() -> None:
     assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
     rounds = evaluation.measurement["rounds"]
     assert evaluation.measurement["retaken_rounds"] < 0.25 * rounds, evaluation.log
+
+
+def test_every_jailed_runner_gets_a_command_line_of_one_length() -> None:
+    """Command lines of different lengths shift where a process's stack starts: identical
+    code timed as the reference and as a kernel differed by a steady 4-8 % before."""
+    from accelopt_mcp.backends.cpu_runner import _padded
+
+    short = {"entry": "/w/reference_jail/reference.py", "symbol": "forward"}
+    long = {"entry": "/w/kernel_0123abcd/main.py", "symbol": "kernel", "extra": "x" * 300}
+    a, b = _padded(short), _padded(long)
+    assert len(a) == len(b)
+    assert json.loads(a)["entry"] == short["entry"] and json.loads(b)["extra"] == long["extra"]
