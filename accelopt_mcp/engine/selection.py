@@ -445,11 +445,21 @@ def _overlap(a: Interval, b: Interval) -> bool:
 
 
 def rank_candidates(old: list[BeamEntry], attempts: list[AttemptRecord]) -> list[BeamEntry]:
-    """Every correct, trusted kernel among the old beam and the new attempts, by median
-    latency (the old beam first on equal ones), one per source hash and one per plan branch."""
+    """Every correct, trusted kernel among the old beam and the new attempts, fastest first
+    (the old beam first on equal ones), one per source hash and one per plan branch. Fastest
+    means the highest speedup over the reference when every candidate has one: each is a
+    ratio against a reference timed in its own rounds, so it does not move with how fast the
+    host happened to be when the kernel was measured, as its raw median does. Otherwise the
+    lowest median latency."""
     candidates = list(old) + [e for a in attempts if (e := a.as_beam_entry()) is not None]
     order = {id(entry): index for index, entry in enumerate(candidates)}
-    candidates.sort(key=lambda e: (e.latency_ms, order[id(e)]))
+    by_reference = bool(candidates) and all(
+        e.reference_speedup is not None and e.reference_speedup > 0 for e in candidates
+    )
+    if by_reference:
+        candidates.sort(key=lambda e: (-(e.reference_speedup or 0.0), order[id(e)]))
+    else:
+        candidates.sort(key=lambda e: (e.latency_ms, order[id(e)]))
     ranked: list[BeamEntry] = []
     hashes: set[str] = set()
     branches: set[str] = set()
@@ -473,7 +483,7 @@ def next_beam(
     """The `width` fastest correct, trusted kernels among the old beam and the new attempts
     (rank_candidates), with the ties that decided who is first and who takes the last slot.
 
-    A tie is two neighbours in median order whose intervals overlap (tie_basis). It is decided
+    A tie is two neighbours in rank order whose intervals overlap (tie_basis). It is decided
     by `head_to_heads[{a, b}]` when that has a clear winner, else by the old rule: the kernel
     already in the beam (it is known to be stable), then the lower median. First place is
     decided before the last slot, on the order that decision left."""

@@ -419,6 +419,22 @@ def test_head_to_head_reads_the_pair_either_way_round() -> None:
     lost = KernelComparison(kernels=[ComparedKernel(label="b", evaluation=failed)], pairs=[])
     none = head_to_head_of(lost, "a", "b")
     assert none.verdict is None and none.note and "TIMEOUT" in none.note
+    # One passed, the other failed the re-measure: failing on purpose must not keep a slot.
+    ok = Evaluation(
+        status=EvaluationStatus.PASSED,
+        environment=Environment(hardware="x"),
+        timestamp="t",
+        correctness=Correctness(),
+        performance=Performance(latency_ms=1.0),
+    )
+    forfeit = KernelComparison(
+        kernels=[
+            ComparedKernel(label="a", evaluation=ok),
+            ComparedKernel(label="b", evaluation=failed),
+        ]
+    )
+    won = head_to_head_of(forfeit, "a", "b")
+    assert won.verdict == "faster" and won.winner == "a" and won.slower == "b"
 
 
 # --------------------------------------------------------------------------- the engine
@@ -641,3 +657,16 @@ def test_the_parent_is_timed_alongside_only_where_the_backend_interleaves(
         assert first.parent_comparison is not None
         assert again.parent_comparison == first.parent_comparison
         assert other.parent_comparison is None
+
+
+def test_the_beam_ranks_by_speedup_over_the_reference_when_all_have_one() -> None:
+    """B was measured while the host was slower (higher median) but is clearly faster against
+    the reference timed in its own rounds: B goes first, no tie."""
+    a = entry("a", 1.00, (2.00, 1.98, 2.02))
+    b = entry("b", 1.05, (2.20, 2.18, 2.22))
+    choice = next_beam([a], [as_attempt(b, 0)], 2)
+    assert [e.solution_id for e in choice.beam] == ["b", "a"]
+    assert choice.ties == []
+    # Without reference figures for everyone, the median decides.
+    c = entry("c", 0.90, None)
+    assert next_beam([a], [as_attempt(c, 0)], 1).beam[0].solution_id == "c"
