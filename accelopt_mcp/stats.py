@@ -70,12 +70,6 @@ class Summary:
     stdev: float
     samples: int
 
-    @property
-    def robust_spread(self) -> float:
-        """Interquartile range over the median: what (max - min) / min tried to say, without
-        letting one preempted sample decide it."""
-        return robust_spread_of(self.q1, self.q3, self.median.estimate)
-
 
 @dataclass(frozen=True)
 class Analysis:
@@ -98,6 +92,8 @@ class Analysis:
 
 
 def robust_spread_of(q1: float, q3: float, median: float) -> float:
+    """Interquartile range over the median: what (max - min) / min tried to say, without
+    letting one preempted sample decide it."""
     return (q3 - q1) / median if median > 0 else 0.0
 
 

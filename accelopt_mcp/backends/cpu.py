@@ -383,10 +383,7 @@ class CpuBackend(Backend):
         """The candidate's evaluation from a primary-mode run."""
         if result is None:
             return self._evaluation(*_died(run, stage, config))
-        flags = list(dict.fromkeys(result.get("flags", [])))
-        isolation = result.get("isolation")
-        if isinstance(isolation, dict) and not isolation.get("isolated"):
-            flags.append("not_isolated")
+        flags = list(dict.fromkeys(result.get("flags", []))) + _isolation_flags(result)
         stderr = str(result.get("candidate_stderr") or "").strip()
         if stderr:
             run = run.model_copy(update={"stderr": f"{run.stderr}\n[kernel]\n{stderr}".strip()})
@@ -427,10 +424,7 @@ class CpuBackend(Backend):
         """One kernel's evaluation from a comparison run."""
         if result is None:
             return self._evaluation(*_died(run, stage, config))
-        flags: list[str] = []
-        isolation = result.get("isolation")
-        if isinstance(isolation, dict) and not isolation.get("isolated"):
-            flags.append("not_isolated")
+        flags = _isolation_flags(result)
         if result.get("error"):
             return self._error_evaluation(result["error"], run, flags)
         outcome = (result.get("kernels") or {}).get(label) or {}
@@ -705,6 +699,12 @@ def _pairs(result: dict[str, Any], names: dict[str, str], labels: list[str]) -> 
                 )
             )
     return pairs
+
+
+def _isolation_flags(result: dict[str, Any]) -> list[str]:
+    """['not_isolated'] when the harness says its processes ran without a jail."""
+    isolation = result.get("isolation")
+    return ["not_isolated"] if isinstance(isolation, dict) and not isolation.get("isolated") else []
 
 
 def _outcome_text(outcome: dict[str, Any]) -> str:

@@ -438,9 +438,8 @@ class JailedRunner:
         self.arena_out = mmap.mmap(fd_out, arena_bytes)
         self._frozen = False
         self.call_timeout_s = float(job.get("timeout_seconds", 60.0))
-        self.last_run_delay_ns = 0
+        self.last_off_cpu_ns = 0
         """Time inside the last `call`'s timed windows that its process was not on a CPU."""
-        self.watch_delay = True
         # Unpredictable, so that no ack can be forged in advance for a request to come.
         self._sequence = secrets.randbits(30)
 
@@ -550,7 +549,7 @@ class JailedRunner:
         total = 0
         outputs: list[list[Any]] = []
         names: list[list[str]] = []
-        self.last_run_delay_ns = 0
+        self.last_off_cpu_ns = 0
         for values in sets:
             try:
                 elapsed, out, out_names = self._call_one(values)
@@ -565,23 +564,20 @@ class JailedRunner:
 
     def _call_one(self, values: list[Any]) -> tuple[int, list[Any], list[str]]:
         write_arena(self.arena_in, [values])
-        # The wait for a CPU inside the timed window (thaw to "done"), read outside the clock
-        # and before the freeze: freezing itself makes a frozen task runnable for a moment,
-        # which is not contention. (For a kernel that read is a few microseconds between
-        # "done" and the freeze; its figure only ever reports contention, it never decides
-        # which rounds are kept.)
-        # What is measured is how much of the window the process was NOT on a CPU: waiting
+        # How much of the timed window (thaw to "done") the process was NOT on a CPU: waiting
         # for one, and the harness waiting for one to read the "done" on a shared core, both
         # show. Less the calibrated round trip (Session), what is left is contention: the
-        # timed code computes and never sleeps.
-        cpu_before = self.process.cpu_time_ns() if self.watch_delay else 0
+        # timed code computes and never sleeps. Read outside the clock and before the freeze
+        # (freezing itself makes a frozen task runnable for a moment, which is not
+        # contention); for a kernel that read is a few microseconds between "done" and the
+        # freeze, and its figure only ever reports contention, never decides what is kept.
+        cpu_before = self.process.cpu_time_ns()
         start = time.perf_counter_ns()
         self.thaw()
         sequence = self._request(OP_CALL)
         status, code = self._read_ack(sequence)
         elapsed = time.perf_counter_ns() - start
-        if self.watch_delay:
-            self.last_run_delay_ns += max(0, elapsed - (self.process.cpu_time_ns() - cpu_before))
+        self.last_off_cpu_ns += max(0, elapsed - (self.process.cpu_time_ns() - cpu_before))
         # Frozen the moment it says "done", before anything else: it gets no untimed CPU to
         # finish work in the background or to evict the caches the next contestant will use.
         # What it wrote by then is what is judged (unfinished background work fails).
@@ -815,7 +811,8 @@ class Session:
         self.batch = 1
         self.retaken = 0
         self.kept_contended = 0
-        self.delay_shares: list[float] = []
+        self.reference_off_cpu: list[float] = []
+        """Per timed reference call: the share of it spent off the CPU (contention)."""
         self.kernel_waits: list[bool] = []
         """Per timed kernel call: did it wait for a CPU (reported, never used to drop one)."""
         self.stderr: dict[str, str] = {}
@@ -1062,9 +1059,13 @@ class Session:
                 except (Verdict, StageError) as exc:
                     self._fail(label, exc)
         for label in self.live:
-            self.worst.setdefault(
-                label, {"l2_rel_error": 0.0, "max_absolute_error": 0.0, "max_relative_error": 0.0}
-            )
+            self._worst(label)
+
+    def _worst(self, label: str) -> dict[str, float]:
+        """The kernel's worst errors so far (all zero before its first check)."""
+        return self.worst.setdefault(
+            label, {"l2_rel_error": 0.0, "max_absolute_error": 0.0, "max_relative_error": 0.0}
+        )
 
     def _check(
         self,
@@ -1102,9 +1103,7 @@ class Session:
                 )
             verdict.message = f"{what}: {verdict.message}"
             raise
-        worst = self.worst.setdefault(
-            label, {"l2_rel_error": 0.0, "max_absolute_error": 0.0, "max_relative_error": 0.0}
-        )
+        worst = self._worst(label)
         for key in worst:
             worst[key] = max(worst[key], errors[key])
         seen.append((outs_ref_layout, refs))
@@ -1157,19 +1156,17 @@ class Session:
                         self._fail(role, exc)
                         failed = True
                         break
-                    self.kernel_waits.append(
-                        runner.last_run_delay_ns - pset.round_trip * len(sets)
-                        > KERNEL_OFF_CPU_SHARE * max(timed[role][0], 1)
-                    )
+                off_cpu = runner.last_off_cpu_ns - pset.round_trip * len(sets)
+                share = max(0.0, off_cpu) / max(timed[role][0], 1)
                 # Only the reference's wait decides: a kernel could keep a thread of its own
                 # runnable to make its slow rounds look contended and have them re-taken. The
                 # reference runs next to it in every round, on the same core, in random
                 # order, so a busy host shows in its calls too.
                 if role == REFERENCE:
-                    off_cpu = runner.last_run_delay_ns - pset.round_trip * len(sets)
-                    share = max(0.0, off_cpu) / max(timed[role][0], 1)
-                    self.delay_shares.append(share)
+                    self.reference_off_cpu.append(share)
                     contended = share > CONTENDED_SHARE
+                else:
+                    self.kernel_waits.append(share > KERNEL_OFF_CPU_SHARE)
             if failed:
                 continue
             _, refs, ref_names = timed[REFERENCE]
@@ -1240,6 +1237,12 @@ class Session:
         )
         return self.analysis
 
+    def _set_medians(self, name: str, sets: list[int]) -> list[float]:
+        """The median of one contestant's samples in each process set, in `sets` order."""
+        values = np.asarray(self.samples[name])
+        blocks = np.asarray(self.block_of)
+        return [float(np.median(values[blocks == k])) for k in sets]
+
     def _report(self, target: float) -> None:
         from accelopt_mcp.stats import drift
 
@@ -1267,15 +1270,14 @@ class Session:
         steal = clock.steal_fraction() if clock is not None else 0.0
         # Each sample relative to its own process set's median: differences between processes
         # are not drift in time.
-        reference = self.samples[REFERENCE]
-        set_median = {
-            k: float(
-                np.median([v for v, b in zip(reference, self.block_of, strict=True) if b == k])
-            )
-            for k in set(self.block_of)
-        }
-        shift = drift([v / set_median[b] for v, b in zip(reference, self.block_of, strict=True)])
+        sets = sorted(set(self.block_of))
+        set_medians = {name: self._set_medians(name, sets) for name in [REFERENCE, *self.live]}
+        reference = dict(zip(sets, set_medians[REFERENCE], strict=True))
+        shift = drift(
+            [v / reference[b] for v, b in zip(self.samples[REFERENCE], self.block_of, strict=True)]
+        )
         rounds = len(self.block_of)
+        widest = analysis.widest()
         contended = (
             self.kept_contended > 0
             or self.retaken > CONTENDED_ROUNDS_SHARE * rounds
@@ -1287,8 +1289,8 @@ class Session:
             "rounds": rounds,
             "calls_per_sample": self.batch,
             "target_ci": target,
-            "widest": analysis.widest(),
-            "target_met": analysis.widest() <= target,
+            "widest": widest,
+            "target_met": widest <= target,
             "time_capped": bool(clock and clock.capped),
             "summaries": {
                 name: {
@@ -1305,15 +1307,7 @@ class Session:
                 }
                 for name, s in analysis.summaries.items()
             },
-            "block_medians": {
-                name: [
-                    float(
-                        np.median([v for v, b in zip(values, self.block_of, strict=True) if b == k])
-                    )
-                    for k in sorted(set(self.block_of))
-                ]
-                for name, values in ((n, self.samples[n]) for n in [REFERENCE, *self.live])
-            },
+            "block_medians": set_medians,
             "speedups": [
                 {"kernel": a, "baseline": b, "estimate": i.estimate, "low": i.low, "high": i.high}
                 for (a, b), i in analysis.speedups.items()
@@ -1326,7 +1320,7 @@ class Session:
                 "contended": contended,
                 "kernel_calls_waiting": sum(self.kernel_waits),
                 "wait_share_quantiles": [
-                    float(q) for q in np.percentile(self.delay_shares or [0.0], [50, 90, 99])
+                    float(q) for q in np.percentile(self.reference_off_cpu or [0.0], [50, 90, 99])
                 ],
             },
         }

@@ -642,20 +642,15 @@ class JailedProcess:
                 found.add(self.pid)
         return sorted(found)
 
-    def run_delay_ns(self) -> int:
-        """Nanoseconds the jail's processes have so far spent runnable but waiting for a CPU
-        (the scheduler's run-queue delay, /proc/PID/schedstat), summed over the processes seen
-        the first time this was asked; 0 where the kernel does not keep it. Timed work that
-        waited is work measured on a busy host."""
-        return self.sched_times()[1]
-
     def cpu_time_ns(self) -> int:
-        """Nanoseconds the jail's processes have so far spent on a CPU (same processes and
-        source as run_delay_ns)."""
+        """Nanoseconds the jail's processes have so far spent on a CPU (/proc/PID/schedstat),
+        summed over the processes seen the first time this was asked; 0 where the kernel does
+        not keep it."""
         return self.sched_times()[0]
 
     def sched_times(self) -> tuple[int, int]:
-        """(on-CPU, waiting for a CPU) nanoseconds so far, from /proc/PID/schedstat."""
+        """(on-CPU, waiting for a CPU in the run queue) nanoseconds so far, from
+        /proc/PID/schedstat."""
         if self._delay_pids is None:
             self._delay_pids = [
                 pid for pid in self.jail_pids() if pid not in (self.pid, self.init_pid)
