@@ -6,7 +6,11 @@ connection strings, and a store URL given by the user may hold a password. Two f
 
 - `redact(text, secrets=())`: the text with every secret replaced by `REDACTED`;
 - `redacted_url(url)`: a URL (or libpq key=value DSN) fit to show as a location: the same
-  masking, and without its query string and fragment.
+  masking, and without its query string and fragment;
+- `mask_secrets(text, secrets=())`: for code and prose that must stay readable (the stored
+  prompts and replies of LLM calls): known secrets and secret-shaped strings only. The
+  `name=value` and `"name": value` rules are left out: in code they match ordinary lines
+  (`key=lambda t: t[0]`, `token = tokens[i]`) and would mask them.
 
 What is masked (each rule is one entry of `_RULES`, or the known-secret step):
 
@@ -138,6 +142,11 @@ _RULES: tuple[Rule, ...] = (
 )
 
 
+# The rules that match only what is shaped like a secret (not a `name = value` line of code):
+# PEM keys, URL user-info, Authorization headers, Bearer tokens, key-shaped strings.
+_SHAPE_RULES: tuple[Rule, ...] = (_RULES[0], _RULES[1], _RULES[2], _RULES[3], _RULES[-1])
+
+
 def _environment_secrets() -> list[str]:
     return [
         value
@@ -163,6 +172,16 @@ def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
     entry in `secrets` is skipped."""
     text = _mask_known(text, secrets)
     for pattern, replacement in _RULES:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def mask_secrets(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """The text with every known secret (as for `redact`) and every secret-shaped string
+    (keys, tokens, PEM blocks, URL passwords, Authorization values) replaced by REDACTED, and
+    everything else as it was: code keeps its `key = ...` lines."""
+    text = _mask_known(text, secrets)
+    for pattern, replacement in _SHAPE_RULES:
         text = pattern.sub(replacement, text)
     return text
 

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from accelopt_mcp import __version__
 from accelopt_mcp.mcp_tools import AccelOptServer, ServerState, build_server
 from accelopt_mcp.store import STORE_ENV
 
@@ -157,6 +158,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         prog="accelopt-mcp",
         description="MCP server for AccelOpt kernel optimization (stdio unless --http).",
     )
+    parser.add_argument("--version", action="version", version=f"accelopt-mcp {__version__}")
     parser.add_argument("--http", action="store_true", help="Serve streamable HTTP at /mcp.")
     parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address.")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="HTTP port.")

@@ -186,3 +186,24 @@ def test_redacted_url_drops_user_info_query_and_fragment(url: str, shown: str) -
 
 def test_redacted_url_masks_known_secrets() -> None:
     assert redacted_url("https://h/k/abcd-secret-1/x", ["abcd-secret-1"]) == "https://h/k/***/x"
+
+
+def test_mask_secrets_keeps_code_readable_and_masks_what_looks_like_a_secret() -> None:
+    from accelopt_mcp.redaction import mask_secrets
+
+    code = (
+        "order = sorted(rows, key=lambda t: t[0])\n"
+        "token = tokens[i]\n"
+        'cfg = {"key": value}\n'
+        "url = 'postgresql://app:hunter22@db:5432/x'\n"
+        "client = OpenAI(api_key='sk-live-abcdefghijklmnop')\n"
+        "headers = {'Authorization': 'Bearer abc.def.ghi'}\n"
+    )
+    masked = mask_secrets(code, ["my-known-secret-value"])
+    assert "key=lambda t: t[0]" in masked
+    assert "token = tokens[i]" in masked
+    assert '{"key": value}' in masked
+    assert "hunter22" not in masked
+    assert "sk-live-abcdefghijklmnop" not in masked
+    assert "abc.def.ghi" not in masked
+    assert mask_secrets("say my-known-secret-value", ["my-known-secret-value"]) == "say ***"

@@ -207,6 +207,10 @@ class DevicePool:
             evaluation=evaluation, device=device.id, started_at=started, finished_at=finished
         )
 
+    def busy(self) -> int:
+        """Devices evaluating something now (cheap: safe to poll from any thread)."""
+        return max(0, len(self.devices) - self._free.qsize())
+
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
 

@@ -90,3 +90,17 @@ def list_backends() -> list[Availability]:
         except Exception as exc:  # a backend that cannot even start is reported, not raised
             found.append(Availability(name=name, usable=False, reason=str(exc) or repr(exc)))
     return found
+
+
+def require_backend(name: str) -> Availability:
+    """The backend's availability when it can run here; else BackendUnavailableError with the
+    reason it gives (what is missing, what to install or where to run)."""
+    try:
+        availability = get_backend(name).availability()
+    except BackendUnavailableError:
+        raise
+    except Exception as exc:  # a backend that cannot even start says why, in one line
+        raise BackendUnavailableError(f"backend {name!r} cannot start here: {exc}") from exc
+    if not availability.usable:
+        raise BackendUnavailableError(f"backend {name!r} cannot run here: {availability.reason}")
+    return availability

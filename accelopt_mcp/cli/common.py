@@ -1,4 +1,8 @@
-"""Pieces every CLI command shares: the --store option, opening a store, printing errors."""
+"""Pieces every CLI command shares: the --store option, opening a store, printing messages.
+
+User text (paths, names, errors, hints such as `pip install 'accelopt-mcp[flashinfer]'`) is
+never read as rich markup: print it with say() / fail(), or as a rich Text, never inside a
+markup string. Lines are not wrapped, so a path or id stays whole under a pipe too."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
+from rich.text import Text
 
 from accelopt_mcp.store import STORE_ENV, open_store
 from accelopt_mcp.store.base import KernelStore, StoreError
@@ -32,8 +37,22 @@ StoreOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
 
+def say(*parts: str | Text | tuple[str, str], err: bool = False) -> None:
+    """One line, its parts joined as they are: a str or Text is shown verbatim, a (text,
+    style) pair in that rich style (e.g. ("error:", "bold red")). No markup is interpreted and
+    the line is not wrapped."""
+    line = Text.assemble(*parts)
+    (err_console if err else console).print(line, soft_wrap=True, highlight=False)
+
+
+def plain(text: object) -> Text:
+    """A table cell or title that shows `text` as it is (no markup)."""
+    return Text(str(text))
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    """Print `error: message` on stderr (verbatim, one line) and exit with `code`."""
+    say(("error:", "bold red"), " ", message, err=True)
     raise typer.Exit(code)
 
 

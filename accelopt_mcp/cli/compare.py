@@ -7,12 +7,21 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from accelopt_mcp.backends.base import BackendUnavailableError, Baseline
 from accelopt_mcp.backends.registry import backend_help, backend_info
-from accelopt_mcp.cli.common import JsonOption, StoreOption, console, fail, opened_store, print_json
+from accelopt_mcp.cli.common import (
+    JsonOption,
+    StoreOption,
+    console,
+    fail,
+    opened_store,
+    plain,
+    print_json,
+    say,
+)
 from accelopt_mcp.comparing import (
     check_count,
     compare_kernels,
@@ -124,10 +133,9 @@ def _print_comparison(task: Task, found: KernelComparison) -> None:
         if found.interleaved
         else "each timed on its own (intervals combined, wider)"
     )
-    console.print(
-        f"[bold]{escape(task.definition.name)}[/] ({escape(hardware)}): {how}; intervals "
-        f"{level_text(found.confidence)}",
-        highlight=False,
+    say(
+        (task.definition.name, "bold"),
+        f" ({hardware}): {how}; intervals {level_text(found.confidence)}",
     )
     table = Table(show_header=True, header_style="bold", box=None)
     for column in ("rank", "kernel", "status", "median", "speedup"):
@@ -138,16 +146,16 @@ def _print_comparison(task: Task, found: KernelComparison) -> None:
         latency = latency_text(ev) or "-"
         table.add_row(
             str(entry.rank) if entry.rank is not None else "-",
-            escape(entry.label),
-            f"[{colour}]{ev.status.value}[/]",
-            escape(latency.replace(f" {level_text(found.confidence)}", "")),
-            escape(reference_speedup_text(ev) or "-"),
+            plain(entry.label),
+            Text(ev.status.value, style=colour),
+            plain(latency.replace(f" {level_text(found.confidence)}", "")),
+            plain(reference_speedup_text(ev) or "-"),
         )
     console.print(table, highlight=False)
     for pair in found.pairs:
-        console.print(escape(pair_text(pair)), highlight=False)
+        say(pair_text(pair))
     for entry in found.kernels:
         ev = entry.evaluation
         if not ev.passed:
-            console.print(f"[red]{escape(entry.label)}[/] did not pass:", highlight=False)
+            say((entry.label, "red"), " did not pass:")
             console.print(ev.log[-2000:], highlight=False, markup=False)

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from accelopt_mcp.cli.common import (
@@ -15,7 +14,9 @@ from accelopt_mcp.cli.common import (
     console,
     fail,
     opened_store,
+    plain,
     print_json,
+    say,
 )
 from accelopt_mcp.models import LatencyStats
 from accelopt_mcp.store.base import StoreError
@@ -51,7 +52,7 @@ def init(store: StoreOption = None) -> None:
     else:
         with opened_store(store):
             pass
-    console.print(f"[green]schema ready[/] ({kind})")
+    say(("schema ready", "green"), f" ({kind})")
 
 
 @app.command()
@@ -69,13 +70,11 @@ def check(
         print_json(result)
     else:
         colour = "green" if result.ok else "red"
-        console.print(
-            f"[{colour}]{escape(result.message)}[/]  ({result.kind}: {escape(result.location)})"
-        )
+        say((result.message, colour), f"  ({result.kind}: {result.location})")
         for step in result.next_steps:
-            console.print(f"  - {escape(step)}", highlight=False)
+            say(f"  - {step}")
         for table, count in (result.tables or {}).items():
-            console.print(f"  {table}: {count}")
+            say(f"  {table}: {count}")
     raise typer.Exit(0 if result.ok else 1)
 
 
@@ -87,7 +86,8 @@ def stats(store: StoreOption = None, as_json: JsonOption = False) -> None:
     if as_json:
         print_json(result)
         return
-    table = Table(title=f"{result.backend}: {result.location}")
+    say(f"{result.backend}: {result.location}")  # a line: a table title wraps and cuts
+    table = Table()
     table.add_column("table")
     table.add_column("rows", justify="right")
     for name, count in result.counts.items():
@@ -124,7 +124,8 @@ def best(
         print_json([r.model_dump(mode="json") for r in ranked])
         return
     title = f"fastest correct solutions of {definition}"
-    table = Table(title=title + (" (untrusted included)" if include_flagged else ""))
+    say(title + (" (untrusted included)" if include_flagged else ""))
+    table = Table()
     for column in (
         "solution id",
         "name",
@@ -141,14 +142,14 @@ def best(
         flags = ", ".join(r.profile.flags)
         stats = r.profile.evaluation.latency_stats
         table.add_row(
-            r.solution.id,
-            r.solution.solution.name,
-            r.solution.spec_language,
-            r.profile.eval_hardware,
-            _latency_cell(r.profile.latency_ms, stats),
+            plain(r.solution.id),
+            plain(r.solution.solution.name),
+            plain(r.solution.spec_language),
+            plain(r.profile.eval_hardware),
+            plain(_latency_cell(r.profile.latency_ms, stats)),
             str(stats.measurements) if stats else "1",
             speedup,
-            escape(f"UNTRUSTED: {flags}" if not r.profile.trusted else flags or "-"),
+            plain(f"UNTRUSTED: {flags}" if not r.profile.trusted else flags or "-"),
         )
     console.print(table)
 
@@ -159,7 +160,7 @@ def _latency_cell(latency_ms: float | None, stats: LatencyStats | None) -> str:
         return "-"
     if stats is None or stats.ci_low_ms is None or stats.ci_high_ms is None:
         return f"{latency_ms:.4f}"
-    return escape(f"{latency_ms:.4f} [{stats.ci_low_ms:.4f}, {stats.ci_high_ms:.4f}]")
+    return f"{latency_ms:.4f} [{stats.ci_low_ms:.4f}, {stats.ci_high_ms:.4f}]"
 
 
 @app.command()
@@ -181,24 +182,48 @@ def lineage(
             }
         )
         return
-    console.print(f"[bold]{solution_id}[/]")
+    say((solution_id, "bold"))
     for depth, s in enumerate(up, start=1):
-        console.print(f"  ancestor {depth}: {s.id}  {s.solution.name}")
+        say(f"  ancestor {depth}: {s.id}  {s.solution.name}")
     for s in down:
-        console.print(f"  descendant: {s.id}  {s.solution.name} (parent {s.parent_id})")
+        say(f"  descendant: {s.id}  {s.solution.name} (parent {s.parent_id})")
 
 
 @app.command("export")
 def export_(
     directory: Annotated[Path, typer.Argument(help="Target folder (created if missing).")],
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Write into a folder that already holds files (same names replaced)."
+        ),
+    ] = False,
     store: StoreOption = None,
 ) -> None:
     """Write the whole database as a FlashInfer-Trace directory (plus lineage, runs, memory)."""
     from accelopt_mcp.transfer.traceset import export_traceset
 
+    _check_export_target(directory, force)
     with opened_store(store) as db:
-        counts = export_traceset(db, directory)
-    console.print(f"exported to {directory}: {counts.model_dump()}")
+        try:
+            counts = export_traceset(db, directory)
+        except OSError as exc:
+            fail(f"cannot write the export to {directory}: {exc.strerror or exc}")
+    say(f"exported to {directory}: {counts.model_dump()}")
+
+
+def _check_export_target(directory: Path, force: bool) -> None:
+    """An export never replaces a file, nor mixes into a folder with files unless --force."""
+    if directory.exists() and not directory.is_dir():
+        fail(
+            f"{directory} exists and is not a folder; remove it or give another path "
+            "(an export is a folder of definitions, workloads, solutions and traces)"
+        )
+    if directory.is_dir() and not force and any(directory.iterdir()):
+        fail(
+            f"{directory} already holds files; remove it, give another folder, or pass --force "
+            "to write into it (files of the same name are replaced)"
+        )
 
 
 @app.command("import")

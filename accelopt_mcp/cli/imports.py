@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from accelopt_mcp.cli.common import StoreOption, console, opened_store
+from accelopt_mcp.cli.common import StoreOption, opened_store, say
 from accelopt_mcp.transfer import ImportFormat, import_directory
 
 app = typer.Typer(help="Load benchmark directories into the kernel database.", no_args_is_help=True)
@@ -17,9 +17,7 @@ def import_into_store(directory: Path, store: str | None, fmt: ImportFormat) -> 
     """Shared by these commands and `accelopt db import` (which detects the format)."""
     with opened_store(store) as db:
         chosen, counts = import_directory(db, directory, fmt=fmt)
-    console.print(
-        f"imported {chosen} directory {directory}: {counts.model_dump(exclude_defaults=True)}"
-    )
+    say(f"imported {chosen} directory {directory}: {counts.model_dump(exclude_defaults=True)}")
 
 
 @app.command()

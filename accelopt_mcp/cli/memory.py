@@ -6,10 +6,18 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
-from rich.markup import escape
 from rich.table import Table
 
-from accelopt_mcp.cli.common import JsonOption, StoreOption, console, fail, opened_store, print_json
+from accelopt_mcp.cli.common import (
+    JsonOption,
+    StoreOption,
+    console,
+    fail,
+    opened_store,
+    plain,
+    print_json,
+    say,
+)
 from accelopt_mcp.engine.memory import add_experience
 from accelopt_mcp.store.base import ExperienceIn
 
@@ -44,10 +52,10 @@ def list_items(
         table.add_column(column)
     for item in items:
         table.add_row(
-            item.id,
-            escape(item.namespace),
-            escape(item.definition_name),
-            escape(item.title),
+            plain(item.id),
+            plain(item.namespace),
+            plain(item.definition_name),
+            plain(item.title),
             f"{item.speedup:.2f}x" if item.speedup else "-",
             "yes" if item.removed else "",
         )
@@ -78,7 +86,7 @@ def add(
         fail("; ".join(str(error["msg"]) for error in exc.errors()))
     with opened_store(store) as db:
         stored = add_experience(db, item)
-    console.print(f"added {stored.id}")
+    say(f"added {stored.id}")
 
 
 @app.command()
@@ -90,4 +98,4 @@ def remove(
     with opened_store(store) as db:
         if not db.remove_experience(item_id):
             fail(f"no memory item {item_id!r}; see `accelopt memory list`")
-    console.print(f"removed {item_id}")
+    say(f"removed {item_id}")

@@ -1,22 +1,30 @@
-"""`accelopt optimize` and `accelopt resume`: run the beam search here, with a live display."""
+"""`accelopt optimize` and `accelopt resume`: run the beam search here, with a live display
+in a terminal, one timestamped line per event elsewhere (nohup, pipes, CI), and a last line
+that says how the run ended."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import sys
+import time
+from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TextIO
 
 import typer
 from pydantic import ValidationError
 from rich.live import Live
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from accelopt_mcp.backends.registry import backend_help, backend_info
-from accelopt_mcp.cli.common import StoreOption, console, fail, opened_store
+from accelopt_mcp.backends.base import BackendUnavailableError
+from accelopt_mcp.backends.registry import backend_help, backend_info, require_backend
+from accelopt_mcp.cli.common import StoreOption, console, fail, opened_store, plain, say
 from accelopt_mcp.engine.beam import BeamSearch, InitialKernelFailed, RunBusy
+from accelopt_mcp.engine.checkpoint import Checkpoint
 from accelopt_mcp.engine.config import resolve_optimize_config
-from accelopt_mcp.engine.events import EngineEvent
+from accelopt_mcp.engine.events import Activity, ActivitySource, EngineEvent
 from accelopt_mcp.engine.presets import PRESETS
 from accelopt_mcp.engine.report import plot_best_latency
 from accelopt_mcp.engine.runs import (
@@ -28,8 +36,8 @@ from accelopt_mcp.engine.runs import (
     speedup,
     worker_alive,
 )
-from accelopt_mcp.llm import LlmConfigError, model_config_names
-from accelopt_mcp.store.base import KernelStore, RunUpdate
+from accelopt_mcp.llm import LlmConfigError, load_role_configs, model_config_names
+from accelopt_mcp.store.base import KernelStore, RunRecord, RunUpdate
 from accelopt_mcp.tasks.flashinfer_format import TaskFileError
 from accelopt_mcp.tasks.kernels import load_solution
 from accelopt_mcp.tasks.loader import load_task
@@ -40,7 +48,17 @@ OutputDirOption = Annotated[
         "--output-dir", help="Where the winning kernel and plot go (default: next to the DB)."
     ),
 ]
-QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No live display.")]
+QuietOption = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No live display (or progress lines).")
+]
+SkipLlmCheckOption = Annotated[
+    bool,
+    typer.Option(
+        "--skip-llm-check",
+        help="Start without first checking that every role's LLM endpoint answers (offline).",
+    ),
+]
+log = logging.getLogger(__name__)
 
 
 def optimize(
@@ -68,8 +86,9 @@ def optimize(
         str | None,
         typer.Option(
             "--config",
-            help="Model config: a file, or the name of one in templates/models "
-            f"({', '.join(model_config_names()) or 'none shipped'}).",
+            help="Model config: a JSON/TOML file, or the name of a shipped one "
+            f"({', '.join(model_config_names()) or 'none shipped'}). Default: OPENAI_BASE_URL, "
+            "OPENAI_API_KEY and the model in ACCELOPT_MODEL (else gpt-4.1-mini).",
         ),
     ] = None,
     budget_usd: Annotated[float | None, typer.Option(help="Stop at this LLM spend.")] = None,
@@ -83,6 +102,7 @@ def optimize(
     store: StoreOption = None,
     output_dir: OutputDirOption = None,
     quiet: QuietOption = False,
+    skip_llm_check: SkipLlmCheckOption = False,
 ) -> None:
     """Optimize KERNEL for TASK with the AccelOpt beam search; stores everything in the DB."""
     overrides = {
@@ -105,6 +125,11 @@ def optimize(
     }
     try:
         settings = resolve_optimize_config(preset, overrides)
+    except ValueError as exc:
+        fail(str(exc))
+    # What cannot work is refused here, before a run row exists.
+    _check_backend(settings.backend)
+    try:
         loaded_task = load_task(task, workload=workload)
         solution = load_solution(
             kernel,
@@ -113,6 +138,8 @@ def optimize(
         )
     except (TaskFileError, ValueError, FileNotFoundError) as exc:
         fail(str(exc))
+    if not skip_llm_check:
+        _check_llm(settings.models_config)
     with opened_store(store) as db:
         run_id = prepare_run(
             db,
@@ -121,7 +148,7 @@ def optimize(
             settings,
             request={"kernel_path": str(kernel), "task_path": str(task), "workload": workload},
         )
-        console.print(f"run [bold]{run_id}[/] ({escape(loaded_task.definition.name)})")
+        say("run ", (run_id, "bold"), f" ({loaded_task.definition.name})")
         _drive(db, run_id, output_dir or default_output_dir(), quiet)
 
 
@@ -134,11 +161,12 @@ def resume(
     store: StoreOption = None,
     output_dir: OutputDirOption = None,
     quiet: QuietOption = False,
+    skip_llm_check: SkipLlmCheckOption = False,
 ) -> None:
     """Continue a run from its last checkpoint (after a crash, kill or budget stop)."""
     with opened_store(store) as db:
         try:
-            run, _, checkpoint = load_run(db, run_id)
+            run, spec, checkpoint = load_run(db, run_id)
         except (RunNotFound, ValueError) as exc:
             fail(str(exc))
         changes = {
@@ -161,6 +189,9 @@ def resume(
                 f"run {run_id} is still being run by process {checkpoint.worker_pid}; stop it "
                 "first or wait for it"
             )
+        _check_backend(spec.optimize.backend)
+        if not skip_llm_check:
+            _check_llm(spec.optimize.models_config)
         if changes:
             try:
                 change_settings(db, run_id, **changes)
@@ -168,52 +199,110 @@ def resume(
                 fail(str(exc))
             if run.status == "completed":
                 db.update_run(run_id, RunUpdate(status="pending"))
-        _drive(db, run_id, output_dir or default_output_dir(), quiet)
+        # Without --output-dir, the folder the run was started with (its winner, plot, lock).
+        kept = Path(checkpoint.output_dir) if checkpoint.output_dir else None
+        _drive(db, run_id, output_dir or kept or default_output_dir(), quiet)
+
+
+def _check_backend(name: str) -> None:
+    """Stop (one line, exit code 2) when the backend cannot run on this host."""
+    try:
+        require_backend(name)
+    except (BackendUnavailableError, ValueError) as exc:
+        fail(f"{exc}; `accelopt backends` shows what runs here")
+
+
+def _check_llm(models_config: str | None) -> None:
+    """Stop (one line, exit code 2) when a role's LLM endpoint cannot serve it."""
+    # Imported here: the check needs the network stack only when it runs.
+    from accelopt_mcp.llm.preflight import PreflightFailed, check_endpoints
+
+    try:
+        configs = load_role_configs(Path(models_config) if models_config else None)
+        asyncio.run(check_endpoints(configs))
+    except PreflightFailed as exc:
+        fail(f"{exc} (or pass --skip-llm-check to start anyway)")
+    except LlmConfigError as exc:  # a config or key no run could work with
+        fail(str(exc))
+
+
+# --------------------------------------------------------------------------- driving a run
 
 
 def _drive(db: KernelStore, run_id: str, output_dir: Path, quiet: bool) -> None:
-    display = _LiveDisplay(run_id)
-    engine = BeamSearch(
-        db, run_id, on_event=None if quiet else display.update, output_dir=output_dir
-    )
+    """Run the engine to its end, showing progress; then the summary, whose last line says how
+    the run ended, and the exit code that goes with it (see outcome)."""
+    crash: str | None = None
     try:
         if quiet:
-            run = asyncio.run(engine.run_with_signals())
+            asyncio.run(BeamSearch(db, run_id, output_dir=output_dir).run_with_signals())
+        elif _stdout_is_terminal():
+            display = LiveDisplay(run_id)
+            engine = BeamSearch(db, run_id, on_event=display, output_dir=output_dir)
+            with Live(get_renderable=display.render, console=console, refresh_per_second=4):
+                asyncio.run(engine.run_with_signals())
         else:
-            with Live(display.render(), console=console, refresh_per_second=4) as live:
-                display.live = live
-                run = asyncio.run(engine.run_with_signals())
-    except (InitialKernelFailed, RunBusy) as exc:
-        fail(str(exc))
-    except LlmConfigError as exc:
+            lines = EventLines(sys.stdout)
+            engine = BeamSearch(db, run_id, on_event=lines, output_dir=output_dir)
+            asyncio.run(engine.run_with_signals())
+    except (InitialKernelFailed, RunBusy, LlmConfigError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         fail(f"interrupted; continue with `accelopt resume {run_id}`", code=130)
-    _summary(db, run_id, output_dir)
-    if run.status == "failed":
-        raise typer.Exit(1)
+    except Exception as exc:  # recorded on the run as failed; said in the last line
+        log.debug("run %s raised", run_id, exc_info=True)
+        crash = f"{type(exc).__name__}: {exc}"
+    raise typer.Exit(_summary(db, run_id, output_dir, crash))
 
 
-class _LiveDisplay:
+def _stdout_is_terminal() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stdout
+        return False
+
+
+def _latency_text(best_ms: float | None, initial_ms: float | None) -> str:
+    if not best_ms:
+        return "-"
+    ratio = speedup(initial_ms, best_ms)
+    return f"{best_ms:.4g} ms ({ratio:.2f}x)" if ratio else f"{best_ms:.4g} ms"
+
+
+class LiveDisplay:
+    """The live view in a terminal: the run's figures at its last event, and what it waits
+    on now (read from the engine's activity source at every refresh, between events too)."""
+
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         self.last: EngineEvent | None = None
-        self.live: Live | None = None
+        self._activity: ActivitySource | None = None
 
-    def update(self, event: EngineEvent) -> None:
+    def __call__(self, event: EngineEvent) -> None:
         self.last = event
-        if self.live is not None:
-            self.live.update(self.render())
+
+    def watch_activity(self, source: ActivitySource) -> None:
+        self._activity = source
+
+    def activity(self) -> Activity | None:
+        """What the run is doing now; at the last event when the engine gave no source."""
+        if self._activity is not None:
+            try:
+                return self._activity()
+            except Exception:  # a display must never stop a run
+                log.debug("activity source failed", exc_info=True)
+        return self.last.activity if self.last is not None else None
 
     def render(self) -> Table:
-        table = Table(title=f"accelopt run {self.run_id}", show_header=False, box=None)
+        table = Table(show_header=False, box=None)
+        table.add_row("run", plain(self.run_id))
         event = self.last
+        activity = self.activity()
         if event is None:
             table.add_row("status", "starting (profiling the initial kernel)")
+            if activity is not None:
+                table.add_row("now", plain(activity.describe()))
             return table
-        best = event.best_latency_ms
-        ratio = speedup(event.initial_latency_ms, best)
-        shown = f"{ratio:.2f}x" if ratio else "-"
         table.add_row("iteration", f"{event.iteration} / {event.iterations_total}")
         table.add_row("progress", f"{event.progress * 100:.0f}%")
         table.add_row(
@@ -221,15 +310,121 @@ class _LiveDisplay:
             f"{event.attempts_done} done, {event.attempts_passed} passed, "
             f"{event.attempts_failed} failed",
         )
-        table.add_row("best latency", f"{best:.4g} ms ({shown})" if best else "-")
+        best = _latency_text(event.best_latency_ms, event.initial_latency_ms)
+        table.add_row("best latency", best)
         table.add_row("LLM", f"{event.tokens_in + event.tokens_out} tokens, ${event.cost_usd:.4f}")
-        table.add_row("last", escape(event.message))
+        if activity is not None:
+            table.add_row("now", plain(activity.describe()))
+        table.add_row("last", plain(event.message))
         return table
 
 
-def _summary(db: KernelStore, run_id: str, output_dir: Path) -> None:
-    run, spec, checkpoint = load_run(db, run_id)
-    table = Table(title=f"run {run_id}: {run.status}")
+def event_line(event: EngineEvent) -> str:
+    """One event as one plain line (no timestamp): what happened, the run's figures, and what
+    it is waiting on."""
+    figures = (
+        f"iteration {event.iteration}/{event.iterations_total}, "
+        f"{event.attempts_done} attempt{'' if event.attempts_done == 1 else 's'} "
+        f"({event.attempts_passed} passed, "
+        f"{event.attempts_failed} failed), "
+        f"best {_latency_text(event.best_latency_ms, event.initial_latency_ms)}, "
+        f"LLM ${event.cost_usd:.4f} ({event.tokens_in + event.tokens_out} tokens)"
+    )
+    return f"{event.kind}: {event.message} | {figures} | {event.activity.describe()}"
+
+
+class EventLines:
+    """Progress where no one watches a terminal: one line per event, timestamped and flushed
+    at once, never wrapped or cut."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream: TextIO | None = stream
+
+    def __call__(self, event: EngineEvent) -> None:
+        if self.stream is None:
+            return
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(event.at))
+        try:
+            self.stream.write(f"{stamp} {event_line(event)}\n")
+            self.stream.flush()
+        except (OSError, ValueError):  # the reader went away (`| head`): the run goes on
+            self.stream = None
+
+
+# --------------------------------------------------------------------------- the run's end
+
+EXIT_CODES = {"completed": 0, "budget_exhausted": 0, "cancelled": 0, "failed": 1}
+LLM_UNAVAILABLE_EXIT = 3
+
+
+def outcome(run: RunRecord, checkpoint: Checkpoint, crash: str | None = None) -> tuple[str, int]:
+    """The run's last line, and the command's exit code: 0 completed (with or without a
+    faster kernel), budget_exhausted or cancelled; 1 failed; 3 llm_unavailable."""
+    status = run.status
+    head = f"run {run.id}: {status}"
+    reason = run.error or crash
+    if status == "completed":
+        return f"{head}, {_result_text(run, checkpoint)}", 0
+    if status == "llm_unavailable":
+        return (
+            f"{head}: {reason or 'the LLM calls failed'}; fix the endpoint or model config, "
+            f"then `accelopt resume {run.id}`",
+            LLM_UNAVAILABLE_EXIT,
+        )
+    if status == "budget_exhausted":
+        return (
+            f"{head}: {reason or 'a budget ran out'}; {_result_text(run, checkpoint)}; raise the "
+            f"budget and `accelopt resume {run.id}` to go on",
+            0,
+        )
+    if status == "cancelled":
+        return f"{head}; {_result_text(run, checkpoint)}; go on with `accelopt resume {run.id}`", 0
+    if status == "failed" or crash is not None:
+        return f"run {run.id}: failed: {reason or 'no reason recorded'}", 1
+    return head, EXIT_CODES.get(status, 0)
+
+
+def _result_text(run: RunRecord, checkpoint: Checkpoint) -> str:
+    """What the run found: its best kernel against the initial one, or why none beat it."""
+    initial = checkpoint.initial
+    attempts = list(checkpoint.slots.values())
+    improved = (
+        initial is not None
+        and run.best_solution_id is not None
+        and run.best_solution_id != initial.solution_id
+        and run.best_latency_ms is not None
+    )
+    if improved:
+        assert initial is not None and run.best_latency_ms is not None
+        ratio = speedup(initial.latency_ms, run.best_latency_ms)
+        shown = f" ({ratio:.2f}x over the initial kernel)" if ratio else ""
+        return f"best {run.best_latency_ms:.4g} ms{shown}"
+    failed = Counter(a.status for a in attempts if not a.passed)
+    failures = ", ".join(f"{n} {status}" for status, n in failed.most_common())
+    passed = sum(1 for a in attempts if a.passed)
+    start = f" ({initial.latency_ms:.4g} ms)" if initial is not None else ""
+    if not attempts:
+        return f"but no attempt was made: the initial kernel{start} is still the best"
+    if passed == 0:
+        return (
+            f"but no attempt passed: the initial kernel{start} is still the best "
+            f"({len(attempts)} attempts failed: {failures})"
+        )
+    flagged = sum(1 for a in attempts if a.passed and not a.trusted)
+    untrusted = f", {flagged} of them flagged untrusted" if flagged else ""
+    failed_text = f"; {sum(failed.values())} failed: {failures}" if failed else ""
+    return f"but no attempt beat the initial kernel{start}: {passed} passed{untrusted}{failed_text}"
+
+
+def _summary(db: KernelStore, run_id: str, output_dir: Path, crash: str | None) -> int:
+    """Print the run's iterations, plot and winner, and last the outcome line; the exit
+    code."""
+    try:
+        run, spec, checkpoint = load_run(db, run_id)
+    except (RunNotFound, ValueError) as exc:
+        say(f"run {run_id}: failed: {crash or exc}")
+        return 1
+    table = Table()
     for column in ("iteration", "attempts", "passed", "failed", "experiences", "best ms"):
         table.add_column(column, justify="right")
     for item in checkpoint.history:
@@ -242,22 +437,27 @@ def _summary(db: KernelStore, run_id: str, output_dir: Path) -> None:
             str(item.experiences_added),
             best,
         )
-    console.print(table)
+    if checkpoint.history:
+        say(f"run {run_id}: {run.status}")
+        console.print(table)
     initial = checkpoint.initial.latency_ms if checkpoint.initial else None
     if initial and run.best_latency_ms:
-        console.print(
+        say(
             f"initial {initial:.4g} ms -> best {run.best_latency_ms:.4g} ms "
             f"({initial / run.best_latency_ms:.2f}x), LLM cost ${run.cost_usd:.4f}"
         )
-    if run.error:
-        console.print(f"stopped: {escape(run.error)}")
-    plot = plot_best_latency(
-        checkpoint.history,
-        initial,
-        output_dir / run_id / "best_latency.png",
-        f"{spec.task.definition.name} ({run_id[:8]})",
-    )
-    if plot is not None:
-        console.print(f"plot: {plot}")
+    if checkpoint.initial is not None:
+        plot = plot_best_latency(
+            checkpoint.history,
+            initial,
+            output_dir / run_id / "best_latency.png",
+            f"{spec.task.definition.name} ({run_id[:8]})",
+        )
+        if plot is not None:
+            say(f"plot: {plot}")
     if checkpoint.winning_kernel_path:
-        console.print(f"winning kernel: {checkpoint.winning_kernel_path}")
+        say(f"winning kernel: {checkpoint.winning_kernel_path}")
+    line, code = outcome(run, checkpoint, crash)
+    style = "green" if code == 0 and run.status == "completed" else "bold red" if code else ""
+    say(Text(line, style=style))
+    return code

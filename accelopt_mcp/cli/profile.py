@@ -6,12 +6,20 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from accelopt_mcp.backends.base import BackendUnavailableError
 from accelopt_mcp.backends.registry import backend_help, backend_info
-from accelopt_mcp.cli.common import JsonOption, StoreOption, console, fail, opened_store, print_json
+from accelopt_mcp.cli.common import (
+    JsonOption,
+    StoreOption,
+    console,
+    fail,
+    opened_store,
+    plain,
+    print_json,
+    say,
+)
 from accelopt_mcp.comparing import (
     comparison_text,
     interval_text,
@@ -88,32 +96,32 @@ def profile(
 def _print_evaluation(outcome: ProfileOutcome) -> None:
     ev: Evaluation = outcome.evaluation
     colour = "green" if ev.passed else "red"
-    console.print(
-        f"[bold]{escape(outcome.solution_name)}[/] on {escape(outcome.definition_name)} "
-        f"({escape(ev.environment.hardware)}): [{colour}]{ev.status.value}[/]"
+    say(
+        (outcome.solution_name, "bold"),
+        f" on {outcome.definition_name} ({ev.environment.hardware}): ",
+        (ev.status.value, colour),
     )
     latency = latency_text(ev)
     if latency is not None:
         assert ev.performance is not None
         reference = ev.performance.reference_latency_ms
-        line = f"  median {escape(latency)}"
+        line = f"  median {latency}"
         if reference > 0:
             line += f"   reference {interval_text(reference, None, None, ' ms')}"
-        console.print(line, highlight=False)
+        say(line)
     speedups = [reference_speedup_text(ev), *(comparison_text(c) for c in ev.comparisons)]
     for speedup in speedups:
         if speedup:
-            console.print(f"  speedup {escape(speedup)}", highlight=False)
+            say(f"  speedup {speedup}")
     if ev.latency_stats is not None and ev.performance is not None:
         s = ev.latency_stats
         busy = "; the host was busy, read with care" if s.contended else ""
-        console.print(
+        say(
             f"  spread (IQR / median) {s.relative_spread:.1%} over {s.runs} samples in "
-            f"{s.measurement_rounds} sets of fresh processes{busy}",
-            highlight=False,
+            f"{s.measurement_rounds} sets of fresh processes{busy}"
         )
     if ev.correctness is not None:
-        console.print(
+        say(
             f"  max abs error {ev.correctness.max_absolute_error:.3g}   "
             f"max rel error {ev.correctness.max_relative_error:.3g}"
         )
@@ -123,14 +131,14 @@ def _print_evaluation(outcome: ProfileOutcome) -> None:
         table.add_column("counter")
         table.add_column("value", justify="right")
         for name, value in sorted(counters.items()):
-            table.add_row(name, f"{value:.6g}")
+            table.add_row(plain(name), f"{value:.6g}")
         console.print(table)
     for flag in ev.flags:
-        console.print(f"  [yellow]flag:[/] {escape(flag)}")
+        say(("  flag:", "yellow"), f" {flag}")
     if ev.log and not ev.passed:
         console.print(ev.log[-4000:], highlight=False, markup=False)
     if outcome.solution_id:
-        console.print(f"  stored: solution {outcome.solution_id}, profile {outcome.profile_id}")
+        say(f"  stored: solution {outcome.solution_id}, profile {outcome.profile_id}")
 
 
 def backends(as_json: JsonOption = False) -> None:
@@ -146,10 +154,10 @@ def backends(as_json: JsonOption = False) -> None:
         table.add_column(column)
     for b in found:
         table.add_row(
-            b.name,
+            plain(b.name),
             "yes" if b.usable else "no",
-            escape(b.hardware or "-"),
-            escape(b.isolation or "-"),
-            escape(b.reason),
+            plain(b.hardware or "-"),
+            plain(b.isolation or "-"),
+            plain(b.reason),
         )
     console.print(table)

@@ -1,4 +1,4 @@
-"""`accelopt runs list|show`: optimization runs and their trace."""
+"""`accelopt runs list|show|call`: optimization runs, their trace and their LLM calls."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from accelopt_mcp.engine.runs import (
     speedup,
 )
 from accelopt_mcp.engine.selection import AttemptRecord
+from accelopt_mcp.store.base import KernelStore, LlmCallRecord
 
 app = typer.Typer(help="Optimization runs: list them, show one's trace.", no_args_is_help=True)
 
@@ -75,10 +76,34 @@ def list_runs(
 @app.command()
 def show(
     run_id: Annotated[str, typer.Argument(help="Run id.")],
+    calls: Annotated[
+        bool,
+        typer.Option(
+            "--calls",
+            help="List the run's LLM calls instead, one line each, in the order they started.",
+        ),
+    ] = False,
+    role: Annotated[str | None, typer.Option(help="With --calls: only this role's calls.")] = None,
+    call: Annotated[
+        str | None,
+        typer.Option(
+            "--call",
+            help="Print one LLM call in full: its prompt and reply (id or 8+ character prefix).",
+        ),
+    ] = None,
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """A run's trace: per iteration its plans, attempts (status, latency) and experiences."""
+    """A run's trace: per iteration its plans, attempts (status, latency) and experiences;
+    with --calls its LLM calls, with --call ID one call's prompt and reply."""
+    if call is not None:
+        with opened_store(store) as db:
+            _print_call(db, call, as_json, run_id=run_id)
+        return
+    if calls:
+        with opened_store(store) as db:
+            _print_calls(db, run_id, role, as_json)
+        return
     with opened_store(store) as db:
         try:
             run, spec, checkpoint = load_run(db, run_id)
@@ -150,6 +175,97 @@ def show(
         for item in experiences:
             if item.iteration == iteration:
                 console.print(f"experience: {escape(item.title)} ({item.speedup or 0:.2f}x)")
+
+
+@app.command("call")
+def call_command(
+    call_id: Annotated[str, typer.Argument(help="LLM call id, or a prefix of 8+ characters.")],
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """One LLM call in full: when, which role and model, tokens, cost, the prompt and the
+    reply (as stored: redacted)."""
+    with opened_store(store) as db:
+        _print_call(db, call_id, as_json)
+
+
+# --------------------------------------------------------------------------- llm calls
+
+
+def _plain(text: str) -> None:
+    """Print text as it is: no markup, no highlighting, no emoji codes, no re-wrapping."""
+    console.print(text, markup=False, highlight=False, emoji=False, soft_wrap=True)
+
+
+def _when(call: LlmCallRecord) -> str:
+    moment = call.started_at or call.created_at
+    return moment.strftime("%Y-%m-%d %H:%M:%S") if moment else "-"
+
+
+def call_line(call: LlmCallRecord) -> str:
+    """One line: short id, start time, role, purpose, model, status, tokens in/out, cost,
+    latency, error."""
+    estimated = "~" if call.status in ("in_flight", "interrupted") else ""
+    parts = [
+        call.id[:8],
+        _when(call),
+        f"{call.role:<10}",
+        f"{call.purpose or '-':<22}",
+        call.model,
+        f"{call.status:<11}",
+        f"{estimated}{call.tokens_in}/{call.tokens_out} tok",
+        f"${call.cost_usd:.4f}",
+        f"{call.latency_s:.2f} s",
+    ]
+    if call.error:
+        parts.append(" ".join(call.error.split())[:160])
+    return "  ".join(parts)
+
+
+def _print_calls(db: KernelStore, run_id: str, role: str | None, as_json: bool) -> None:
+    run = db.get_run(run_id)
+    if run is None:
+        fail(f"no run {run_id!r} in {db.stats().location}; list runs with `accelopt runs list`")
+    found = db.list_llm_calls(run_id, role=role)
+    if as_json:
+        print_json([c.model_dump(mode="json", exclude={"messages", "reply"}) for c in found])
+        return
+    what = f"{role} calls" if role else "LLM calls"
+    _plain(f"run {run.id}: {len(found)} {what}, oldest first (~: estimated while in flight)")
+    for item in found:
+        _plain(call_line(item))
+    if found:
+        _plain("full prompt and reply: accelopt runs call <id>")
+
+
+def _print_call(db: KernelStore, call_id: str, as_json: bool, *, run_id: str | None = None) -> None:
+    found = db.get_llm_call(call_id)
+    if found is None or (run_id is not None and found.run_id != run_id):
+        where = f" of run {run_id!r}" if run_id else ""
+        fail(f"no LLM call {call_id!r}{where}; `accelopt runs show RUN --calls` lists them")
+    if as_json:
+        print_json(found.model_dump(mode="json"))
+        return
+    finished = found.finished_at.strftime("%Y-%m-%d %H:%M:%S") if found.finished_at else "-"
+    estimated = " (estimated)" if found.status in ("in_flight", "interrupted") else ""
+    for line in (
+        f"call {found.id} of run {found.run_id or '-'}",
+        f"role {found.role}, model {found.model}, purpose {found.purpose or '-'}",
+        f"status {found.status}, started {_when(found)}, finished {finished}, "
+        f"latency {found.latency_s:.2f} s",
+        f"tokens {found.tokens_in} in{estimated}, {found.tokens_out} out, "
+        f"cost ${found.cost_usd:.4f}",
+    ):
+        _plain(line)
+    if found.error:
+        _plain(f"error: {found.error}")
+    if found.messages is None:
+        _plain("(no prompt stored: the call was recorded before prompts were kept)")
+    for message in found.messages or []:
+        _plain(f"----- {message.role} -----")
+        _plain(message.content)
+    _plain("----- reply -----")
+    _plain(found.reply if found.reply is not None else "(no reply)")
 
 
 def _figure(figure: SpeedupFigure, against: str) -> str:

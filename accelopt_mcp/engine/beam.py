@@ -18,15 +18,22 @@ The best kernel found during an iteration is provisional (lowest median) until t
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from accelopt_mcp.backends.pool import DevicePool
 from accelopt_mcp.backends.registry import backend_class
-from accelopt_mcp.engine.checkpoint import FINAL_SLOT_STATES, IterationSummary, RunSpec
+from accelopt_mcp.engine.checkpoint import (
+    FINAL_SLOT_STATES,
+    IterationSummary,
+    PendingAttempt,
+    RunSpec,
+)
 from accelopt_mcp.engine.checkpoint_writer import CheckpointWriter
 from accelopt_mcp.engine.claim import (
     RunBusy,
@@ -39,11 +46,20 @@ from accelopt_mcp.engine.context import RunContext, make_budget
 from accelopt_mcp.engine.events import EventSink
 from accelopt_mcp.engine.executor import derived_solution, implement_plan
 from accelopt_mcp.engine.experience import summarize_pairs
+from accelopt_mcp.engine.hardware_block import describe_hardware
+from accelopt_mcp.engine.history import lineage_history
 from accelopt_mcp.engine.live_run import LiveRun
+from accelopt_mcp.engine.llm_health import LlmHealth
 from accelopt_mcp.engine.memory import OptimizationMemory
-from accelopt_mcp.engine.planner import propose_plan
+from accelopt_mcp.engine.planner import plan_diversity, propose_plan, propose_plans
 from accelopt_mcp.engine.profile_cache import ProfileCache
-from accelopt_mcp.engine.prompts import executor_messages, family_for, planner_messages
+from accelopt_mcp.engine.prompts import (
+    REPAIRABLE_STATUSES,
+    executor_messages,
+    family_for,
+    planner_messages,
+    repair_messages,
+)
 from accelopt_mcp.engine.run_control import RunControl
 from accelopt_mcp.engine.run_events import RunEvents
 from accelopt_mcp.engine.runs import load_run
@@ -60,6 +76,7 @@ from accelopt_mcp.engine.selection import (
     slot_key,
 )
 from accelopt_mcp.engine.winner import head_to_head, settle_beam, write_winner
+from accelopt_mcp.hashing import solution_hash
 from accelopt_mcp.llm import (
     Budget,
     BudgetExceeded,
@@ -69,12 +86,14 @@ from accelopt_mcp.llm import (
     RoleConfigs,
     load_role_configs,
 )
-from accelopt_mcp.models import LlmCallIn, Solution
+from accelopt_mcp.models import Evaluation, LlmCallIn, Solution
 from accelopt_mcp.models.evaluation import untrusted_flags
 from accelopt_mcp.redaction import redact
 from accelopt_mcp.store.base import ConflictError, ExperienceRecord, KernelStore, RunRecord
 
 __all__ = ["BeamSearch", "InitialKernelFailed", "RunBusy", "RunNotRunnable"]
+
+log = logging.getLogger(__name__)
 
 
 class InitialKernelFailed(RuntimeError):
@@ -130,7 +149,11 @@ class BeamSearch:
 
     async def run(self) -> RunRecord:
         # A stored run, before its folder. Stores are synchronous: their calls run in threads.
-        await asyncio.to_thread(load_run, self.store, self.run_id)
+        _, _, checkpoint = await asyncio.to_thread(load_run, self.store, self.run_id)
+        if self.output_dir is None and checkpoint.output_dir:
+            # Resumed without one: the folder the run was started with (its winner, plot and
+            # lock live there).
+            self.output_dir = Path(checkpoint.output_dir)
         with worker_lock(self.output_dir, self.run_id):
             return await self._run()
 
@@ -142,6 +165,8 @@ class BeamSearch:
         cfg = spec.optimize
         family = family_for(cfg.backend)
         record_worker(checkpoint)
+        if self.output_dir is not None:
+            checkpoint.output_dir = str(self.output_dir.resolve())
         checkpoint.start_clock()
         checkpoint.stop_reason = None
         state = LiveRun(checkpoint)
@@ -155,9 +180,21 @@ class BeamSearch:
             if checkpoint.hardware is None:
                 availability = await asyncio.to_thread(lambda: factory().availability())
                 checkpoint.hardware = availability.hardware
+            # Calls a dead worker had in flight were billed all the same: they stay in the
+            # ledger (interrupted, with their estimated tokens) and in the budget.
+            interrupted = await asyncio.to_thread(
+                self.store.mark_interrupted_llm_calls, self.run_id
+            )
+            if interrupted:
+                log.info(
+                    "run %s: %d LLM call(s) interrupted by the last worker",
+                    self.run_id,
+                    interrupted,
+                )
             budget = await asyncio.to_thread(
                 make_budget, self.store, self.run_id, cfg, checkpoint.elapsed_before_s
             )
+            await writer.move_inline_entries()
             await writer.save(budget, status="running", error="")
             configs = self._role_configs or load_role_configs(
                 Path(cfg.models_config) if cfg.models_config else None
@@ -183,10 +220,19 @@ class BeamSearch:
                     profiles=profiles,
                     memory=memory,
                     checkpoints=writer,
-                    events=RunEvents(self.on_event, self.run_id, spec, state, budget),
+                    events=RunEvents(
+                        self.on_event,
+                        self.run_id,
+                        spec,
+                        state,
+                        budget,
+                        llm_in_flight=client.in_flight,
+                        profiling_busy=pool.busy,
+                    ),
                 )
                 ctx.events.emit("run_started", checkpoint.completed_iteration, "run started")
-                await _Iterations(ctx, state, self._control).run()
+                health = LlmHealth(cfg.max_consecutive_llm_failures)
+                await _Iterations(ctx, state, self._control, health).run()
         except BaseException as exc:
             self._close_pool(pool)
             await writer.record_failure(exc, budget)
@@ -259,6 +305,7 @@ class BeamSearch:
             namespace=cfg.memory_namespace(),
             capacity=cfg.exp_n,
             seed_ids=checkpoint.seed_experience_ids,
+            policy=cfg.memory_policy,
         )
         state.best = checkpoint.best_so_far()
         return memory
@@ -289,10 +336,19 @@ class _Iterations:
     """The loop of a started run, from its checkpoint's next iteration to its last, or until
     it is asked to stop (or its budget runs out)."""
 
-    def __init__(self, ctx: RunContext, state: LiveRun, control: RunControl) -> None:
+    def __init__(
+        self, ctx: RunContext, state: LiveRun, control: RunControl, health: LlmHealth
+    ) -> None:
         self.ctx = ctx
         self.state = state
         self.control = control
+        self.health = health
+
+    def _llm_failed(self, role: str, exc: Exception) -> None:
+        """A call failed for good: stop the run once the LLM looks gone (llm_health)."""
+        reason = self.health.failed(role, str(exc))
+        if reason is not None:
+            self.control.request_stop("llm_unavailable", reason)
 
     async def run(self) -> None:
         ctx = self.ctx
@@ -314,7 +370,7 @@ class _Iterations:
         cfg = ctx.cfg
         started = time.monotonic()
         beam = list(checkpoint.beam)
-        memory = await asyncio.to_thread(ctx.memory.working_set)
+        memory = await asyncio.to_thread(ctx.memory.working_set, iteration)
         ctx.events.emit(
             "iteration_started",
             iteration,
@@ -322,17 +378,23 @@ class _Iterations:
             f"{len(memory)} memory item(s)",
         )
         chains = [
-            self.control.spawn(self._chain(iteration, b, entry, p, memory))
+            self.control.spawn(self._beam_kernel(iteration, b, entry, memory))
             for b, entry in enumerate(beam)
-            for p in range(cfg.plans)
         ]
         results = await asyncio.gather(*chains, return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
                 raise result
+        attempts = checkpoint.slots_of(iteration)
+        if attempts and all(a.status == LLM_FAILED for a in attempts):
+            # Nothing to select from, and the next iteration would fail the same way.
+            self.control.request_stop(
+                "llm_unavailable",
+                f"every LLM call of iteration {iteration} failed ({len(attempts)} attempts); "
+                f"last: {self.health.last_error or attempts[-1].error}",
+            )
         if self.control.stopping:
             return
-        attempts = checkpoint.slots_of(iteration)
         pairs = select_pairs(
             attempts,
             topk=cfg.topk,
@@ -362,6 +424,12 @@ class _Iterations:
             self.state.best = choice.beam[0]
         checkpoint.completed_iteration = iteration
         passed = sum(1 for a in attempts if a.passed)
+        diversities = [
+            d
+            for b in range(len(beam))
+            if (d := plan_diversity([p for p in checkpoint.plans.get(f"{iteration}/{b}", []) if p]))
+            is not None
+        ]
         best = self.state.best
         checkpoint.history.append(
             IterationSummary(
@@ -374,6 +442,8 @@ class _Iterations:
                 experiences_added=added,
                 beam=[e.solution_id for e in checkpoint.beam],
                 wall_s=time.monotonic() - started,
+                plan_diversity=sum(diversities) / len(diversities) if diversities else None,
+                repaired=sum(1 for a in attempts if a.passed and a.repairs),
             )
         )
         await self._save(current_iteration=iteration)
@@ -396,78 +466,213 @@ class _Iterations:
         )
         return await head_to_head(self.ctx.profiles, tie.placed, tie.challenger)
 
-    async def _chain(
-        self, iteration: int, b: int, entry: BeamEntry, p: int, memory: list[ExperienceRecord]
+    async def _beam_kernel(
+        self, iteration: int, b: int, entry: BeamEntry, memory: list[ExperienceRecord]
     ) -> None:
-        """One plan sample for one beam kernel: the plan (unless the checkpoint has it), then
-        its K attempts that have not finished yet."""
+        """Everything an iteration does for one beam kernel: its N plans (those the checkpoint
+        does not have), then the K attempts of each plan that have not finished yet."""
         ctx, checkpoint = self.ctx, self.state.checkpoint
         cfg = ctx.cfg
-        needed = [
-            a
-            for a in range(cfg.attempts)
-            if (slot := checkpoint.slots.get(slot_key(iteration, b, p, a))) is None
-            or slot.status not in FINAL_SLOT_STATES
-        ]
+        needed = {
+            p: [
+                a
+                for a in range(cfg.attempts)
+                if (slot := checkpoint.slots.get(slot_key(iteration, b, p, a))) is None
+                or slot.status not in FINAL_SLOT_STATES
+            ]
+            for p in range(cfg.plans)
+        }
+        needed = {p: attempts for p, attempts in needed.items() if attempts}
         if not needed or self.control.stopping:
             return
-        key = f"{iteration}/{b}"
-        plans = checkpoint.plans.setdefault(key, [None] * cfg.plans)
-        plan = plans[p]
         parent = await ctx.profiles.solution(entry.solution_id)
+        profile = await ctx.profiles.stored_evaluation(entry.solution_id)
+        kernel = _Kernel(
+            entry=entry,
+            solution=parent,
+            profile=profile,
+            hardware=describe_hardware(
+                ctx.family, profile.environment if profile else None, task=ctx.task
+            ),
+        )
+        plans = checkpoint.plans.setdefault(f"{iteration}/{b}", [None] * cfg.plans)
+        missing = [p for p in needed if plans[p] is None]
+        history = lineage_history(
+            entry.solution_id,
+            checkpoint.slots.values(),
+            checkpoint.plans,
+            before_iteration=iteration,
+        )
+        if missing and cfg.plan_mode == "distinct":
+            if not await self._distinct_plans(iteration, b, kernel, memory, history, missing):
+                return
+            needed = {p: attempts for p, attempts in needed.items() if plans[p] is not None}
+        await asyncio.gather(
+            *(
+                self._plan_chain(iteration, b, kernel, p, attempts, memory, history)
+                for p, attempts in needed.items()
+            )
+        )
+
+    async def _distinct_plans(
+        self,
+        iteration: int,
+        b: int,
+        kernel: _Kernel,
+        memory: list[ExperienceRecord],
+        history: str,
+        missing: list[int],
+    ) -> bool:
+        """One planner call for the kernel's missing plans, asked to differ from each other
+        (and from the plans it already has); samples left without a plan are recorded as
+        failed attempts. False when the run must stop (budget)."""
+        ctx, checkpoint = self.ctx, self.state.checkpoint
+        cfg = ctx.cfg
+        plans = checkpoint.plans[f"{iteration}/{b}"]
+        rng = random.Random(f"{cfg.shuffle_seed}/{iteration}/{b}")
+        messages = planner_messages(
+            ctx.family,
+            ctx.task,
+            kernel.solution,
+            kernel.profile,
+            memory,
+            rng,
+            hardware=kernel.hardware,
+            history=history,
+            n_plans=len(missing),
+        )
+        error: str | None = None
+        try:
+            made = await propose_plans(
+                ctx.client,
+                messages,
+                len(missing),
+                known=[plan for plan in plans if plan],
+                purpose=f"plans {iteration}/{b}",
+            )
+        except BudgetExceeded as exc:
+            self.control.call_refused(exc)
+            return False
+        except (LlmCallFailed, MalformedReply) as exc:
+            made, error = [], f"planner: {exc}"
+            if isinstance(exc, LlmCallFailed):
+                self._llm_failed("planner", exc)
+            else:
+                self.health.succeeded()  # the service answered, if not with plans
+        else:
+            self.health.succeeded()
+        for p, plan in zip(missing, made, strict=False):
+            plans[p] = plan
+        await self._save_plans(iteration, b)
+        short = [p for p in missing if plans[p] is None]
+        reason = error or (
+            f"planner: gave {len(made)} of the {len(missing)} distinct plans asked for"
+        )
+        for p in short:
+            for a in range(cfg.attempts):
+                key = slot_key(iteration, b, p, a)
+                done = checkpoint.slots.get(key)
+                if done is None or done.status not in FINAL_SLOT_STATES:
+                    await self._record(
+                        self._slot(iteration, b, p, a, kernel.entry, LLM_FAILED, error=reason)
+                    )
+        return True
+
+    async def _plan_chain(
+        self,
+        iteration: int,
+        b: int,
+        kernel: _Kernel,
+        p: int,
+        attempts: list[int],
+        memory: list[ExperienceRecord],
+        history: str,
+    ) -> None:
+        """One plan sample: its plan (in "independent" mode, one planner call of its own
+        unless the checkpoint has it), then its unfinished attempts."""
+        ctx, checkpoint = self.ctx, self.state.checkpoint
+        cfg = ctx.cfg
+        plans = checkpoint.plans[f"{iteration}/{b}"]
+        plan = plans[p]
         if plan is None:
-            profile = await ctx.profiles.stored_evaluation(entry.solution_id)
             rng = random.Random(f"{cfg.shuffle_seed}/{iteration}/{b}/{p}")
-            messages = planner_messages(ctx.family, ctx.task, parent, profile, memory, rng)
+            messages = planner_messages(
+                ctx.family,
+                ctx.task,
+                kernel.solution,
+                kernel.profile,
+                memory,
+                rng,
+                hardware=kernel.hardware,
+                history=history,
+            )
             try:
-                plan, _ = await propose_plan(ctx.client, messages)
+                plan, _ = await propose_plan(
+                    ctx.client, messages, purpose=f"plan {iteration}/{b}/{p}"
+                )
             except BudgetExceeded as exc:
                 self.control.call_refused(exc)
                 return
             except (LlmCallFailed, MalformedReply) as exc:
-                for a in needed:
+                for a in attempts:
                     await self._record(
-                        self._slot(iteration, b, p, a, entry, LLM_FAILED, error=f"planner: {exc}")
+                        self._slot(
+                            iteration, b, p, a, kernel.entry, LLM_FAILED, error=f"planner: {exc}"
+                        )
                     )
+                if isinstance(exc, LlmCallFailed):
+                    self._llm_failed("planner", exc)
+                else:
+                    self.health.succeeded()  # the service answered, if not with a plan
                 return
+            self.health.succeeded()
             plans[p] = plan
-            await self._save()
-        await asyncio.gather(
-            *(self._attempt(iteration, b, entry, parent, p, a, plan) for a in needed)
-        )
+            await self._save_plans(iteration, b)
+        await asyncio.gather(*(self._attempt(iteration, b, kernel, p, a, plan) for a in attempts))
+
+    async def _save_plans(self, iteration: int, b: int) -> None:
+        await self.ctx.checkpoints.save_entry(self.ctx.budget, "plans", f"{iteration}/{b}")
 
     async def _attempt(
-        self,
-        iteration: int,
-        b: int,
-        entry: BeamEntry,
-        parent: Solution,
-        p: int,
-        a: int,
-        plan: str,
+        self, iteration: int, b: int, kernel: _Kernel, p: int, a: int, plan: str
     ) -> None:
-        """One executor call for the plan; its kernel stored and profiled."""
+        """One executor call for the plan; its kernel stored, profiled and, when it fails,
+        repaired (cfg.repair_tries). A kernel stored before the run stopped
+        (checkpoint.pending) is taken up where it was, without asking again."""
         ctx = self.ctx
+        entry, parent = kernel.entry, kernel.solution
         if self.control.stopping:
             return
-        messages = executor_messages(ctx.family, ctx.task, parent, plan)
+        key = slot_key(iteration, b, p, a)
+        pending = self.state.checkpoint.pending.get(key)
+        if pending is not None:
+            resumed = await self._stored_kernel(pending, key)
+            if resumed is not None:
+                solution, ours = resumed
+                await self._profile_and_repair(
+                    iteration, b, p, a, kernel, plan, pending, solution, ours=ours
+                )
+                return
+        messages = executor_messages(
+            ctx.family, ctx.task, parent, plan, hardware=kernel.hardware, profile=kernel.profile
+        )
         try:
-            outcome = await implement_plan(ctx.client, messages, ctx.family)
+            outcome = await implement_plan(
+                ctx.client,
+                messages,
+                ctx.family,
+                entry_symbol=parent.entry_symbol,
+                purpose=f"attempt {key}",
+            )
         except BudgetExceeded as exc:
             self.control.call_refused(exc)
             return
         except LlmCallFailed as exc:
             await self._record(self._slot(iteration, b, p, a, entry, LLM_FAILED, error=str(exc)))
+            self._llm_failed("executor", exc)
             return
-        meta = {
-            "run_id": ctx.run_id,
-            "iteration": iteration,
-            "beam_index": b,
-            "plan_index": p,
-            "plan": plan,
-            "attempt_index": a,
-            "models": ctx.models,
-        }
+        self.health.succeeded()
+        meta = self._meta(iteration, b, p, a, plan)
         name = f"{ctx.task.definition.name}-{ctx.run_id[:8]}-i{iteration}b{b}p{p}a{a}"
         if outcome.source is None:
             # The reply itself is the record of what went wrong.
@@ -481,15 +686,99 @@ class _Iterations:
             return
         candidate = derived_solution(parent, outcome.source, name)
         try:
-            profiled = await ctx.profiles.store_and_profile(
-                candidate, entry.solution_id, meta, parent=parent
-            )
+            sid = await ctx.profiles.store_solution(candidate, entry.solution_id, meta)
         except ConflictError as exc:
             await self._record(
                 self._slot(iteration, b, p, a, entry, "COMPILE_ERROR", error=str(exc))
             )
             return
-        evaluation = profiled.evaluation
+        # From here a crash loses nothing: a resumed run profiles this kernel (or takes its
+        # stored profile) rather than asking the executor for another one.
+        stored = PendingAttempt(solution_id=sid, source_hash=solution_hash(candidate))
+        await self._set_pending(key, stored)
+        await self._profile_and_repair(iteration, b, p, a, kernel, plan, stored, candidate)
+
+    def _meta(self, iteration: int, b: int, p: int, a: int, plan: str) -> dict[str, Any]:
+        """What every kernel of a slot is stored with (its evolve_metadata)."""
+        return {
+            "run_id": self.ctx.run_id,
+            "iteration": iteration,
+            "beam_index": b,
+            "plan_index": p,
+            "plan": plan,
+            "attempt_index": a,
+            "models": self.ctx.models,
+        }
+
+    async def _set_pending(self, key: str, pending: PendingAttempt) -> None:
+        self.state.checkpoint.pending[key] = pending
+        await self.ctx.checkpoints.save_entry(self.ctx.budget, "pending", key)
+
+    async def _stored_kernel(
+        self, pending: PendingAttempt, key: str
+    ) -> tuple[Solution, bool] | None:
+        """The pending attempt's kernel from the store, and whether this very slot stored it
+        (then a stored profile of it was taken beside this slot's parent); None when it is
+        gone (the executor is asked again)."""
+        stored = await asyncio.to_thread(self.ctx.profiles.store.get_solution, pending.solution_id)
+        if stored is None:
+            return None
+        meta = stored.evolve_metadata
+        where = (meta.get("iteration"), meta.get("beam_index"))
+        which = (meta.get("plan_index"), meta.get("attempt_index"))
+        ours = meta.get("run_id") == self.ctx.run_id and (
+            "/".join(map(str, (*where, *which))) == key
+        )
+        return stored.solution, ours
+
+    async def _profile_and_repair(
+        self,
+        iteration: int,
+        b: int,
+        p: int,
+        a: int,
+        kernel: _Kernel,
+        plan: str,
+        pending: PendingAttempt,
+        candidate: Solution,
+        *,
+        ours: bool = False,
+    ) -> None:
+        """Profile the slot's stored kernel beside its parent; while it fails in a way the
+        executor can fix (prompts.REPAIRABLE_STATUSES) and repair tries are left, show the
+        executor its kernel and the error, store the fix (its parent: the failed kernel) and
+        profile that. The slot records the last kernel tried. ours: a resumed slot's own
+        kernel (its stored profile's parent comparison holds)."""
+        ctx = self.ctx
+        cfg = ctx.cfg
+        entry = kernel.entry
+        key = slot_key(iteration, b, p, a)
+        tries = pending.repairs
+        while True:
+            profiled = await ctx.profiles.profile(
+                pending.solution_id,
+                candidate,
+                entry.solution_id,
+                kernel.solution,
+                stored_beside_parent=ours,
+            )
+            evaluation = profiled.evaluation
+            status = evaluation.status.value
+            if (
+                status in REPAIRABLE_STATUSES
+                and pending.repairs < cfg.repair_tries
+                and not self.control.stopping
+            ):
+                fixed, asked = await self._repair(
+                    iteration, b, p, a, kernel, plan, pending, candidate, evaluation
+                )
+                tries += asked
+                if fixed is not None:
+                    pending, candidate = fixed
+                    ours = False
+                    await self._set_pending(key, pending)
+                    continue
+            break
         latency = evaluation.performance.latency_ms if evaluation.performance else None
         record = self._slot(
             iteration,
@@ -497,17 +786,95 @@ class _Iterations:
             p,
             a,
             entry,
-            evaluation.status.value,
+            status,
             error=None if evaluation.passed else evaluation.log[-500:],
             solution_id=profiled.solution_id,
             source_hash=profiled.source_hash,
             latency_ms=latency,
             reused_profile=profiled.reused,
             flags=list(evaluation.flags),
+            repairs=tries,
+            repaired_from=list(pending.repaired_from),
             **measured_fields(evaluation),
             **parent_speedup_fields(evaluation, entry, profiled.parent_comparison),
         )
         await self._record(record)
+
+    async def _repair(
+        self,
+        iteration: int,
+        b: int,
+        p: int,
+        a: int,
+        kernel: _Kernel,
+        plan: str,
+        failed: PendingAttempt,
+        failed_kernel: Solution,
+        evaluation: Evaluation,
+    ) -> tuple[tuple[PendingAttempt, Solution] | None, bool]:
+        """One repair try: (the fixed kernel, stored with the failed one as its parent, or
+        None when there is none: the call failed, the budget refused it, the reply held no
+        code or the same source, and the failed kernel stands as the attempt's result;
+        whether the executor was asked)."""
+        ctx = self.ctx
+        key = slot_key(iteration, b, p, a)
+        number = failed.repairs + 1
+        messages = repair_messages(
+            ctx.family,
+            ctx.task,
+            kernel.solution,
+            plan,
+            failed_kernel.entry_source.content,
+            evaluation.status.value,
+            evaluation.log,
+            hardware=kernel.hardware,
+            profile=kernel.profile,
+        )
+        try:
+            outcome = await implement_plan(
+                ctx.client,
+                messages,
+                ctx.family,
+                entry_symbol=kernel.solution.entry_symbol,
+                purpose=f"repair {key}#{number}",
+            )
+        except BudgetExceeded as exc:
+            self.control.call_refused(exc)
+            return None, False
+        except LlmCallFailed as exc:
+            self._llm_failed("executor", exc)
+            return None, True
+        self.health.succeeded()
+        if outcome.source is None:
+            return None, True
+        name = f"{ctx.task.definition.name}-{ctx.run_id[:8]}-i{iteration}b{b}p{p}a{a}r{number}"
+        fixed = derived_solution(kernel.solution, outcome.source, name)
+        source_hash = solution_hash(fixed)
+        if source_hash == failed.source_hash:
+            return None, True
+        meta = {
+            **self._meta(iteration, b, p, a, plan),
+            "repair": number,
+            "repair_of": failed.solution_id,
+            "repaired_status": evaluation.status.value,
+        }
+        try:
+            sid = await ctx.profiles.store_solution(fixed, failed.solution_id, meta)
+        except ConflictError:
+            return None, True
+        ctx.events.emit(
+            "attempt_repaired",
+            iteration,
+            f"attempt {key}: {evaluation.status.value}; repair {number} of "
+            f"{ctx.cfg.repair_tries} stored as {sid[:8]}",
+        )
+        pending = PendingAttempt(
+            solution_id=sid,
+            source_hash=source_hash,
+            repairs=number,
+            repaired_from=[*failed.repaired_from, failed.solution_id],
+        )
+        return (pending, fixed), True
 
     def _slot(
         self, iteration: int, b: int, p: int, a: int, entry: BeamEntry, status: str, **fields: Any
@@ -529,6 +896,7 @@ class _Iterations:
         if record.error:
             record.error = redact(record.error)
         self.state.checkpoint.slots[record.key] = record
+        self.state.checkpoint.pending.pop(record.key, None)
         best = self.state.best
         improved = False
         candidate = record.as_beam_entry()
@@ -536,7 +904,7 @@ class _Iterations:
             # Provisional: a tie with the settled best is re-measured when the iteration ends.
             self.state.best = candidate
             improved = True
-        await self._save()
+        await self.ctx.checkpoints.save_entry(self.ctx.budget, "slot", record.key)
         events = self.ctx.events
         latency = f"{record.latency_ms:.4g} ms" if record.latency_ms is not None else "-"
         events.emit(
@@ -553,6 +921,18 @@ class _Iterations:
         )
         if improved:
             events.emit("best_improved", record.iteration, f"new best: {record.latency_ms:.4g} ms")
+
+
+@dataclass(frozen=True)
+class _Kernel:
+    """A beam kernel as its iteration's prompts see it."""
+
+    entry: BeamEntry
+    solution: Solution
+    profile: Evaluation | None
+    """Its stored profile on this task and settings (None: not found)."""
+    hardware: str
+    """The hardware block of its prompts (hardware_block.describe_hardware)."""
 
 
 def _against_parent(record: AttemptRecord) -> str:

@@ -1,22 +1,35 @@
-"""What a run keeps in its row (runs.config) so that it can resume after any crash.
+"""What a run keeps so that it can resume after any crash.
 
 Layout of runs.config: {"request": ..., "optimize": OptimizeConfig, "task": Task,
-"initial_solution": Solution, "checkpoint": Checkpoint}. The checkpoint is rewritten after every
-finished attempt and every planner reply; profiles, solutions and experiences are rows of their
-own, written before the checkpoint mentions them.
+"initial_solution": Solution, "checkpoint": Checkpoint without its per-attempt parts}. Those
+parts are rows of their own (the store's run entries, one small row per change): "slot" (a
+finished attempt, AttemptRecord), "pending" (an attempt whose kernel is stored but not yet
+recorded, PendingAttempt) and "plans" (one beam kernel's N plans). So a finished attempt writes
+one row, not the whole growing checkpoint; the config is rewritten when the run starts, when
+an iteration ends and when the run ends. Profiles, solutions and experiences are rows too,
+written before the checkpoint mentions them.
+
+Runs written before entries existed hold slots, pending attempts and plans in the config
+itself; they load as they are, and their first worker moves them into entries
+(`Checkpoint.inline_entries`) before it writes the config again.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from datetime import datetime
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from accelopt_mcp.engine.config import OptimizeConfig
 from accelopt_mcp.engine.selection import AttemptRecord, BeamEntry, TieDecision
 from accelopt_mcp.models import Solution, Task
-from accelopt_mcp.store.base import RunRecord
+from accelopt_mcp.store.base import RunEntry, RunRecord
+
+EntryKind = Literal["slot", "pending", "plans"]
+ENTRY_FIELDS: tuple[str, ...] = ("slots", "pending", "plans")
+"""The Checkpoint fields kept as run entries, not in runs.config."""
 
 FINAL_SLOT_STATES = frozenset(
     {
@@ -45,6 +58,25 @@ class IterationSummary(BaseModel):
     experiences_added: int
     beam: list[str] = Field(default_factory=list)
     wall_s: float = 0.0
+    plan_diversity: float | None = None
+    """Mean over the beam kernels of planner.plan_diversity of their plans (0: identical
+    plans, 1: no shared content word); None when no kernel had two plans."""
+    repaired: int = 0
+    """Attempts that passed after at least one repair try."""
+
+
+class PendingAttempt(BaseModel):
+    """An executor's kernel that is stored but not yet profiled (or whose profile is not yet
+    in the slot): a resumed run profiles this kernel, or takes its stored profile, instead of
+    asking the executor again (a second reply is another kernel, and the first one's result
+    would be lost)."""
+
+    solution_id: str
+    source_hash: str
+    repairs: int = 0
+    """Repair tries made so far: this kernel is the executor's fix number `repairs`."""
+    repaired_from: list[str] = Field(default_factory=list)
+    """The failed kernels before it, oldest first (the first is the executor's own attempt)."""
 
 
 class Checkpoint(BaseModel):
@@ -56,6 +88,9 @@ class Checkpoint(BaseModel):
     plans: dict[str, list[str | None]] = Field(default_factory=dict)
     """"iteration/beam_index" -> the N plans (None: the planner failed for that sample)."""
     slots: dict[str, AttemptRecord] = Field(default_factory=dict)
+    """Finished attempts by slot key ("iteration/beam/plan/attempt")."""
+    pending: dict[str, PendingAttempt] = Field(default_factory=dict)
+    """Slots whose kernel is stored but whose attempt has not finished (see PendingAttempt)."""
     history: list[IterationSummary] = Field(default_factory=list)
     ties: list[TieDecision] = Field(default_factory=list)
     """Beam decisions that were ties (selection.next_beam), oldest first; a finished iteration
@@ -72,6 +107,32 @@ class Checkpoint(BaseModel):
     saved_at: float | None = None
     """Unix time of the worker's last checkpoint write: a worker that died without finishing
     (started_at still set) had run until at least then."""
+
+    _inline: list[tuple[EntryKind, str]] = PrivateAttr(default_factory=list)
+
+    def inline_entries(self) -> list[tuple[EntryKind, str, dict[str, Any]]]:
+        """(kind, key, data) of the per-attempt parts this checkpoint was read with from the
+        config itself (a run written before entries existed): to be written as entries."""
+        found: list[tuple[EntryKind, str, dict[str, Any]]] = []
+        for kind, key in self._inline:
+            data = self.entry_data(kind, key)
+            if data is not None:
+                found.append((kind, key, data))
+        return found
+
+    def entries_moved(self) -> None:
+        self._inline.clear()
+
+    def entry_data(self, kind: EntryKind, key: str) -> dict[str, Any] | None:
+        """The entry (kind, key) as stored: a slot, a pending attempt or a kernel's plans."""
+        if kind == "slot":
+            slot = self.slots.get(key)
+            return slot.model_dump(mode="json") if slot is not None else None
+        if kind == "pending":
+            pending = self.pending.get(key)
+            return pending.model_dump(mode="json") if pending is not None else None
+        plans = self.plans.get(key)
+        return {"plans": list(plans)} if plans is not None else None
 
     def slots_of(self, iteration: int) -> list[AttemptRecord]:
         return [s for s in self.slots.values() if s.iteration == iteration]
@@ -119,7 +180,9 @@ class RunSpec(BaseModel):
     request: dict[str, Any] = Field(default_factory=dict)
 
 
-def read_run(run: RunRecord) -> tuple[RunSpec, Checkpoint]:
+def read_run(run: RunRecord, entries: list[RunEntry] | None = None) -> tuple[RunSpec, Checkpoint]:
+    """The run's spec and checkpoint: its config, with its entries (store.run_entries) over
+    what the config itself holds of slots, pending attempts and plans."""
     config = dict(run.config)
     if "optimize" not in config or "task" not in config:
         raise ValueError(
@@ -134,8 +197,46 @@ def read_run(run: RunRecord) -> tuple[RunSpec, Checkpoint]:
         }
     )
     checkpoint = Checkpoint.model_validate(config.get("checkpoint") or {})
+    inline: list[tuple[EntryKind, str]] = [
+        *(("slot", key) for key in checkpoint.slots),
+        *(("pending", key) for key in checkpoint.pending),
+        *(("plans", key) for key in checkpoint.plans),
+    ]
+    newest: float | None = None
+    for entry in entries or []:
+        if entry.kind == "slot":
+            checkpoint.slots[entry.key] = AttemptRecord.model_validate(entry.data)
+        elif entry.kind == "pending":
+            checkpoint.pending[entry.key] = PendingAttempt.model_validate(entry.data)
+        elif entry.kind == "plans":
+            checkpoint.plans[entry.key] = list(entry.data.get("plans") or [])
+        else:
+            continue
+        stamp = _timestamp(entry.updated_at)
+        if stamp is not None and (newest is None or stamp > newest):
+            newest = stamp
+    # A pending attempt whose slot has since finished is done with (its entry stays as it
+    # was: clearing it would cost a write per attempt); an unfinished slot (LLM_FAILED, tried
+    # again) does not end it.
+    for key in list(checkpoint.pending):
+        slot = checkpoint.slots.get(key)
+        if slot is not None and slot.status in FINAL_SLOT_STATES:
+            del checkpoint.pending[key]
+    stored = {(entry.kind, entry.key) for entry in entries or []}
+    checkpoint._inline = [item for item in inline if item not in stored]
+    if newest is not None and (checkpoint.saved_at is None or newest > checkpoint.saved_at):
+        # Entries are written between config writes: the worker was alive until the last.
+        checkpoint.saved_at = newest
     return spec, checkpoint
 
 
+def _timestamp(moment: datetime | None) -> float | None:
+    return moment.timestamp() if moment is not None else None
+
+
 def run_config(spec: RunSpec, checkpoint: Checkpoint) -> dict[str, Any]:
-    return {**spec.model_dump(mode="json"), "checkpoint": checkpoint.model_dump(mode="json")}
+    """runs.config: the spec and the checkpoint without the parts kept as entries."""
+    return {
+        **spec.model_dump(mode="json"),
+        "checkpoint": checkpoint.model_dump(mode="json", exclude=set(ENTRY_FIELDS)),
+    }

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -24,13 +24,37 @@ class OptimizeConfig(BaseModel):
     beam: int = Field(default=2, ge=1, le=64)
     """B: kernels kept as the starting points of the next iteration."""
     plans: int = Field(default=3, ge=1, le=64)
-    """N: independent planner samples per beam kernel."""
+    """N: plans per beam kernel (how they are asked for: plan_mode)."""
+    plan_mode: Literal["distinct", "independent"] = "distinct"
+    """How the N plans of a beam kernel are asked for. "distinct": one planner call asks for
+    N plans that differ from each other (one JSON list); when it gives fewer distinct ones, a
+    follow-up call is shown them and asked for the rest. "independent": N separate calls with
+    the same prompt, as in the AccelOpt paper; only the sampling temperature (and the seeded
+    order of the counters) separates the plans, which then often say the same thing."""
     attempts: int = Field(default=2, ge=1, le=16)
     """K: executor samples per plan."""
+    repair_tries: int = Field(default=1, ge=0, le=5)
+    """How many times an attempt that failed with an error the executor can read
+    (COMPILE_ERROR, RUNTIME_ERROR, INCORRECT_*) is handed back to it, with its kernel, the
+    failure class and the end of the log, for a corrected kernel; within the same attempt
+    slot. 0: never (the AccelOpt paper's loop)."""
     topk: int = Field(default=4, ge=0, le=256)
     """Experience pairs summarized per iteration (at most half of them positive)."""
     exp_n: int = Field(default=16, ge=0, le=10_000)
-    """Capacity of the working memory (FIFO)."""
+    """Capacity of the working memory: the most items a planner prompt shows (memory_policy
+    says which)."""
+    memory_policy: Literal["fifo", "sample"] = "sample"
+    """Which items of the run's memory (its seeds, then what each iteration added) the planner
+    sees, at most ExpN, oldest first. "sample" (the default, and what AccelOpt's code does):
+    every item the newest iteration added, plus a random sample of the older items (seeds
+    included) to fill up to ExpN, drawn with a seed made of the run id and the iteration, so a
+    resumed run sees the same memory. "fifo": the newest ExpN items; the oldest fall out.
+    Why sample is the default: the newest lessons, about the kernels now in the beam, are
+    always shown, yet an early lesson (often the biggest win, e.g. vectorizing the main loop)
+    or a seed from the shared namespace stays in circulation instead of being pushed out
+    after ExpN/TopK iterations, and successive iterations see different mixes of the old
+    lessons, which spreads the plans. FIFO is the simpler queue of the design notes; it suits
+    short runs, where both policies show about the same items."""
     positive_threshold: float = Field(default=1.04, gt=0)
     """A pair is positive when the fast kernel's speedup over its parent is at least this, the
     lower end of its confidence interval included (where the backend gives one)."""
@@ -40,7 +64,8 @@ class OptimizeConfig(BaseModel):
     backend: str = "cpu"
     benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig)
     models_config: str | None = None
-    """Path of a role-config file (templates/models/*.json); None: OPENAI_* defaults."""
+    """Path of a role-config file (a shipped one: accelopt_mcp/llm/model_configs/*.json);
+    None: OPENAI_* defaults."""
     budget_usd: float | None = Field(default=None, ge=0)
     budget_tokens: int | None = Field(default=None, ge=0)
     budget_wall_s: float | None = Field(default=None, ge=0)
@@ -53,6 +78,10 @@ class OptimizeConfig(BaseModel):
     shuffle_seed: int = 0
     """Seeds the order in which profile counters are shown to the planner."""
     summarize: bool = True
+    max_consecutive_llm_failures: int = Field(default=6, ge=0)
+    """The run stops with status llm_unavailable once this many LLM calls in a row (any role)
+    have failed for good, retries exhausted: the endpoint is down or refuses the model, and
+    going on would only record failed attempts. 0: never stop for it."""
 
     @model_validator(mode="after")
     def _check_thresholds(self) -> OptimizeConfig:
@@ -81,9 +110,9 @@ def resolve_optimize_config(
 ) -> OptimizeConfig:
     """A run's settings: the preset's (quick, paper or a JSON file of OptimizeConfig fields;
     default quick) overlaid with `overrides` (OptimizeConfig field names; None means "the
-    preset's value"). A model config given by name (templates/models) becomes its path and is
-    loaded once, so a broken one is reported before any run is stored. Raises RunSettingsError
-    (or LlmConfigError, both ValueErrors) with a one-line message."""
+    preset's value"). A model config given by name (accelopt_mcp/llm/model_configs) becomes
+    its path and is loaded once, so a broken one is reported before any run is stored. Raises
+    RunSettingsError (or LlmConfigError, both ValueErrors) with a one-line message."""
     fields: dict[str, Any] = load_preset(preset or "quick")
     fields.update({key: value for key, value in (overrides or {}).items() if value is not None})
     backend = fields.get("backend", "cpu")

@@ -1,23 +1,57 @@
-"""Progress events the engine emits while a run goes on."""
+"""Progress events the engine emits while a run goes on, and what the run is busy with between
+them (the LLM calls it waits on, per role, and the attempts being profiled)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Literal
+from collections.abc import Callable, Mapping
+from typing import Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 EventKind = Literal[
     "run_started",
     "iteration_started",
     "attempt_profiled",
+    "attempt_repaired",
     "best_improved",
     "experience_added",
     "tie_decided",
     "iteration_finished",
     "run_finished",
 ]
+
+
+class Activity(BaseModel):
+    """What a run is doing at one moment."""
+
+    model_config = ConfigDict(frozen=True)
+
+    llm_waiting: dict[str, int] = Field(default_factory=dict)
+    """LLM calls in flight per role (planner, executor, summarizer); roles with none left out."""
+    profiling: int = 0
+    """Attempts being profiled (profiling slots busy)."""
+
+    def describe(self) -> str:
+        """E.g. "waiting on planner (3 calls), executor (1 call); profiling 2 attempts";
+        "idle" when nothing is in flight."""
+        return describe_activity(self.llm_waiting, self.profiling)
+
+
+def describe_activity(llm_waiting: Mapping[str, int], profiling: int) -> str:
+    parts = []
+    calls = [(role, n) for role, n in llm_waiting.items() if n > 0]
+    if calls:
+        parts.append(
+            "waiting on "
+            + ", ".join(f"{role} ({n} call{'' if n == 1 else 's'})" for role, n in calls)
+        )
+    if profiling > 0:
+        parts.append(f"profiling {profiling} attempt{'' if profiling == 1 else 's'}")
+    return "; ".join(parts) or "idle"
+
+
+ActivitySource = Callable[[], Activity]
 
 
 class EngineEvent(BaseModel):
@@ -35,7 +69,26 @@ class EngineEvent(BaseModel):
     cost_usd: float = 0.0
     tokens_in: int = 0
     tokens_out: int = 0
+    llm_waiting: dict[str, int] = Field(default_factory=dict)
+    """LLM calls in flight per role when the event was sent (roles with none left out)."""
+    profiling: int = 0
+    """Attempts being profiled when the event was sent."""
     at: float = Field(default_factory=time.time)
+
+    @property
+    def activity(self) -> Activity:
+        return Activity(llm_waiting=self.llm_waiting, profiling=self.profiling)
 
 
 EventSink = Callable[[EngineEvent], None]
+
+
+@runtime_checkable
+class ActivityWatcher(Protocol):
+    """A sink that also shows what the run is doing between events (a live display): the
+    engine hands it a callable that returns the current Activity, safe to call from any
+    thread, at any time while the run goes on."""
+
+    def __call__(self, event: EngineEvent) -> None: ...
+
+    def watch_activity(self, source: ActivitySource) -> None: ...

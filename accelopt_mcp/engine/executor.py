@@ -23,14 +23,22 @@ class ExecutorOutcome(BaseModel):
 
 
 async def implement_plan(
-    client: LlmClient, messages: list[ChatMessage], family: str
+    client: LlmClient,
+    messages: list[ChatMessage],
+    family: str,
+    *,
+    entry_symbol: str | None = None,
+    purpose: str | None = None,
 ) -> ExecutorOutcome:
     """A reply without a usable code block is a failed attempt (data), not an exception.
-    LlmCallFailed and BudgetExceeded propagate: they are about the service, not the attempt."""
+    LlmCallFailed and BudgetExceeded propagate: they are about the service, not the attempt.
+    entry_symbol: the kernel's entry function; the block that defines it is taken (a usage
+    snippet or an earlier draft around it is not), else the reply's last code block.
+    Used for repair prompts (prompts.repair_messages) alike. purpose: the ledger's label."""
     languages = _LANGUAGES.get(family, _LANGUAGES["cpu"])
-    reply = await client.complete("executor", messages)
+    reply = await client.complete("executor", messages, purpose=purpose)
     try:
-        source = extract_code_block(reply.text, languages)
+        source = extract_code_block(reply.text, languages, entry_symbol)
     except MalformedReply as exc:
         return ExecutorOutcome(
             source=None, error=exc.reason, reply_text=reply.text, model=reply.model

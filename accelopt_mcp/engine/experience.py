@@ -9,7 +9,7 @@ import math
 from accelopt_mcp.engine.context import RunContext
 from accelopt_mcp.engine.prompts import summarizer_messages
 from accelopt_mcp.engine.run_control import RunControl
-from accelopt_mcp.engine.selection import Pair
+from accelopt_mcp.engine.selection import AttemptRecord, Pair
 from accelopt_mcp.engine.summarizer import NothingChanged, summarize_pair
 from accelopt_mcp.llm import BudgetExceeded, LlmCallFailed, MalformedReply
 from accelopt_mcp.store.base import ExperienceIn
@@ -48,6 +48,19 @@ async def summarize_pairs(
     return len(done) + sum(r for r in results if isinstance(r, int))
 
 
+async def _plan_of(ctx: RunContext, attempt: AttemptRecord) -> str | None:
+    """The plan the attempt implemented: from the checkpoint, else from its stored kernel's
+    evolve_metadata (the same source stored earlier by another plan has that plan's)."""
+    plans = ctx.checkpoints.state.checkpoint.plans.get(f"{attempt.iteration}/{attempt.beam_index}")
+    if plans is not None and attempt.plan_index < len(plans) and plans[attempt.plan_index]:
+        return plans[attempt.plan_index]
+    if attempt.solution_id is None:
+        return None
+    stored = await asyncio.to_thread(ctx.profiles.store.get_solution, attempt.solution_id)
+    plan = stored.evolve_metadata.get("plan") if stored is not None else None
+    return plan if isinstance(plan, str) else None
+
+
 async def _summarize_one(ctx: RunContext, control: RunControl, iteration: int, pair: Pair) -> int:
     """1 when the pair became a memory item, else 0."""
     attempt = pair.attempt
@@ -66,6 +79,8 @@ async def _summarize_one(ctx: RunContext, control: RunControl, iteration: int, p
             if pair.positive
             else (1.0 / interval.high, 1.0 / interval.low)
         )
+    slow_profile = await ctx.profiles.stored_evaluation(slow_id)
+    fast_profile = await ctx.profiles.stored_evaluation(fast_id)
     messages = summarizer_messages(
         ctx.family,
         ctx.task,
@@ -74,6 +89,10 @@ async def _summarize_one(ctx: RunContext, control: RunControl, iteration: int, p
         factor,
         interval=bounds,
         confidence=ctx.profiles.benchmark.confidence,
+        plan=await _plan_of(ctx, attempt),
+        positive=pair.positive,
+        slow_profile=slow_profile,
+        fast_profile=fast_profile,
     )
     try:
         summary = await summarize_pair(ctx.client, messages)

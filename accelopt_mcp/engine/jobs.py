@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, model_validator
 
-from accelopt_mcp.backends.registry import backend_info
+from accelopt_mcp.backends.registry import backend_info, require_backend
 from accelopt_mcp.engine.checkpoint import Checkpoint, IterationSummary, RunSpec
 from accelopt_mcp.engine.config import OptimizeConfig
 from accelopt_mcp.engine.runs import (
@@ -41,13 +41,17 @@ from accelopt_mcp.engine.runs import (
     worker_alive,
 )
 from accelopt_mcp.engine.worker import events_path
+from accelopt_mcp.llm import load_role_configs
+from accelopt_mcp.llm.preflight import check_endpoints_now
 from accelopt_mcp.redaction import redact
 from accelopt_mcp.store import STORE_ENV, open_store
 from accelopt_mcp.store.base import RunRecord, RunUpdate
 from accelopt_mcp.tasks.kernels import kernel_solution
 from accelopt_mcp.tasks.loader import load_task
 
-FINAL_STATES = frozenset({"completed", "failed", "cancelled", "budget_exhausted"})
+FINAL_STATES = frozenset(
+    {"completed", "failed", "cancelled", "budget_exhausted", "llm_unavailable"}
+)
 _POLL_S = 0.25
 
 
@@ -159,8 +163,15 @@ class JobManager:
 
     # ------------------------------------------------------------------ API
 
-    def start(self, request: OptimizeRequest) -> str:
-        """Store the run and queue its worker; returns the job (= run) id at once."""
+    def start(self, request: OptimizeRequest, *, check_llm: bool = True) -> str:
+        """Store the run and queue its worker; returns the job (= run) id at once. Refused
+        first, with no run stored, when the backend cannot run here (BackendUnavailable) or,
+        with check_llm, when a role's LLM endpoint cannot serve it (PreflightFailed): the
+        worker runs with this process's environment, so what fails here would fail there."""
+        require_backend(request.config.backend)
+        if check_llm:
+            config_path = request.config.models_config
+            check_endpoints_now(load_role_configs(Path(config_path) if config_path else None))
         task = load_task(Path(request.task_path), workload=request.workload)
         solution = kernel_solution(
             task,
@@ -185,7 +196,7 @@ class JobManager:
             run, spec, checkpoint = load_run(self.store, job_id)
         except RunNotFound as exc:
             raise JobNotFound(
-                f"no job {job_id!r}; list jobs with list() or `accelopt runs list`"
+                f"no job {job_id!r}; list jobs with list_jobs or `accelopt runs list`"
             ) from exc
         return self._status(run, spec, checkpoint)
 
@@ -193,9 +204,9 @@ class JobManager:
         status = self.status(job_id)
         if status.state not in FINAL_STATES:
             hint = (
-                "resume it with resume_interrupted() or `accelopt resume`"
+                "resume it with `accelopt resume RUN` (or restart the server)"
                 if status.state == "interrupted"
-                else "wait for it (wait()) or poll status()"
+                else "wait for it (wait_for_job) or poll job_status"
             )
             raise JobNotFinished(f"job {job_id} is {status.state}; {hint}")
         _, _, checkpoint = load_run(self.store, job_id)

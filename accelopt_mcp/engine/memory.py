@@ -1,12 +1,24 @@
-"""Optimization memory: a FIFO working set of at most ExpN experience items.
+"""Optimization memory: the working set of at most ExpN experience items a planner sees.
 
-Items are rows of the store's experiences table. A run's working set is the newest ExpN of
-(its seed items, then its own items), oldest first; older items fall out of the working set
-but stay in the table as history. Seeds are the newest ExpN items of a namespace when the run
-started, recorded by id in the run's checkpoint so a resumed run sees the same memory.
+Items are rows of the store's experiences table. A run's items are its seed items, then its
+own items in the order the iterations added them. Two policies (OptimizeConfig.memory_policy)
+choose the working set, always shown oldest first:
+
+- "fifo": the newest ExpN items; older ones fall out of the working set (but stay in the
+  table as history).
+- "sample" (as AccelOpt's code does): every item of the newest iteration that added any (the
+  newest ExpN of them, should it have added more), then the rest filled with a random sample
+  of the older items, seeds included. The sample is drawn with a seed made of the run id and
+  the iteration being planned, so a resumed run sees the same working set.
+
+Seeds are the newest ExpN items of a namespace when the run started, recorded by id in the
+run's checkpoint so a resumed run sees the same memory.
 """
 
 from __future__ import annotations
+
+import random
+from typing import Literal
 
 from accelopt_mcp.store.base import (
     ExperienceIn,
@@ -18,6 +30,8 @@ from accelopt_mcp.store.base import (
 
 # Items beyond the working set are never read; this only caps one query's size.
 _MAX_SCAN = 100_000
+
+MemoryPolicy = Literal["fifo", "sample"]
 
 
 class UnknownItemReference(UnknownReferenceError):
@@ -55,12 +69,16 @@ class OptimizationMemory:
         namespace: str,
         capacity: int,
         seed_ids: list[str] | None = None,
+        policy: MemoryPolicy = "fifo",
     ) -> None:
+        if policy not in ("fifo", "sample"):
+            raise ValueError(f"unknown memory policy {policy!r}; choose fifo or sample")
         self.store = store
         self.run_id = run_id
         self.namespace = namespace
         self.capacity = capacity
         self.seed_ids = list(seed_ids or [])
+        self.policy: MemoryPolicy = policy
 
     @staticmethod
     def seeds_from_namespace(store: KernelStore, namespace: str, capacity: int) -> list[str]:
@@ -68,14 +86,45 @@ class OptimizationMemory:
             return []
         return [item.id for item in store.recent_experiences(namespace=namespace, limit=capacity)]
 
-    def working_set(self) -> list[ExperienceRecord]:
-        """What the planner sees: at most `capacity` items, oldest first."""
+    def _live_seeds(self) -> list[ExperienceRecord]:
+        seeds = [self.store.get_experience(item_id) for item_id in self.seed_ids]
+        return [s for s in seeds if s is not None and not s.removed]
+
+    def working_set(self, iteration: int | None = None) -> list[ExperienceRecord]:
+        """What the planner of `iteration` sees: at most `capacity` items, oldest first, by
+        the memory's policy. iteration: only the run's items of earlier iterations count (the
+        memory as that iteration started, the same on a resume); None: every item so far,
+        and "sample" draws as for the iteration after the newest one."""
         if self.capacity == 0:
             return []
-        seeds = [self.store.get_experience(item_id) for item_id in self.seed_ids]
-        own = self.store.recent_experiences(run_id=self.run_id, limit=self.capacity)
-        live_seeds = [s for s in seeds if s is not None and not s.removed]
-        return (live_seeds + own)[-self.capacity :]
+        if self.policy == "sample":
+            return self._sampled(iteration)
+        own = self.store.recent_experiences(
+            run_id=self.run_id, limit=self.capacity if iteration is None else _MAX_SCAN
+        )
+        own = _before(own, iteration)
+        return (self._live_seeds() + own)[-self.capacity :]
+
+    def _sampled(self, iteration: int | None) -> list[ExperienceRecord]:
+        own = _before(self.store.recent_experiences(run_id=self.run_id, limit=_MAX_SCAN), iteration)
+        newest_iteration = max((i.iteration for i in own if i.iteration is not None), default=None)
+        newest = [
+            i for i in own if newest_iteration is not None and i.iteration == newest_iteration
+        ]
+        newest = newest[-self.capacity :]
+        shown = {item.id for item in newest}
+        older: list[ExperienceRecord] = []
+        for item in self._live_seeds() + own:
+            if item.id not in shown:
+                shown.add(item.id)
+                older.append(item)
+        room = self.capacity - len(newest)
+        if room <= 0 or not older:
+            return newest
+        planned = iteration if iteration is not None else (newest_iteration or 0) + 1
+        rng = random.Random(f"{self.run_id}/{planned}")
+        picked = sorted(rng.sample(range(len(older)), min(room, len(older))))
+        return [older[index] for index in picked] + newest
 
     def add(self, item: ExperienceIn) -> str:
         return self.store.add_experience(
@@ -93,3 +142,11 @@ class OptimizationMemory:
             namespace=self.namespace, include_removed=True, limit=_MAX_SCAN
         )
         return [i for i in found if i.run_id == self.run_id and i.iteration == iteration]
+
+
+def _before(items: list[ExperienceRecord], iteration: int | None) -> list[ExperienceRecord]:
+    """The items learned before `iteration` (all of them for None; items without an
+    iteration count as earlier)."""
+    if iteration is None:
+        return items
+    return [i for i in items if i.iteration is None or i.iteration < iteration]

@@ -20,7 +20,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     # The AccelOpt paper's NKIBench runs (zhang677/AccelOpt, experiments/full_complete_local):
     # 15 iterations after the first, beam (TOPK_CANDIDATES) 6, 12 plans (BREADTH), 2 attempts
-    # (NUM_SAMPLES), TopK 8, ExpN 16, positive pairs above 1.04x, negative ones below 1/1.15x.
+    # (NUM_SAMPLES), TopK 8, ExpN 16, positive pairs above 1.04x, negative ones below 1/1.15x;
+    # the N plans are independent planner samples, failed attempts are not repaired, and the
+    # memory keeps each iteration's new items plus a random sample of the older ones.
     "paper": {
         "iterations": 16,
         "beam": 6,
@@ -30,6 +32,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "exp_n": 16,
         "positive_threshold": 1.04,
         "negative_threshold": round(1 / 1.15, 4),
+        "plan_mode": "independent",
+        "repair_tries": 0,
+        "memory_policy": "sample",
     },
 }
 

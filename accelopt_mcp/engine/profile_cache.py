@@ -107,8 +107,22 @@ class ProfileCache:
     ) -> ProfiledSolution:
         """The solution stored and profiled (or its known profile). parent: timed alongside
         as the 'parent' baseline when the backend interleaves (only a fresh profile has it)."""
-        source_hash = solution_hash(solution)
         sid = await self.store_solution(solution, parent_id, meta)
+        return await self.profile(sid, solution, parent_id, parent)
+
+    async def profile(
+        self,
+        sid: str,
+        solution: Solution,
+        parent_id: str | None,
+        parent: Solution | None = None,
+        *,
+        stored_beside_parent: bool = False,
+    ) -> ProfiledSolution:
+        """Profile a stored solution (or take its known profile). stored_beside_parent: the
+        caller knows that a stored profile of it was taken beside this very parent (a resumed
+        attempt whose kernel this run stored), so its 'parent' comparison holds."""
+        source_hash = solution_hash(solution)
         self._solutions.setdefault(sid, solution)
         pending = self._inflight.get(source_hash)
         if pending is not None:
@@ -118,9 +132,12 @@ class ProfileCache:
             )
         stored = await self.stored_evaluation(sid)
         if stored is not None:
-            return ProfiledSolution(
-                sid, source_hash, stored, True, self._comparison(source_hash, parent_id)
-            )
+            comparison = self._comparison(source_hash, parent_id)
+            if comparison is None and stored_beside_parent:
+                comparison = next(
+                    (c for c in stored.comparisons if c.baseline == PARENT_LABEL), None
+                )
+            return ProfiledSolution(sid, source_hash, stored, True, comparison)
         future: asyncio.Future[Evaluation] = asyncio.get_running_loop().create_future()
         self._inflight[source_hash] = future
         try:

@@ -1,11 +1,22 @@
 """Fill the prompt templates: what each role sees, as chat messages.
 
+Templates live in prompt_templates/<family>/ (cpu, nki, gpu), with the family-neutral pieces
+of the planner's reply format in prompt_templates/common/. What each role is shown:
+
+- planner: the task, the hardware block (hardware_block.describe_hardware), the kernel, its
+  profile, the plans already tried on its lineage (history.lineage_history) and the memory;
+  asked for one plan ("independent" mode) or for N distinct plans in one reply ("distinct").
+- executor: the task, the hardware block, the kernel with its profile, and the plan; after a
+  failed attempt (repair_messages) also its own kernel, the failure class and the log's end.
+- summarizer: the pair, the plan behind the change, both profiles and the measurement noise.
+
 The planner sees the profile counters in a shuffled (seeded) order: language models favour
 whatever is listed first, and a fixed order would steer every plan at the same counter.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from functools import cache
@@ -14,17 +25,30 @@ from importlib import resources
 from accelopt_mcp.backends.registry import backend_info
 from accelopt_mcp.comparing import (
     comparison_text,
+    interval_text,
     latency_text,
     level_text,
     reference_speedup_text,
     shown_counters,
     speedup_text,
 )
+from accelopt_mcp.engine.hardware_block import describe_hardware
+from accelopt_mcp.engine.history import tidy_log
 from accelopt_mcp.llm import ChatMessage
 from accelopt_mcp.models import Evaluation, Solution, Task
 from accelopt_mcp.store.base import ExperienceRecord
 
 FAMILIES = ("cpu", "nki", "gpu")
+COMMON = "common"
+"""The directory of family-neutral template pieces."""
+REPAIR_LOG_CHARS = 3_000
+"""How much of a failed attempt's log (its end) the repair prompt shows."""
+REPAIRABLE_STATUSES = frozenset(
+    {"COMPILE_ERROR", "RUNTIME_ERROR", "INCORRECT_SHAPE", "INCORRECT_NUMERICAL", "INCORRECT_DTYPE"}
+)
+"""Failure classes an executor can be asked to repair: its kernel ran into an error it can
+read. (A TIMEOUT or NO_CODE reply may be repaired too; repair_messages words any status.)"""
+NO_HISTORY_GIVEN = "(not available for this call)"
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
 
@@ -35,7 +59,7 @@ def family_for(backend: str) -> str:
 
 @cache
 def _template(family: str, name: str) -> str:
-    if family not in FAMILIES:
+    if family not in FAMILIES and family != COMMON:
         raise ValueError(f"unknown prompt family {family!r}; known: {', '.join(FAMILIES)}")
     return (
         resources.files("accelopt_mcp.engine.prompt_templates")
@@ -114,6 +138,27 @@ def describe_memory(items: list[ExperienceRecord]) -> str:
     return "\n".join(blocks)
 
 
+def _hardware(family: str, task: Task, hardware: str | None, profile: Evaluation | None) -> str:
+    """The given hardware block, or one from the profile's environment (this host's facts for
+    the cpu family when the profile is missing)."""
+    if hardware is not None:
+        return hardware.strip() or "(not recorded)"
+    return describe_hardware(family, profile.environment if profile else None, task=task)
+
+
+def _plan_request(n_plans: int) -> tuple[str, str]:
+    """(the system prompt's reply format, the user prompt's last line)."""
+    if n_plans == 1:
+        return (
+            _template(COMMON, "plan_format_one").strip(),
+            "Give one optimization plan for this kernel.",
+        )
+    return (
+        _fill(_template(COMMON, "plan_format_many"), {"n": str(n_plans)}).strip(),
+        f"Give {n_plans} distinct optimization plans for this kernel.",
+    )
+
+
 def planner_messages(
     family: str,
     task: Task,
@@ -121,29 +166,73 @@ def planner_messages(
     profile: Evaluation | None,
     memory: list[ExperienceRecord],
     rng: random.Random,
+    *,
+    hardware: str | None = None,
+    history: str | None = None,
+    n_plans: int = 1,
 ) -> list[ChatMessage]:
+    """The planner's prompt for one kernel. n_plans: 1 asks for one plan in prose (the
+    "independent" mode: N such calls); more asks for that many distinct plans in one JSON
+    list (the "distinct" mode; parse with planner.parse_plan_list). hardware: the hardware
+    block (describe_hardware); None: built from the profile's environment. history: the
+    lineage's plans and outcomes (history.lineage_history); None: not available."""
+    if n_plans < 1:
+        raise ValueError(f"n_plans must be at least 1, got {n_plans}")
+    reply_format, ask = _plan_request(n_plans)
     user = _fill(
         _template(family, "planner_user"),
         {
             "task": describe_task(task),
+            "hardware": _hardware(family, task, hardware, profile),
             "kernel": kernel.entry_source.content.rstrip(),
             "profile": describe_profile(profile, rng),
+            "history": (history.strip() or NO_HISTORY_GIVEN)
+            if history is not None
+            else NO_HISTORY_GIVEN,
             "memory": describe_memory(memory),
             "fence": _fence(kernel),
+            "ask": ask,
         },
     )
+    system = _fill(_template(family, "planner_system"), {"reply_format": reply_format})
     return [
-        ChatMessage(role="system", content=_template(family, "planner_system")),
+        ChatMessage(role="system", content=system),
         ChatMessage(role="user", content=user),
     ]
 
 
-def executor_messages(family: str, task: Task, kernel: Solution, plan: str) -> list[ChatMessage]:
+def more_plans_message(plans: list[str], missing: int) -> ChatMessage:
+    """The follow-up turn of the "distinct" mode: the plans made so far, and a request for
+    `missing` more that differ from them."""
+    listed = "\n".join(
+        f"{number}. {' '.join(plan.split())}" for number, plan in enumerate(plans, 1)
+    )
+    content = _fill(
+        _template(COMMON, "planner_more"),
+        {"have": str(len(plans)), "missing": str(missing), "plans": listed or "(none)"},
+    )
+    return ChatMessage(role="user", content=content.strip())
+
+
+def executor_messages(
+    family: str,
+    task: Task,
+    kernel: Solution,
+    plan: str,
+    *,
+    hardware: str | None = None,
+    profile: Evaluation | None = None,
+) -> list[ChatMessage]:
+    """The executor's prompt: implement `plan` on `kernel`. profile: the kernel's own stored
+    evaluation (counters in a fixed order: the executor is not steered by their order);
+    hardware: as for planner_messages."""
     user = _fill(
         _template(family, "executor_user"),
         {
             "task": describe_task(task),
+            "hardware": _hardware(family, task, hardware, profile),
             "kernel": kernel.entry_source.content.rstrip(),
+            "profile": describe_profile(profile, random.Random(0)),
             "entry": kernel.entry_symbol,
             "plan": plan.strip(),
             "fence": _fence(kernel),
@@ -155,6 +244,112 @@ def executor_messages(family: str, task: Task, kernel: Solution, plan: str) -> l
     ]
 
 
+_FAILURE_MEANINGS = {
+    "COMPILE_ERROR": "The kernel did not load: a syntax error, a failed import, a compiler "
+    "error, or an exception raised while its module was imported.",
+    "RUNTIME_ERROR": "The kernel loaded, but raised an exception (or crashed, or ran out of "
+    "memory) when it was called.",
+    "INCORRECT_NUMERICAL": "The kernel ran, but its outputs differ from the reference's by more "
+    "than the tolerance.",
+    "INCORRECT_SHAPE": "The kernel ran, but an output has the wrong shape, or it returned the "
+    "wrong number of outputs.",
+    "INCORRECT_DTYPE": "The kernel ran, but an output has the wrong dtype.",
+    "TIMEOUT": "The kernel did not finish within the time limit (an endless loop, or far too "
+    "slow).",
+    "NO_CODE": "Your reply held no usable code block.",
+}
+
+
+def failure_meaning(status: str) -> str:
+    """What a failure class means, in a sentence for the executor."""
+    return _FAILURE_MEANINGS.get(status, f"The attempt ended with status {status}.")
+
+
+def repair_messages(
+    family: str,
+    task: Task,
+    parent_kernel: Solution,
+    plan: str,
+    failed_source: str,
+    status: str,
+    error_text: str,
+    *,
+    hardware: str | None = None,
+    profile: Evaluation | None = None,
+) -> list[ChatMessage]:
+    """The executor asked to repair its failed attempt: the kernel the plan was applied to,
+    the plan, its own failed kernel, the failure class (see REPAIRABLE_STATUSES) and the end
+    of the (already redacted) error log, evaluator paths taken out. profile: the parent's,
+    for the hardware block when none is given."""
+    log = tidy_log(error_text).strip()
+    if len(log) > REPAIR_LOG_CHARS:
+        log = "[...]\n" + log[-REPAIR_LOG_CHARS:]
+    user = _fill(
+        _template(family, "executor_repair"),
+        {
+            "task": describe_task(task),
+            "hardware": _hardware(family, task, hardware, profile),
+            "kernel": parent_kernel.entry_source.content.rstrip(),
+            "entry": parent_kernel.entry_symbol,
+            "plan": plan.strip(),
+            "failed": failed_source.rstrip() or "(empty)",
+            "status": status,
+            "meaning": failure_meaning(status),
+            "log": log or "(the log is empty)",
+            "fence": _fence(parent_kernel),
+        },
+    )
+    return [
+        ChatMessage(role="system", content=_template(family, "executor_system")),
+        ChatMessage(role="user", content=user),
+    ]
+
+
+def _latency_noise(name: str, profile: Evaluation | None) -> str | None:
+    if profile is None or profile.performance is None:
+        return None
+    stats = profile.latency_stats
+    line = f"- {name} kernel's median latency: {latency_text(profile)}"
+    if stats is not None and stats.ci_low_ms is not None and stats.ci_high_ms is not None:
+        median = profile.performance.latency_ms
+        if median > 0 and math.isfinite(stats.ci_high_ms):
+            half = (stats.ci_high_ms - stats.ci_low_ms) / 2 / median
+            line += f", +/-{half:.1%}"
+        line += f" over {stats.runs} timed runs"
+        if stats.contended:
+            line += " (the host was busy while it was timed: read it with care)"
+    return line
+
+
+def describe_noise(
+    speedup: float,
+    interval: tuple[float, float] | None,
+    confidence: float,
+    slow_profile: Evaluation | None,
+    fast_profile: Evaluation | None,
+) -> str:
+    """How sure the pair's figures are: the speedup with its interval, each latency with its
+    own, and what that means for the lesson."""
+    low, high = interval if interval is not None else (None, None)
+    figure = interval_text(speedup, low, high, "x")
+    if interval is None:
+        lines = [f"- Speedup of the fast kernel over the slow one: {figure} (no interval known)"]
+    else:
+        lines = [
+            f"- Speedup of the fast kernel over the slow one: {figure} {level_text(confidence)}"
+        ]
+    lines += [
+        line
+        for line in (_latency_noise("Slow", slow_profile), _latency_noise("Fast", fast_profile))
+        if line is not None
+    ]
+    lines.append(
+        "Effects smaller than these intervals are noise: credit the speedup only to changes "
+        "that can explain one of its size."
+    )
+    return "\n".join(lines)
+
+
 def summarizer_messages(
     family: str,
     task: Task,
@@ -164,20 +359,41 @@ def summarizer_messages(
     *,
     interval: tuple[float, float] | None = None,
     confidence: float = 0.95,
+    plan: str | None = None,
+    positive: bool = True,
+    slow_profile: Evaluation | None = None,
+    fast_profile: Evaluation | None = None,
 ) -> list[ChatMessage]:
     """`speedup`: how many times faster `fast` is than `slow` (slow median / fast median);
-    `interval`: its confidence interval at `confidence`, when the pair was timed with one."""
+    `interval`: its confidence interval at `confidence`, when the pair was timed with one.
+    plan: the plan of the attempt that made the pair; positive: the attempt is the fast kernel
+    (the plan was applied to the slow one), else it is the slow one (the plan made its parent,
+    the fast kernel, slower). slow_profile/fast_profile: their stored evaluations."""
     low, high = interval if interval is not None else (None, None)
     figure = speedup_text(speedup, low, high, "the slow kernel")
     if interval is not None:
         figure += f" {level_text(confidence)}"
+    if plan is None or not plan.strip():
+        plan_text = "(not recorded)"
+    elif positive:
+        plan_text = "Applied to the slow kernel, it produced the fast one:\n" + plan.strip()
+    else:
+        plan_text = (
+            "Applied to the fast kernel, it produced the slow one (the plan made things "
+            "worse; the lesson is what to avoid):\n" + plan.strip()
+        )
+    rng = random.Random(0)
     user = _fill(
         _template(family, "summarizer_user"),
         {
             "task": describe_task(task),
+            "plan": plan_text,
             "slow": slow.entry_source.content.rstrip(),
+            "slow_profile": describe_profile(slow_profile, rng),
             "fast": fast.entry_source.content.rstrip(),
+            "fast_profile": describe_profile(fast_profile, rng),
             "speedup": figure,
+            "noise": describe_noise(speedup, interval, confidence, slow_profile, fast_profile),
             "fence": _fence(slow),
         },
     )

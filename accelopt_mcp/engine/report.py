@@ -3,35 +3,87 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from accelopt_mcp.engine.checkpoint import IterationSummary
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
+def latency_label(latency_ms: float, initial_ms: float | None) -> str:
+    """The text next to one point: its latency and, after the start, its speedup over the
+    initial kernel."""
+    text = f"{latency_ms:.3g} ms"
+    if initial_ms and latency_ms > 0:
+        text += f"\n{initial_ms / latency_ms:.2f}x"
+    return text
 
 
 def plot_best_latency(
     history: list[IterationSummary], initial_latency_ms: float | None, path: Path, title: str
 ) -> Path | None:
-    """Writes the plot; None when matplotlib cannot be imported."""
+    """Writes the plot (best_latency_figure); None when matplotlib cannot be imported."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        from matplotlib.ticker import MaxNLocator
     except ImportError:
         return None
-    xs = [0] + [h.iteration for h in history]
-    ys = [initial_latency_ms] + [h.best_latency_ms for h in history]
-    points = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
-    figure, axes = plt.subplots(figsize=(6, 3.5), dpi=120)
-    if points:
-        axes.plot([p[0] for p in points], [p[1] for p in points], marker="o")
-    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.set_xlabel("iteration (0 = initial kernel)")
-    axes.set_ylabel("best latency (ms)")
-    axes.set_title(title)
-    axes.grid(True, alpha=0.3)
-    figure.tight_layout()
+    figure = best_latency_figure(history, initial_latency_ms, title)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path)
     plt.close(figure)
     return path
+
+
+def best_latency_figure(
+    history: list[IterationSummary], initial_latency_ms: float | None, title: str
+) -> Figure:
+    """Best latency per iteration on a logarithmic y axis, so that a gain after a large first
+    one stays visible; every point labelled with its latency and its speedup over the initial
+    kernel. Needs matplotlib; close the figure when done (matplotlib.pyplot.close)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
+
+    xs = [0] + [h.iteration for h in history]
+    ys = [initial_latency_ms] + [h.best_latency_ms for h in history]
+    points = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None and y > 0]
+    figure, axes = plt.subplots(figsize=(7, 4), dpi=120)
+    if points:
+        axes.plot([p[0] for p in points], [p[1] for p in points], marker="o")
+        axes.set_yscale("log")
+        for index, (x, y) in enumerate(points):
+            label = latency_label(y, initial_latency_ms if x > 0 else None)
+            axes.annotate(
+                label,
+                (x, y),
+                textcoords="offset points",
+                # Alternate above and below, so that labels of close points do not overlap.
+                xytext=(0, 8 if index % 2 == 0 else -10),
+                ha="center",
+                va="bottom" if index % 2 == 0 else "top",
+                fontsize=7,
+            )
+        low = min(p[1] for p in points)
+        high = max(p[1] for p in points)
+        # Room for the labels above the highest and below the lowest point.
+        axes.set_ylim(low / 2.0, high * 1.8)
+        # Plain numbers (0.6, not 6x10^-1); over a narrow range the in-between ticks too.
+        plain = FuncFormatter(lambda value, _: f"{value:g}")
+        axes.yaxis.set_major_formatter(plain)
+        axes.yaxis.set_minor_formatter(plain if high / low < 20 else NullFormatter())
+        axes.set_xlim(min(p[0] for p in points) - 0.5, max(p[0] for p in points) + 0.5)
+        if initial_latency_ms:
+            axes.axhline(initial_latency_ms, color="grey", linestyle=":", linewidth=0.8)
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_xlabel("iteration (0 = initial kernel)")
+    axes.set_ylabel("best latency (ms, log scale)")
+    axes.set_title(title)
+    axes.grid(True, which="both", alpha=0.3)
+    figure.tight_layout()
+    return figure

@@ -64,7 +64,7 @@ def load_run(store: KernelStore, run_id: str) -> tuple[RunRecord, RunSpec, Check
         raise RunNotFound(
             f"no run {run_id!r} in {store.stats().location}; list runs with `accelopt runs list`"
         )
-    spec, checkpoint = read_run(run)
+    spec, checkpoint = read_run(run, store.run_entries(run_id))
     return run, spec, checkpoint
 
 
@@ -91,7 +91,14 @@ def worker_alive(checkpoint: Checkpoint) -> bool:
 
 
 RunState = Literal[
-    "pending", "running", "completed", "failed", "cancelled", "budget_exhausted", "interrupted"
+    "pending",
+    "running",
+    "completed",
+    "failed",
+    "cancelled",
+    "budget_exhausted",
+    "llm_unavailable",
+    "interrupted",
 ]
 """A stored run status, or "interrupted" (see run_state)."""
 

@@ -137,6 +137,12 @@ class AttemptRecord(Measured):
     speedup_measured: SpeedupMeasured | None = None
     """How the interval was had: 'same_rounds' (the parent interleaved with the attempt) or
     'apart' (two separate measurements' intervals combined); None without an interval."""
+    repairs: int = 0
+    """Repair calls the executor was asked after the attempt failed (the record is the last
+    kernel tried; a try whose reply held no new kernel counts too)."""
+    repaired_from: list[str] = Field(default_factory=list)
+    """The failed kernels before `solution_id`, oldest first; each is the parent (in the
+    store's lineage) of the next."""
 
     @property
     def key(self) -> str:

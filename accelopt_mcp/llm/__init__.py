@@ -1,7 +1,21 @@
 """OpenAI-compatible chat access for the planner, executor and summarizer roles."""
 
-from accelopt_mcp.llm.budget import Budget, BudgetExceeded, BudgetLimits, BudgetUsage
-from accelopt_mcp.llm.client import ChatMessage, LlmCallFailed, LlmClient, LlmError, LlmReply
+from accelopt_mcp.llm.budget import (
+    Budget,
+    BudgetExceeded,
+    BudgetLimits,
+    BudgetUsage,
+    Reservation,
+)
+from accelopt_mcp.llm.client import (
+    DEFAULT_OUTPUT_TOKENS,
+    ChatMessage,
+    LlmCallFailed,
+    LlmClient,
+    LlmError,
+    LlmReply,
+    estimate_tokens,
+)
 from accelopt_mcp.llm.config import (
     ROLES,
     LlmConfigError,
@@ -17,6 +31,7 @@ from accelopt_mcp.llm.config import (
 from accelopt_mcp.llm.parsing import MalformedReply, extract_code_block, parse_json_list
 
 __all__ = [
+    "DEFAULT_OUTPUT_TOKENS",
     "ROLES",
     "Budget",
     "BudgetExceeded",
@@ -32,7 +47,9 @@ __all__ = [
     "ModelConfig",
     "ModelPrice",
     "PriceTable",
+    "Reservation",
     "RoleConfigs",
+    "estimate_tokens",
     "extract_code_block",
     "find_model_config",
     "load_role_configs",

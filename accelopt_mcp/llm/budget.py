@@ -1,13 +1,23 @@
 """Spending caps for a run: tokens, US dollars and wall time.
 
-A call is refused before it starts once a cap is reached; a call already under way is allowed to
-finish, so a run may overshoot a cap by at most the calls in flight.
+Every call reserves its estimated tokens and cost before it is sent (`reserve`) and settles the
+reservation with what it really used when it ends (`settle`). A call is refused before it
+starts when what was spent plus what calls in flight have reserved has reached a cap, so
+concurrent calls cannot together spend past a cap by more than the last admitted call's
+reservation, and that only when the call's reply outgrows its estimate (the client reserves the
+role's max_tokens of output when one is set). Wall time is checked, not reserved.
+
+A refusal says whether spending alone has reached the cap (the run is out of budget:
+`exhausted()`) or only the reservations of calls in flight do (`BudgetExceeded.reserved_only`:
+the call may start once they settle, and the client waits for that).
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
+from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
@@ -18,6 +28,11 @@ class BudgetUsage(BaseModel):
     cost_usd: float = 0.0
     wall_s: float = 0.0
     calls: int = 0
+    reserved_tokens: int = 0
+    """Held by calls in flight (their estimates), not spent yet."""
+    reserved_usd: float = 0.0
+    in_flight: int = 0
+    """Calls holding a reservation."""
 
     @property
     def tokens(self) -> int:
@@ -34,10 +49,22 @@ class BudgetLimits(BaseModel):
 class BudgetExceeded(Exception):
     """A cap is reached; the run should stop cleanly and keep what it found."""
 
-    def __init__(self, reason: str, usage: BudgetUsage) -> None:
+    def __init__(self, reason: str, usage: BudgetUsage, *, reserved_only: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.usage = usage
+        self.reserved_only = reserved_only
+        """True when what was spent is under every cap and only what calls in flight reserved
+        reaches one: the call may start once they settle."""
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """What one call holds of the budget until it is settled."""
+
+    id: int
+    tokens: int
+    cost_usd: float
 
 
 class Budget:
@@ -53,21 +80,67 @@ class Budget:
         self._lock = threading.Lock()
         self._started = time.monotonic()
         self._usage = BudgetUsage()
+        self._reservations: dict[int, Reservation] = {}
+        self._ids = itertools.count(1)
 
     @classmethod
     def from_limits(cls, limits: BudgetLimits) -> Budget:
         return cls(limits.max_tokens, limits.max_usd, limits.max_wall_s)
 
     def charge(self, tokens_in: int, tokens_out: int, cost_usd: float) -> None:
+        """Count spending that held no reservation (e.g. a resumed run's earlier calls)."""
         with self._lock:
-            self._usage.tokens_in += tokens_in
-            self._usage.tokens_out += tokens_out
-            self._usage.cost_usd += cost_usd
-            self._usage.calls += 1
+            self._charge(tokens_in, tokens_out, cost_usd)
+
+    def _charge(self, tokens_in: int, tokens_out: int, cost_usd: float) -> None:
+        self._usage.tokens_in += tokens_in
+        self._usage.tokens_out += tokens_out
+        self._usage.cost_usd += cost_usd
+        self._usage.calls += 1
+
+    def reserve(self, tokens: int, cost_usd: float) -> Reservation:
+        """Hold a call's estimate before it is sent. Raises BudgetExceeded, holding nothing,
+        when a cap is reached counting what other calls in flight hold."""
+        with self._lock:
+            refusal = self._refusal()
+            if refusal is not None:
+                raise refusal
+            reservation = Reservation(next(self._ids), max(0, tokens), max(0.0, cost_usd))
+            self._reservations[reservation.id] = reservation
+            self._usage.reserved_tokens += reservation.tokens
+            self._usage.reserved_usd += reservation.cost_usd
+            self._usage.in_flight += 1
+            return reservation
+
+    def settle(
+        self,
+        reservation: Reservation,
+        tokens_in: int = 0,
+        tokens_out: int = 0,
+        cost_usd: float = 0.0,
+        *,
+        spent: bool = True,
+    ) -> None:
+        """Release a reservation and count what the call really used (`spent` False: a call
+        that cost nothing, e.g. one the server refused, is not counted as a call). Settling
+        twice releases once."""
+        with self._lock:
+            if self._reservations.pop(reservation.id, None) is None:
+                return
+            self._usage.reserved_tokens -= reservation.tokens
+            self._usage.reserved_usd -= reservation.cost_usd
+            self._usage.in_flight -= 1
+            if not self._reservations:  # no drift from float sums once nothing is held
+                self._usage.reserved_tokens, self._usage.reserved_usd = 0, 0.0
+            if spent:
+                self._charge(tokens_in, tokens_out, cost_usd)
 
     def usage(self) -> BudgetUsage:
         with self._lock:
-            return self._usage.model_copy(update={"wall_s": time.monotonic() - self._started})
+            return self._usage_now()
+
+    def _usage_now(self) -> BudgetUsage:
+        return self._usage.model_copy(update={"wall_s": time.monotonic() - self._started})
 
     def remaining_wall_s(self) -> float | None:
         if self.limits.max_wall_s is None:
@@ -75,19 +148,49 @@ class Budget:
         return self.limits.max_wall_s - (time.monotonic() - self._started)
 
     def exhausted(self) -> str | None:
-        """Why no new call may start, or None while every cap has room left."""
-        usage = self.usage()
+        """Why the run is out of budget (what was spent has reached a cap, or wall time is up),
+        or None while every cap has room left. Reservations do not count: they end when
+        their calls do."""
+        return self._exhausted(self.usage(), reserved=False)
+
+    def _exhausted(self, usage: BudgetUsage, *, reserved: bool) -> str | None:
         limits = self.limits
-        if limits.max_tokens is not None and usage.tokens >= limits.max_tokens:
-            return f"token budget reached: {usage.tokens} of {limits.max_tokens} tokens used"
-        if limits.max_usd is not None and usage.cost_usd >= limits.max_usd:
-            return f"cost budget reached: ${usage.cost_usd:.4f} of ${limits.max_usd:.4f} spent"
+        held_tokens = usage.reserved_tokens if reserved else 0
+        held_usd = usage.reserved_usd if reserved else 0.0
+        counted = reserved and usage.in_flight > 0
+        if limits.max_tokens is not None and usage.tokens + held_tokens >= limits.max_tokens:
+            held = (
+                f", {usage.reserved_tokens} more reserved by {usage.in_flight} call(s) in flight"
+                if counted
+                else ""
+            )
+            return f"token budget reached: {usage.tokens} of {limits.max_tokens} tokens used{held}"
+        if limits.max_usd is not None and usage.cost_usd + held_usd >= limits.max_usd:
+            held = (
+                f", ${usage.reserved_usd:.4f} more reserved by {usage.in_flight} call(s) in flight"
+                if counted
+                else ""
+            )
+            return (
+                f"cost budget reached: ${usage.cost_usd:.4f} of ${limits.max_usd:.4f} spent{held}"
+            )
         if limits.max_wall_s is not None and usage.wall_s >= limits.max_wall_s:
             return f"wall-time budget reached: {usage.wall_s:.1f} s of {limits.max_wall_s:.1f} s"
         return None
 
     def check(self) -> None:
-        """Raise BudgetExceeded when a cap is reached."""
-        reason = self.exhausted()
-        if reason is not None:
-            raise BudgetExceeded(reason, self.usage())
+        """Raise BudgetExceeded when a new call would start over a cap: what was spent plus
+        what calls in flight reserved has reached it (reserved_only tells which)."""
+        with self._lock:
+            refusal = self._refusal()
+        if refusal is not None:
+            raise refusal
+
+    def _refusal(self) -> BudgetExceeded | None:
+        """Why a new call may not start now (the lock held), or None."""
+        usage = self._usage_now()
+        reason = self._exhausted(usage, reserved=True)
+        if reason is None:
+            return None
+        spent_out = self._exhausted(usage, reserved=False) is not None
+        return BudgetExceeded(reason, usage, reserved_only=not spent_out)

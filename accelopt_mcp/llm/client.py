@@ -3,18 +3,33 @@ a concurrency cap per role, a ledger row for every attempt and a spending budget
 
 Retries are ours, not the SDK's (it is built with max_retries=0), so that every attempt, failed
 or not, lands in the ledger and the budget is checked before each one.
+
+An attempt, in order: the budget reserves its estimate (prompt tokens estimated as characters /
+4, plus the role's max_tokens of output, or DEFAULT_OUTPUT_TOKENS when none is set; refused
+only because calls in flight hold the rest, it waits for one of them to end and asks again,
+refused because the spending reached a cap, it raises BudgetExceeded unsent); the ledger
+gets its row with status "in_flight", the prompt (redacted: the role's API key and the usual
+patterns) and the prompt's estimated tokens and cost; the request is sent; the reservation is
+settled with the real usage and the row updated under the same id ("ok" or "failed", tokens,
+cost, latency, the redacted reply; a timed-out attempt keeps its prompt estimate, since the
+server may have billed it). An attempt cancelled while waiting (the task cancelled, the
+process stopping) settles with its prompt estimate and is recorded "interrupted"; a process
+killed outright leaves its row in flight, for the next worker to mark interrupted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
 import re
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal, TypeVar
 
@@ -23,11 +38,11 @@ from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel
 
-from accelopt_mcp.llm.budget import Budget, BudgetExceeded
+from accelopt_mcp.llm.budget import Budget, BudgetExceeded, Reservation
 from accelopt_mcp.llm.config import ROLES, LlmConfigError, ModelConfig, RoleConfigs
 from accelopt_mcp.llm.parsing import MalformedReply
-from accelopt_mcp.models import LlmCallIn
-from accelopt_mcp.redaction import redact, redacted_url
+from accelopt_mcp.models import LlmCallIn, LlmCallStatus, LlmMessage
+from accelopt_mcp.redaction import mask_secrets, redact, redacted_url
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -36,6 +51,16 @@ _PLACEHOLDER_LOCAL_KEY = "not-needed"
 # A server asking for a longer pause than this is treated as "give up", not waited on.
 _MAX_RETRY_AFTER_S = 300.0
 _MAX_ERROR_CHARS = 500
+_ROOM_RECHECK_S = 1.0
+DEFAULT_OUTPUT_TOKENS = 4096
+"""Output tokens a call reserves of the budget when its role sets no max_tokens."""
+CHARS_PER_TOKEN = 4
+"""The estimate of tokens from characters, where the server has not counted them (yet)."""
+
+
+def estimate_tokens(chars: int) -> int:
+    """Tokens in `chars` characters of text, roughly (characters / 4, at least 1)."""
+    return max(1, chars // CHARS_PER_TOKEN)
 
 
 class ChatMessage(BaseModel):
@@ -56,6 +81,8 @@ class LlmReply(BaseModel):
     attempts: int = 1
     usage_estimated: bool = False
     """True when the server reported no usage and tokens were estimated from characters."""
+    call_id: str | None = None
+    """The ledger id of the attempt that gave this reply."""
 
 
 class LlmError(Exception):
@@ -82,6 +109,25 @@ class _Outcome:
     error: str | None = None
     retryable: bool = False
     retry_after_s: float | None = None
+    prompt_billed: bool = False
+    """No reply, but the server may have worked on (and billed) the request: a timeout. Its
+    prompt estimate is counted, in the ledger and the budget."""
+
+
+@dataclass
+class _Attempt:
+    """One request as the ledger and the budget follow it."""
+
+    role: str
+    config: ModelConfig
+    purpose: str | None
+    api_key: str
+    prompt_tokens: int
+    """Estimated."""
+    prompt_cost_usd: float
+    """Of the estimated prompt tokens."""
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
 class LlmClient:
@@ -107,6 +153,13 @@ class LlmClient:
         }
         self._clients: dict[str, tuple[str, AsyncOpenAI]] = {}
         self._stale: list[AsyncOpenAI] = []
+        self._in_flight = dict.fromkeys(ROLES, 0)
+        self._room = asyncio.Event()
+        """Set (and replaced) whenever an attempt settles its reservation."""
+
+    def in_flight(self) -> dict[str, int]:
+        """Calls per role sent and waiting on a reply now (not those queued for a slot)."""
+        return dict(self._in_flight)
 
     async def __aenter__(self) -> LlmClient:
         return self
@@ -122,17 +175,23 @@ class LlmClient:
             await client.close()
 
     async def complete(
-        self, role: str, messages: Sequence[ChatMessage | Mapping[str, str]]
+        self,
+        role: str,
+        messages: Sequence[ChatMessage | Mapping[str, str]],
+        *,
+        purpose: str | None = None,
     ) -> LlmReply:
-        """One chat completion for `role`. Raises BudgetExceeded before an attempt that would
-        start over budget, LlmCallFailed when the call fails for good, LlmConfigError when the
-        role's config or environment is unusable."""
+        """One chat completion for `role`; `purpose` (free text, e.g. "plan 2/0") goes into
+        the ledger rows of its attempts. Raises BudgetExceeded before an attempt that would
+        start over budget (counting what calls in flight reserved), LlmCallFailed when the
+        call fails for good, LlmConfigError when the role's config or environment is
+        unusable."""
         config = self.configs.for_role(role)
         chat = [_as_message(message) for message in messages]
         if not chat:
             raise LlmError(f"{role} call with no messages; pass at least one user message")
         async with self._semaphores[role]:
-            return await self._complete_with_retries(role, config, chat)
+            return await self._complete_with_retries(role, config, chat, purpose)
 
     async def complete_parsed(
         self,
@@ -141,15 +200,16 @@ class LlmClient:
         parse: Callable[[str], T],
         *,
         tries: int = 2,
+        purpose: str | None = None,
     ) -> tuple[T, LlmReply]:
         """complete() then parse(text); a reply that parse() rejects with MalformedReply is
-        asked for again, up to `tries` replies in all. Raises the last MalformedReply (with
-        `.reply` set to the rejected reply) when none parses."""
+        asked for again, up to `tries` replies in all (each under the same `purpose`). Raises
+        the last MalformedReply (with `.reply` set to the rejected reply) when none parses."""
         if tries < 1:
             raise ValueError(f"tries must be at least 1, got {tries}")
         last: MalformedReply | None = None
         for _ in range(tries):
-            reply = await self.complete(role, messages)
+            reply = await self.complete(role, messages, purpose=purpose)
             try:
                 return parse(reply.text), reply
             except MalformedReply as exc:
@@ -162,23 +222,33 @@ class LlmClient:
     # ------------------------------------------------------------------ attempts
 
     async def _complete_with_retries(
-        self, role: str, config: ModelConfig, chat: list[ChatMessage]
+        self, role: str, config: ModelConfig, chat: list[ChatMessage], purpose: str | None
     ) -> LlmReply:
         max_attempts = config.max_retries + 1
+        prompt_tokens = estimate_tokens(sum(len(message.content) for message in chat))
         for attempt in range(1, max_attempts + 1):
-            if self.budget is not None:
-                self.budget.check()
             api_key, client = await self._client_for(role, config)
-            started = time.monotonic()
-            outcome = await self._attempt(client, config, chat, api_key)
-            latency = time.monotonic() - started
-            if outcome.reply is not None and self.budget is not None:
-                self.budget.charge(
-                    outcome.reply.tokens_in, outcome.reply.tokens_out, outcome.reply.cost_usd
-                )
-            await self._record(role, config, outcome, latency)
+            call = _Attempt(
+                role=role,
+                config=config,
+                purpose=purpose,
+                api_key=api_key,
+                prompt_tokens=prompt_tokens,
+                prompt_cost_usd=self.configs.prices.cost(config.model, prompt_tokens, 0),
+            )
+            reservation = await self._reserve_when_room(call)
+            try:
+                await self._record_start(call, chat)
+            except BaseException:
+                self._settle(call, reservation, None)
+                raise
+            outcome, latency = await self._send(call, client, chat, reservation)
+            self._settle(call, reservation, outcome)
+            await self._record(call, outcome, latency)
             if outcome.reply is not None:
-                return outcome.reply.model_copy(update={"latency_s": latency, "attempts": attempt})
+                return outcome.reply.model_copy(
+                    update={"latency_s": latency, "attempts": attempt, "call_id": call.id}
+                )
             error = outcome.error or "unknown error"
             if not outcome.retryable or attempt == max_attempts:
                 why = "not retryable" if not outcome.retryable else "no retries left"
@@ -197,6 +267,31 @@ class LlmClient:
             await asyncio.sleep(delay)
         raise AssertionError("unreachable: the loop returns or raises")
 
+    async def _send(
+        self,
+        call: _Attempt,
+        client: AsyncOpenAI,
+        chat: list[ChatMessage],
+        reservation: Reservation | None,
+    ) -> tuple[_Outcome, float]:
+        """The request, counted in flight while it waits; the outcome and its latency. An
+        attempt cancelled while waiting is settled with its prompt estimate and recorded as
+        interrupted (one that raised something unexpected: as failed), then re-raised."""
+        self._in_flight[call.role] += 1
+        started = time.monotonic()
+        try:
+            outcome = await self._attempt(client, call.config, chat, call.api_key)
+        except BaseException as exc:
+            self._in_flight[call.role] -= 1
+            if reservation is not None and self.budget is not None:
+                # The provider may bill the prompt of a request it got: count its estimate.
+                self.budget.settle(reservation, call.prompt_tokens, 0, call.prompt_cost_usd)
+                self._made_room()
+            self._record_unfinished(call, time.monotonic() - started, exc)
+            raise
+        self._in_flight[call.role] -= 1
+        return outcome, time.monotonic() - started
+
     async def _attempt(
         self, client: AsyncOpenAI, config: ModelConfig, chat: list[ChatMessage], api_key: str
     ) -> _Outcome:
@@ -204,7 +299,9 @@ class LlmClient:
         try:
             completion = await client.chat.completions.create(**_request_args(config, chat))
         except openai.APITimeoutError:
-            return _Outcome(error=f"timed out after {config.timeout_s:g} s", retryable=True)
+            return _Outcome(
+                error=f"timed out after {config.timeout_s:g} s", retryable=True, prompt_billed=True
+            )
         except openai.APIConnectionError as exc:
             cause = exc.__cause__ or exc
             return _Outcome(
@@ -277,25 +374,138 @@ class LlmClient:
         self._clients[role] = (api_key, client)
         return api_key, client
 
-    async def _record(
-        self, role: str, config: ModelConfig, outcome: _Outcome, latency: float
+    async def _reserve_when_room(self, call: _Attempt) -> Reservation | None:
+        """Hold the attempt's estimate: its prompt and the most it may write. While only the
+        reservations of calls in flight stand in the way, wait for one to settle (checking
+        again every second, in case another client shares the budget)."""
+        budget = self.budget
+        if budget is None:
+            return None
+        config = call.config
+        output = config.max_tokens if config.max_tokens is not None else DEFAULT_OUTPUT_TOKENS
+        cost = self.configs.prices.cost(config.model, call.prompt_tokens, output)
+        while True:
+            room = self._room
+            try:
+                return budget.reserve(call.prompt_tokens + output, cost)
+            except BudgetExceeded as exc:
+                if not exc.reserved_only:
+                    raise
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(room.wait(), timeout=_ROOM_RECHECK_S)
+
+    def _settle(
+        self, call: _Attempt, reservation: Reservation | None, outcome: _Outcome | None
     ) -> None:
-        if self._ledger is None:
+        """Release the reservation; a reply counts what it used, a timeout its prompt's
+        estimate, another failure nothing."""
+        if reservation is None or self.budget is None:
+            return
+        reply = outcome.reply if outcome is not None else None
+        if reply is not None:
+            self.budget.settle(reservation, reply.tokens_in, reply.tokens_out, reply.cost_usd)
+        elif outcome is not None and outcome.prompt_billed:
+            self.budget.settle(reservation, call.prompt_tokens, 0, call.prompt_cost_usd)
+        else:
+            self.budget.settle(reservation, spent=False)
+        self._made_room()
+
+    def _made_room(self) -> None:
+        """Wake the attempts waiting for budget room."""
+        self._room.set()
+        self._room = asyncio.Event()
+
+    def _row(self, call: _Attempt, status: LlmCallStatus, **fields: object) -> LlmCallIn:
+        return LlmCallIn.model_validate(
+            {
+                "id": call.id,
+                "run_id": self.run_id,
+                "role": call.role,
+                "model": call.config.model,
+                "status": status,
+                "purpose": call.purpose,
+                "started_at": call.started_at,
+                **fields,
+            }
+        )
+
+    async def _record_start(self, call: _Attempt, chat: list[ChatMessage]) -> None:
+        """The in-flight row, before the request is sent: the prompt and its estimate."""
+        ledger = self._ledger
+        if ledger is None:
+            return
+        secrets = [call.api_key]
+
+        def write() -> None:
+            ledger(
+                self._row(
+                    call,
+                    "in_flight",
+                    tokens_in=call.prompt_tokens,
+                    cost_usd=call.prompt_cost_usd,
+                    messages=[
+                        LlmMessage(role=m.role, content=mask_secrets(m.content, secrets))
+                        for m in chat
+                    ],
+                )
+            )
+
+        # Redacting a long prompt and a database round trip must not stall the event loop.
+        await asyncio.to_thread(write)
+
+    async def _record(self, call: _Attempt, outcome: _Outcome, latency: float) -> None:
+        """The attempt's outcome, on the row written before it was sent."""
+        ledger = self._ledger
+        if ledger is None:
             return
         reply = outcome.reply
-        row = LlmCallIn(
-            run_id=self.run_id,
-            role=role,
-            model=config.model,
-            tokens_in=reply.tokens_in if reply else 0,
-            tokens_out=reply.tokens_out if reply else 0,
+        finished_at = datetime.now(UTC)
+        billed = reply is None and outcome.prompt_billed
+        tokens_in = reply.tokens_in if reply else (call.prompt_tokens if billed else 0)
+        cost_usd = reply.cost_usd if reply else (call.prompt_cost_usd if billed else 0.0)
+
+        def write() -> None:
+            ledger(
+                self._row(
+                    call,
+                    "ok" if reply is not None else "failed",
+                    tokens_in=tokens_in,
+                    tokens_out=reply.tokens_out if reply else 0,
+                    latency_s=latency,
+                    cost_usd=cost_usd,
+                    error=outcome.error if reply is None else None,
+                    finished_at=finished_at,
+                    reply=mask_secrets(reply.text, [call.api_key]) if reply is not None else None,
+                )
+            )
+
+        await asyncio.to_thread(write)
+
+    def _record_unfinished(self, call: _Attempt, latency: float, exc: BaseException) -> None:
+        """Best effort, while the attempt's exception propagates: written here and now
+        (awaiting a thread could itself be cancelled), never raising over the exception."""
+        if self._ledger is None:
+            return
+        estimate = "tokens and cost are the prompt's estimate"
+        if isinstance(exc, Exception):
+            status: LlmCallStatus = "failed"
+            error = short_error(f"{type(exc).__name__}: {exc}; {estimate}", [call.api_key])
+        else:
+            status = "interrupted"
+            error = f"interrupted ({type(exc).__name__}) before the reply came; {estimate}"
+        row = self._row(
+            call,
+            status,
+            tokens_in=call.prompt_tokens,
+            cost_usd=call.prompt_cost_usd,
             latency_s=latency,
-            cost_usd=reply.cost_usd if reply else 0.0,
-            ok=reply is not None,
-            error=outcome.error if reply is None else None,
+            error=error,
+            finished_at=datetime.now(UTC),
         )
-        # Stores are synchronous; a database round trip must not stall the event loop.
-        await asyncio.to_thread(self._ledger, row)
+        try:
+            self._ledger(row)
+        except Exception as exc:
+            log.warning("could not record the interrupted %s call %s: %s", call.role, call.id, exc)
 
     def _check_wall_room(self, delay: float) -> None:
         if self.budget is None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import tomllib
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
@@ -17,6 +19,10 @@ from urllib.parse import urlparse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_MODEL = "gpt-4.1-mini"
+MODEL_ENV = "ACCELOPT_MODEL"
+"""Names the model of every role whose config does not name one (e.g. the model a local vLLM
+or llama.cpp server serves, when only OPENAI_BASE_URL points at it)."""
 ROLES: tuple[str, ...] = ("planner", "executor", "summarizer")
 Role = Literal["planner", "executor", "summarizer"]
 
@@ -25,6 +31,11 @@ _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
 
 class LlmConfigError(ValueError):
     """A model config (file, field or environment) is unusable; the message says how to fix it."""
+
+
+def default_model() -> str:
+    """The model a role uses when its config names none: $ACCELOPT_MODEL, else gpt-4.1-mini."""
+    return os.environ.get(MODEL_ENV, "").strip() or DEFAULT_MODEL
 
 
 class ModelConfig(BaseModel):
@@ -39,7 +50,8 @@ class ModelConfig(BaseModel):
         default="OPENAI_API_KEY", min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$"
     )
     """The NAME of the environment variable that holds the key, never the key itself."""
-    model: str = Field(default="gpt-4.1-mini", min_length=1)
+    model: str = Field(default_factory=default_model, min_length=1)
+    """Unset: $ACCELOPT_MODEL, else gpt-4.1-mini."""
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
     max_tokens: int | None = Field(default=None, ge=1)
@@ -158,35 +170,72 @@ class _ConfigFile(BaseModel):
     prices: dict[str, Any] = Field(default_factory=dict)
 
 
-# Model configs shipped in the source tree (templates/models/*.json), usable by name.
-MODEL_TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "models"
+# Model configs shipped inside the package (package data), usable by name in a source checkout
+# and in a wheel install alike.
+_SHIPPED_PACKAGE = "accelopt_mcp.llm"
+_SHIPPED_FOLDER = "model_configs"
+
+
+def _shipped_folder() -> Traversable:
+    return resources.files(_SHIPPED_PACKAGE) / _SHIPPED_FOLDER
+
+
+def shipped_configs_location() -> str:
+    """Where the shipped model configs are, for messages that point at examples."""
+    return str(_shipped_folder())
 
 
 def model_config_names() -> list[str]:
-    """Names of the model configs shipped in templates/models (present in a source checkout)."""
-    if not MODEL_TEMPLATES.is_dir():
+    """Names of the model configs shipped with the package (openai, llamacpp, ...)."""
+    folder = _shipped_folder()
+    if not folder.is_dir():
         return []
-    return sorted(p.stem for p in MODEL_TEMPLATES.glob("*.json"))
+    return sorted(
+        entry.name.removesuffix(".json")
+        for entry in folder.iterdir()
+        if entry.name.endswith(".json") and entry.is_file()
+    )
+
+
+def shipped_model_config(name: str) -> Path | None:
+    """The file of the shipped model config `name`, None when there is no such config."""
+    if name not in model_config_names():
+        return None
+    entry = _shipped_folder() / f"{name}.json"
+    if isinstance(entry, Path):
+        return entry
+    # Installed as a zip: a run keeps the path of its config, so the file must live on disk.
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    copy = cache / "accelopt" / _SHIPPED_FOLDER / f"{name}.json"
+    text = entry.read_text(encoding="utf-8")
+    if not copy.is_file() or copy.read_text(encoding="utf-8") != text:
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(text, encoding="utf-8")
+    return copy
 
 
 def find_model_config(name_or_path: str) -> Path:
-    """The model config file a name (a config in templates/models) or a path means, loaded once
-    so that a broken one is reported now (LlmConfigError says what to fix), not at the first
-    LLM call of a run."""
-    for path in (Path(name_or_path).expanduser(), MODEL_TEMPLATES / f"{name_or_path}.json"):
-        if path.is_file():
-            load_role_configs(path)
-            return path
+    """The model config file a name (a shipped config, see model_config_names) or a path
+    means, loaded once so that a broken one is reported now (LlmConfigError says what to fix),
+    not at the first LLM call of a run. A file of that name wins over a shipped config."""
+    path = Path(name_or_path).expanduser()
+    if not path.is_file():
+        path = shipped_model_config(name_or_path) or path
+    if path.is_file():
+        load_role_configs(path)
+        return path
     names = ", ".join(model_config_names()) or "none shipped with this install"
     raise LlmConfigError(
         f"model config {name_or_path!r} is neither a file nor a shipped config name ({names}); "
-        "give the path of a JSON/TOML model config (see templates/models/README.md)"
+        "give the path of a JSON/TOML model config (examples: the shipped ones in "
+        f"{shipped_configs_location()})"
     )
 
 
 def load_role_configs(path: Path | None = None) -> RoleConfigs:
     """Role configs from a JSON or TOML file; None gives the defaults (OpenAI, or whatever
-    OPENAI_BASE_URL points at, with the key from OPENAI_API_KEY)."""
+    OPENAI_BASE_URL points at, with the key from OPENAI_API_KEY and the model from
+    ACCELOPT_MODEL, else gpt-4.1-mini)."""
     if path is None:
         return RoleConfigs()
     raw = _read_config_file(Path(path))
@@ -225,7 +274,7 @@ def role_configs_from_dict(raw: dict[str, Any], *, source: str = "config") -> Ro
 def _read_config_file(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise LlmConfigError(
-            f"model config {path} does not exist; see templates/models/ for examples"
+            f"model config {path} does not exist; see {shipped_configs_location()} for examples"
         )
     text = path.read_text(encoding="utf-8")
     try:

@@ -1,4 +1,4 @@
-"""Pull the useful part out of a model's reply: the final code block, or a JSON list of plans.
+"""Pull the useful part out of a model's reply: the kernel's code block, or a JSON list of plans.
 
 Models wrap answers in prose and fences in ways no prompt fully controls, so both helpers are
 tolerant of what surrounds the answer and precise about what is wrong when there is none.
@@ -56,28 +56,69 @@ def _fenced_blocks(text: str) -> list[_Block]:
     return blocks
 
 
-def extract_code_block(text: str, languages: tuple[str, ...] = ("python", "py")) -> str:
-    """The body of the last fenced block tagged with one of `languages` or left untagged."""
+_C_LIKE = frozenset({"cuda", "cu", "cpp", "c++", "c", "h", "hpp"})
+
+
+def _defines(block: _Block, symbol: str) -> bool:
+    """Whether the block defines `symbol` at its top level: `def symbol(` (decorated or not,
+    async too), `class symbol`, `symbol = ...`; in C-like blocks a function definition or
+    declaration with a return type before the name."""
+    name = re.escape(symbol)
+    if block.lang in _C_LIKE:
+        pattern = rf"^[ \t]*(?!return\b)(?:[\w:<>,*&]+[ \t]+)+[*&]*{name}[ \t]*\("
+    else:
+        pattern = (
+            rf"^(?:(?:async[ \t]+)?def[ \t]+{name}[ \t]*\(|class[ \t]+{name}\b"
+            rf"|{name}[ \t]*(?::[^=\n]*)?=(?!=))"
+        )
+    return re.search(pattern, block.body, re.MULTILINE) is not None
+
+
+def extract_code_block(
+    text: str,
+    languages: tuple[str, ...] = ("python", "py"),
+    entry_symbol: str | None = None,
+) -> str:
+    """The kernel's fenced block: among the blocks tagged with one of `languages` (or left
+    untagged), the last that defines `entry_symbol` at its top level (see `_defines`); when
+    none does (or no entry_symbol is given), the last of them. Prose and other blocks around
+    it (a usage snippet after the kernel, an earlier draft) are ignored.
+
+    A reply whose last block was never closed was cut off: that is a malformed reply, unless
+    an earlier closed block defines the entry and the cut-off one does not (a usage snippet
+    cut off after the kernel)."""
     wanted = {language.lower() for language in languages}
     blocks = _fenced_blocks(text)
-    if blocks and not blocks[-1].closed:
-        raise MalformedReply(
-            "the last code block is never closed; the reply was probably cut off by max_tokens",
-            text,
-        )
     candidates = [block for block in blocks if block.lang in wanted or not block.lang]
+    defining = (
+        [block for block in candidates if _defines(block, entry_symbol)] if entry_symbol else []
+    )
+    if blocks and not blocks[-1].closed:
+        # A usage snippet cut off after a complete kernel loses nothing; a kernel cut off does.
+        rescued = (
+            entry_symbol is not None
+            and not _defines(blocks[-1], entry_symbol)
+            and any(block.closed for block in defining)
+        )
+        if not rescued:
+            raise MalformedReply(
+                "the last code block is never closed; the reply was probably cut off by max_tokens",
+                text,
+            )
+    defining = [block for block in defining if block.closed]
+    candidates = [block for block in candidates if block.closed]
     if not candidates:
         if blocks:
-            found = ", ".join(sorted({block.lang for block in blocks}))
+            found = ", ".join(sorted({block.lang or "untagged" for block in blocks}))
             raise MalformedReply(
                 f"no code block in {'/'.join(languages)}; the reply only has blocks in {found}",
                 text,
             )
         raise MalformedReply(f"no fenced code block (```{languages[0]} ... ```) in the reply", text)
-    body = candidates[-1].body
-    if not body.strip():
+    chosen = defining[-1] if defining else candidates[-1]
+    if not chosen.body.strip():
         raise MalformedReply("the last code block is empty", text)
-    return body + "\n"
+    return chosen.body + "\n"
 
 
 def parse_json_list(text: str) -> list[Any]:

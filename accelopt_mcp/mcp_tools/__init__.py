@@ -32,9 +32,9 @@ def build_server(
     hands the state to each request, resumes interrupted jobs first when `resume_jobs`, and
     closes the state when the server stops."""
     from accelopt_mcp import __version__
-    from accelopt_mcp.mcp_tools import browse, compare, kernels, profiling
+    from accelopt_mcp.mcp_tools import browse, compare, kernels, llm_calls, profiling
 
-    tools = [*profiling.TOOLS, *compare.TOOLS, *kernels.TOOLS]
+    tools = [*profiling.TOOLS, *compare.TOOLS, *kernels.TOOLS, *llm_calls.TOOLS]
     try:
         from accelopt_mcp.mcp_tools import jobs, memory
     except ModuleNotFoundError as exc:  # a build without the engine still browses and profiles

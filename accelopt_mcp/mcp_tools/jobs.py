@@ -83,7 +83,8 @@ def start_optimization(
         str | None,
         Field(
             description="Model config: a preset name (e.g. openai, vllm-gpt-oss-120b, "
-            "llamacpp) or a file path; default: OPENAI_BASE_URL / OPENAI_API_KEY."
+            "llamacpp) or a file path; default: OPENAI_BASE_URL / OPENAI_API_KEY, with the "
+            "model in ACCELOPT_MODEL (else gpt-4.1-mini)."
         ),
     ] = None,
     budget_usd: Annotated[float | None, Field(ge=0, description="Stop at this spend.")] = None,
@@ -100,6 +101,13 @@ def start_optimization(
         dict[str, Any] | None,
         Field(description="Profiling settings: seeds, iterations, timeout_seconds, ..."),
     ] = None,
+    skip_llm_check: Annotated[
+        bool,
+        Field(
+            description="Start without first checking that every role's LLM endpoint answers "
+            "and serves its model (the check costs one model listing, or a one-token call)."
+        ),
+    ] = False,
 ) -> JobStarted:
     """Start an AccelOpt optimization of a kernel as a background job and return its id at
     once: planner, executor and summarizer LLM calls in a beam search, every attempt
@@ -135,7 +143,7 @@ def start_optimization(
         config=config,
     )
     jobs = state_of(ctx).jobs()
-    job_id = jobs.start(request)
+    job_id = jobs.start(request, check_llm=not skip_llm_check)
     return JobStarted(
         job_id=job_id,
         status=jobs.status(job_id),

@@ -6,7 +6,7 @@ written from these models load in flashinfer-bench and theirs load here. Two add
 flashinfer-bench ignores on load (pydantic drops unknown fields there): the `nki` language, and
 on Evaluation the latency statistics and hardware counters that the planner reads. Ours alone:
 Task and Roofline (what a backend is asked to run), BenchmarkConfig (how it checks and times),
-LlmCallIn (a row of the LLM cost ledger).
+LlmCallIn (a row of the LLM ledger, with its prompt and reply).
 
 Records import nothing of the project but the foundations (`accelopt_mcp.pysource`,
 `accelopt_mcp.stats`); import them from here (`from accelopt_mcp.models import Solution`), not
@@ -28,7 +28,7 @@ from accelopt_mcp.models.evaluation import (
     LatencyStats,
     Performance,
 )
-from accelopt_mcp.models.llm_call import LlmCallIn
+from accelopt_mcp.models.llm_call import LLM_CALL_STATUSES, LlmCallIn, LlmCallStatus, LlmMessage
 from accelopt_mcp.models.pooling import pool_evaluations
 from accelopt_mcp.models.solution import Binding, BuildSpec, Language, Solution, SourceFile
 from accelopt_mcp.models.task import ROOFLINE_TAG, Roofline, Task
@@ -42,6 +42,7 @@ from accelopt_mcp.models.workload import (
 )
 
 __all__ = [
+    "LLM_CALL_STATUSES",
     "ROOFLINE_TAG",
     "Axis",
     "AxisConst",
@@ -62,6 +63,8 @@ __all__ = [
     "Language",
     "LatencyStats",
     "LlmCallIn",
+    "LlmCallStatus",
+    "LlmMessage",
     "NonEmptyString",
     "NonNegativeInt",
     "PairVerdict",

@@ -12,18 +12,21 @@ the columns of one table out of a joined row (e.g. "s_" for `s.id AS s_id`).
 from __future__ import annotations
 
 import json
+import re
 import uuid
+import zlib
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from accelopt_mcp.models import Definition, Evaluation, Solution, Workload
-from accelopt_mcp.redaction import redact
+from accelopt_mcp.models import Definition, Evaluation, LlmCallIn, LlmMessage, Solution, Workload
+from accelopt_mcp.redaction import mask_secrets, redact
 from accelopt_mcp.store.base import (
     ExperienceRecord,
     LlmCallRecord,
+    RunEntry,
     RunRecord,
     StoredDefinition,
     StoredMeasurement,
@@ -43,6 +46,7 @@ TABLES = (
     "runs",
     "experiences",
     "llm_calls",
+    "run_entries",
 )
 
 DEFINITION_COLUMNS = ("name", "definition", "created_at")
@@ -76,7 +80,18 @@ PROFILE_COLUMNS = (
 MEASUREMENT_COLUMNS = ("id", "profile_id", "evaluation", "created_at")
 RUN_COLUMNS = tuple(RunRecord.model_fields)
 EXPERIENCE_COLUMNS = tuple(ExperienceRecord.model_fields)
-LLM_CALL_COLUMNS = tuple(LlmCallRecord.model_fields)
+LLM_CALL_TEXT_COLUMNS = ("messages", "reply")
+"""Compressed columns: read by get_llm_call only."""
+LLM_CALL_COLUMNS = tuple(c for c in LlmCallRecord.model_fields if c not in LLM_CALL_TEXT_COLUMNS)
+LLM_CALL_DETAIL_COLUMNS = (*LLM_CALL_COLUMNS, *LLM_CALL_TEXT_COLUMNS)
+LLM_CALL_KEEP_WHEN_NONE = ("purpose", "started_at", "finished_at", "messages", "reply")
+"""Columns an update of a ledger row leaves as stored when the update gives None."""
+RUN_ENTRY_COLUMNS = tuple(RunEntry.model_fields)
+MIN_ID_PREFIX = 8
+INTERRUPTED_ERROR = (
+    "interrupted: its worker stopped before the reply came (found in flight when the run was "
+    "taken over); tokens and cost are the prompt's estimate"
+)
 
 
 # --------------------------------------------------------------------------- input checks
@@ -144,6 +159,65 @@ def utc_now() -> datetime:
 def redacted_text(text: str | None, secrets: tuple[str | None, ...] = ()) -> str | None:
     """An error text as it is stored: secrets masked (evaluation logs: Evaluation.redacted)."""
     return redact(text, secrets) if text else text
+
+
+def require_key(value: object, what: str) -> str:
+    """A run entry's kind or key: a non-empty string."""
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"{what} must be a non-empty string, got {value!r}")
+    return value
+
+
+def id_prefix(value: str) -> str | None:
+    """The lower-cased id prefix to look up when `value` may be one (hexadecimal, from
+    MIN_ID_PREFIX characters up to a whole uuid hex); None when only an exact match makes
+    sense. Being hexadecimal, it holds no LIKE wildcard."""
+    lowered = value.lower()
+    if MIN_ID_PREFIX <= len(lowered) <= 32 and re.fullmatch(r"[0-9a-f]+", lowered):
+        return lowered
+    return None
+
+
+# --------------------------------------------------------------------------- llm audit trail
+
+
+def pack_text(text: str | None) -> bytes | None:
+    """A prompt or reply as stored: UTF-8, zlib-compressed."""
+    return None if text is None else zlib.compress(text.encode("utf-8"), 6)
+
+
+def unpack_text(value: Any) -> str | None:
+    """A compressed column's value back to text: bytes (SQLite BLOB), memoryview or bytes
+    (psycopg BYTEA), or PostgREST's hex text of a BYTEA ("\\x789c...")."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = bytes.fromhex(value[2:] if value.startswith("\\x") else value)
+    return zlib.decompress(bytes(value)).decode("utf-8")
+
+
+def bytea_text(data: bytes | None) -> str | None:
+    """Bytes as PostgREST takes them for a BYTEA column: PostgreSQL's hex input format."""
+    return None if data is None else "\\x" + data.hex()
+
+
+def stored_messages(call: LlmCallIn, secrets: tuple[str | None, ...]) -> bytes | None:
+    """A call's prompt as stored: each message redacted, the list as JSON, compressed."""
+    if call.messages is None:
+        return None
+    rows = [{"role": m.role, "content": mask_secrets(m.content, secrets)} for m in call.messages]
+    return pack_text(json.dumps(rows, ensure_ascii=False))
+
+
+def stored_reply(call: LlmCallIn, secrets: tuple[str | None, ...]) -> bytes | None:
+    return pack_text(None if call.reply is None else mask_secrets(call.reply, secrets))
+
+
+def messages_from_column(value: Any) -> list[LlmMessage] | None:
+    text = unpack_text(value)
+    if text is None:
+        return None
+    return [LlmMessage.model_validate(m) for m in json.loads(text)]
 
 
 # --------------------------------------------------------------------------- record -> JSON
@@ -311,11 +385,42 @@ def experience_from_row(row: Mapping[str, Any]) -> ExperienceRecord:
     return ExperienceRecord.model_validate(r)
 
 
-def llm_call_from_row(row: Mapping[str, Any]) -> LlmCallRecord:
+def llm_call_from_row(row: Mapping[str, Any], *, detail: bool = False) -> LlmCallRecord:
+    """A ledger row; with `detail`, its prompt and reply too (the row holds
+    LLM_CALL_DETAIL_COLUMNS)."""
     r = dict(_pick(row, "", LLM_CALL_COLUMNS))
+    r["id"] = str(r["id"])
     r["ok"] = bool(r["ok"])
-    r["created_at"] = _timestamp(r["created_at"])
+    # A row an older accelopt wrote after the migration gets the default status 'ok'.
+    if r["status"] in (None, "ok") and not r["ok"]:
+        r["status"] = "failed"
+    for column in ("created_at", "started_at", "finished_at"):
+        r[column] = _timestamp(r[column])
+    if detail:
+        r["messages"] = messages_from_column(row["messages"])
+        r["reply"] = unpack_text(row["reply"])
     return LlmCallRecord.model_validate(r)
+
+
+def run_entry_from_row(row: Mapping[str, Any]) -> RunEntry:
+    r = dict(_pick(row, "", RUN_ENTRY_COLUMNS))
+    r["data"] = _json(r["data"]) or {}
+    r["updated_at"] = _timestamp(r["updated_at"])
+    return RunEntry.model_validate(r)
+
+
+def sorted_entries(entries: list[RunEntry]) -> list[RunEntry]:
+    """Kind, then key, in code-point order (a database's collation may sort otherwise)."""
+    return sorted(entries, key=lambda e: (e.kind, e.key))
+
+
+def timestamp_text(value: datetime | None) -> str | None:
+    """A timestamp as SQLite and PostgREST take it: ISO 8601 in UTC."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 # --------------------------------------------------------------------------- messages

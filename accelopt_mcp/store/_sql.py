@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any, Protocol
 
 from accelopt_mcp import hashing
@@ -24,6 +25,7 @@ from accelopt_mcp.models import (
 )
 from accelopt_mcp.store import _rows
 from accelopt_mcp.store.base import (
+    AmbiguousIdError,
     ConflictError,
     ExperienceIn,
     ExperienceRecord,
@@ -31,6 +33,7 @@ from accelopt_mcp.store.base import (
     LlmCallRecord,
     LlmTotals,
     RankedSolution,
+    RunEntry,
     RunRecord,
     RunUpdate,
     StoredDefinition,
@@ -98,6 +101,10 @@ class SqlKernelStore(KernelStore, abc.ABC):
     def _secrets(self) -> tuple[str | None, ...]:
         """Secrets of this store (a DSN password) masked in what it stores, besides the usual."""
         return ()
+
+    def _timestamp(self, value: datetime | None) -> Any:
+        """A timestamp as a statement parameter (PostgreSQL: the datetime itself)."""
+        return value
 
     # ------------------------------------------------------------------ helpers
     def _limit(self, limit: int | None) -> int | None:
@@ -699,48 +706,136 @@ class SqlKernelStore(KernelStore, abc.ABC):
             )
         return row is not None
 
+    # ------------------------------------------------------------------ run entries
+    def put_run_entry(self, run_id: str, kind: str, key: str, data: dict[str, Any]) -> None:
+        _rows.check_strings(run_id=run_id)
+        _rows.require_key(kind, "kind")
+        _rows.require_key(key, "key")
+        doc = _rows.plain_json(data, "run entry data")
+        with self._tx(write=True) as cur:
+            self._require_run(cur, run_id)
+            cur.one(
+                "INSERT INTO run_entries (run_id, kind, key, data) VALUES (?, ?, ?, ?j) "
+                "ON CONFLICT (run_id, kind, key) DO UPDATE SET data = excluded.data, "
+                f"updated_at = {self.now_sql}",
+                (run_id, kind, key, doc),
+            )
+
+    def run_entries(self, run_id: str, kind: str | None = None) -> list[RunEntry]:
+        _rows.check_strings(run_id=run_id, kind=kind)
+        where, params = "e.run_id = ?", [run_id]
+        if kind is not None:
+            where += " AND e.kind = ?"
+            params.append(kind)
+        with self._tx(write=False) as cur:
+            rows = cur.all(
+                f"SELECT {_cols('e', _rows.RUN_ENTRY_COLUMNS)} FROM run_entries e WHERE {where}",
+                params,
+            )
+        return _rows.sorted_entries([_rows.run_entry_from_row(r) for r in rows])
+
     # ------------------------------------------------------------------ llm ledger
     def add_llm_call(self, call: LlmCallIn) -> str:
         call = _rows.require(call, LlmCallIn, "llm call")
-        call_id = _rows.new_text_id()
+        secrets = self._secrets()
+        call_id = call.id or _rows.new_text_id()
+        values = {
+            "id": call_id,
+            "run_id": call.run_id,
+            "role": call.role,
+            "model": call.model,
+            "tokens_in": call.tokens_in,
+            "tokens_out": call.tokens_out,
+            "latency_s": call.latency_s,
+            "cost_usd": call.cost_usd,
+            "ok": call.ok,
+            "error": _rows.redacted_text(call.error, secrets),
+            "status": call.status,
+            "purpose": call.purpose,
+            "started_at": self._timestamp(call.started_at),
+            "finished_at": self._timestamp(call.finished_at),
+            "messages": _rows.stored_messages(call, secrets),
+            "reply": _rows.stored_reply(call, secrets),
+        }
+        updates = ", ".join(
+            f"{c} = COALESCE(excluded.{c}, llm_calls.{c})"
+            if c in _rows.LLM_CALL_KEEP_WHEN_NONE
+            else f"{c} = excluded.{c}"
+            for c in values
+            if c not in ("id", "run_id")
+        )
         with self._tx(write=True) as cur:
             self._require_run(cur, call.run_id)
             cur.one(
-                "INSERT INTO llm_calls (id, run_id, role, model, tokens_in, tokens_out, "
-                "latency_s, cost_usd, ok, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    call_id,
-                    call.run_id,
-                    call.role,
-                    call.model,
-                    call.tokens_in,
-                    call.tokens_out,
-                    call.latency_s,
-                    call.cost_usd,
-                    call.ok,
-                    _rows.redacted_text(call.error, self._secrets()),
-                ),
+                f"INSERT INTO llm_calls ({', '.join(values)}) "
+                f"VALUES ({', '.join('?' for _ in values)}) "
+                f"ON CONFLICT (id) DO UPDATE SET {updates}",
+                tuple(values.values()),
             )
         return call_id
 
-    def list_llm_calls(self, run_id: str) -> list[LlmCallRecord]:
-        _rows.check_strings(run_id=run_id)
+    def list_llm_calls(
+        self,
+        run_id: str,
+        *,
+        role: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[LlmCallRecord]:
+        _rows.check_limit(limit, offset)
+        _rows.check_strings(run_id=run_id, role=role)
+        where, params = "l.run_id = ?", [run_id]
+        if role is not None:
+            where += " AND l.role = ?"
+            params.append(role)
         columns = _cols("l", _rows.LLM_CALL_COLUMNS)
         with self._tx(write=False) as cur:
             rows = cur.all(
-                f"SELECT {columns} FROM llm_calls l WHERE l.run_id = ? "
-                f"ORDER BY {self._order('llm_calls', 'l')}, l.id",
-                (run_id,),
+                f"SELECT {columns} FROM llm_calls l WHERE {where} "
+                f"ORDER BY {self._order('llm_calls', 'l')}, l.id LIMIT ? OFFSET ?",
+                (*params, self._limit(limit), offset),
             )
         return [_rows.llm_call_from_row(r) for r in rows]
 
+    def get_llm_call(self, call_id: str) -> LlmCallRecord | None:
+        _rows.check_strings(call_id=call_id)
+        columns = _cols("l", _rows.LLM_CALL_DETAIL_COLUMNS)
+        prefix = _rows.id_prefix(call_id)
+        with self._tx(write=False) as cur:
+            rows = cur.all(f"SELECT {columns} FROM llm_calls l WHERE l.id = ?", (call_id,))
+            if not rows and prefix is not None:
+                rows = cur.all(
+                    f"SELECT {columns} FROM llm_calls l WHERE l.id LIKE ? ORDER BY l.id LIMIT 2",
+                    (prefix + "%",),
+                )
+        if len(rows) > 1:
+            raise AmbiguousIdError(
+                f"call id prefix {call_id!r} matches more than one call; give more of the id"
+            )
+        return _rows.llm_call_from_row(rows[0], detail=True) if rows else None
+
+    def mark_interrupted_llm_calls(self, run_id: str) -> int:
+        _rows.check_strings(run_id=run_id)
+        with self._tx(write=True) as cur:
+            rows = cur.all(
+                "UPDATE llm_calls SET status = 'interrupted', ok = FALSE, "
+                "error = COALESCE(error, ?) WHERE run_id = ? AND status = 'in_flight' "
+                "RETURNING id",
+                (_rows.INTERRUPTED_ERROR, run_id),
+            )
+        return len(rows)
+
     def llm_totals(self, run_id: str) -> list[LlmTotals]:
         _rows.check_strings(run_id=run_id)
+        counts = "".join(
+            f", SUM(CASE WHEN status = '{status}' THEN 1 ELSE 0 END) AS {status}"
+            for status in ("failed", "interrupted", "in_flight")
+        )
         with self._tx(write=False) as cur:
             rows = cur.all(
                 "SELECT role, COUNT(*) AS calls, CAST(SUM(tokens_in) AS BIGINT) AS tokens_in, "
                 "CAST(SUM(tokens_out) AS BIGINT) AS tokens_out, SUM(latency_s) AS latency_s, "
-                "SUM(cost_usd) AS cost_usd FROM llm_calls WHERE run_id = ? "
+                f"SUM(cost_usd) AS cost_usd{counts} FROM llm_calls WHERE run_id = ? "
                 "GROUP BY role ORDER BY role",
                 (run_id,),
             )

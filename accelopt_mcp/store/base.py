@@ -41,6 +41,10 @@ class ConflictError(StoreError):
     """The record collides with a stored one in a way an upsert cannot settle."""
 
 
+class AmbiguousIdError(StoreError, LookupError):
+    """An id prefix matches more than one record; give more of the id."""
+
+
 # --------------------------------------------------------------------------- rows
 
 
@@ -130,7 +134,15 @@ class RankedEntry(Row):
     when none qualifies."""
 
 
-RunStatus = Literal["pending", "running", "completed", "failed", "cancelled", "budget_exhausted"]
+RunStatus = Literal[
+    "pending",
+    "running",
+    "completed",
+    "failed",
+    "cancelled",
+    "budget_exhausted",
+    "llm_unavailable",
+]
 
 
 class RunRecord(Row):
@@ -221,17 +233,43 @@ class ExperienceRecord(ExperienceIn):
 
 
 class LlmCallRecord(LlmCallIn):
+    """A stored ledger row. Listings (list_llm_calls) leave `messages` and `reply` None;
+    get_llm_call fills them in."""
+
     id: str
     created_at: datetime | None = None
 
 
 class LlmTotals(Row):
+    """A role's calls in a run. In-flight and interrupted calls count with their estimates
+    (prompt tokens and prompt cost), so a resumed run's budget includes what a dead worker's
+    calls were billed."""
+
     role: str
     calls: int
     tokens_in: int
     tokens_out: int
     latency_s: float
     cost_usd: float
+    failed: int = 0
+    """Calls that failed (no reply)."""
+    interrupted: int = 0
+    """Calls whose worker died waiting for the reply."""
+    in_flight: int = 0
+    """Calls sent and not answered yet (or whose worker died, until the run is taken over)."""
+
+
+class RunEntry(Row):
+    """One piece of a run's state (an attempt, a plan, ...), stored apart from the run's
+    config so that a change rewrites one small row."""
+
+    run_id: str
+    kind: str
+    """What it is, e.g. "slot" or "plan"."""
+    key: str
+    """Which one of its kind, e.g. "2/0/1/1"."""
+    data: dict[str, Any] = Field(default_factory=dict)
+    updated_at: datetime | None = None
 
 
 class StoreStats(Row):
@@ -401,7 +439,9 @@ class KernelStore(abc.ABC):
     def create_run(self, run: RunRecord) -> str: ...
 
     @abc.abstractmethod
-    def update_run(self, run_id: str, update: RunUpdate) -> RunRecord: ...
+    def update_run(self, run_id: str, update: RunUpdate) -> RunRecord:
+        """Change the fields the update sets (not None); the others, config among them, stay
+        as stored. updated_at becomes now."""
 
     @abc.abstractmethod
     def get_run(self, run_id: str) -> RunRecord | None: ...
@@ -411,6 +451,17 @@ class KernelStore(abc.ABC):
         self, *, definition_name: str | None = None, status: str | None = None, limit: int = 50
     ) -> list[RunRecord]:
         """Newest first."""
+
+    @abc.abstractmethod
+    def put_run_entry(self, run_id: str, kind: str, key: str, data: dict[str, Any]) -> None:
+        """Store (or replace) the entry (run_id, kind, key) of a stored run; its updated_at
+        becomes now. Raises UnknownReferenceError for an unknown run. Entries go when their
+        run goes (deleting a definition deletes its runs)."""
+
+    @abc.abstractmethod
+    def run_entries(self, run_id: str, kind: str | None = None) -> list[RunEntry]:
+        """A run's entries (of one kind, or all), sorted by kind, then key (code-point order,
+        the same in every store); empty for an unknown run."""
 
     # optimization memory -------------------------------------------------
     @abc.abstractmethod
@@ -444,15 +495,43 @@ class KernelStore(abc.ABC):
 
     # llm ledger ----------------------------------------------------------
     @abc.abstractmethod
-    def add_llm_call(self, call: LlmCallIn) -> str: ...
+    def add_llm_call(self, call: LlmCallIn) -> str:
+        """Store a ledger row and return its id (call.id, or a new one when None). A call
+        whose id is stored already updates that row: the client writes each call twice, in
+        flight before it sends the request and with its outcome when it ends. The update
+        replaces every field but run_id, except that purpose, started_at, finished_at,
+        messages and reply left None keep what is stored. Messages, reply and error are
+        stored redacted, messages and reply compressed (zlib). Raises UnknownReferenceError
+        for an unknown run."""
 
     @abc.abstractmethod
-    def list_llm_calls(self, run_id: str) -> list[LlmCallRecord]:
-        """Every call of a run, oldest first."""
+    def list_llm_calls(
+        self,
+        run_id: str,
+        *,
+        role: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[LlmCallRecord]:
+        """A run's calls (of one role, or all) in the order they started, oldest first;
+        metadata only (messages and reply None). `limit` None: all from `offset`."""
+
+    @abc.abstractmethod
+    def get_llm_call(self, call_id: str) -> LlmCallRecord | None:
+        """One call with its prompt and reply (decompressed). `call_id` is the id or a unique
+        prefix of it (at least 8 hexadecimal characters); None when nothing matches. Raises
+        AmbiguousIdError when a prefix matches more than one call."""
+
+    @abc.abstractmethod
+    def mark_interrupted_llm_calls(self, run_id: str) -> int:
+        """Turn a run's in-flight calls into interrupted ones and return how many. Call it
+        when a worker takes a run over (it holds the run's lock, so no live worker is waiting
+        on them); their estimated tokens and cost stay and count in llm_totals."""
 
     @abc.abstractmethod
     def llm_totals(self, run_id: str) -> list[LlmTotals]:
-        """One row per role, sorted by role."""
+        """One row per role, sorted by role; every status counts (in-flight and interrupted
+        calls with their estimates)."""
 
     # housekeeping --------------------------------------------------------
     @abc.abstractmethod

@@ -44,9 +44,15 @@ _REQUIRED = (
 
 # Columns schema_v2.txt gained after databases were created with it (added there with
 # ALTER TABLE ... ADD COLUMN IF NOT EXISTS): a database without them needs the file again.
-_ADDED_COLUMNS = (("profiles", "trusted"),)
+_ADDED_COLUMNS = (
+    ("profiles", "trusted"),
+    *(
+        ("llm_calls", column)
+        for column in ("status", "purpose", "started_at", "finished_at", "messages", "reply")
+    ),
+)
 # Tables it gained the same way (CREATE TABLE IF NOT EXISTS, applied again).
-_ADDED_TABLES = ("measurements",)
+_ADDED_TABLES = ("measurements", "run_entries")
 
 INIT_HINT = (
     "run `accelopt db init --store <dsn>` or `psql -v ON_ERROR_STOP=1 -f schema_v2.txt <dsn>`"

@@ -13,11 +13,12 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from accelopt_mcp.store._rows import SOLUTION_COLUMNS, new_uuid
+from accelopt_mcp.store._rows import SOLUTION_COLUMNS, new_uuid, timestamp_text
 from accelopt_mcp.store._sql import LINEAGE_DEPTH_CAP, Cursor, Row, SqlKernelStore
 from accelopt_mcp.store.base import (
     ConflictError,
@@ -26,10 +27,14 @@ from accelopt_mcp.store.base import (
     UnknownReferenceError,
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """2 -> 3: the measurements table (a profile's history). An older accelopt refuses a version-3
 file: it would overwrite profiles without recording the measurement, and the pooled figure
-would then disagree with the history."""
+would then disagree with the history.
+3 -> 4: the LLM audit trail (llm_calls gains status, purpose, started_at, finished_at,
+messages, reply; a stored failed call becomes status 'failed') and the run_entries table. An
+older accelopt refuses a version-4 file: its ledger rows would carry no status, prompt or
+reply."""
 BUSY_TIMEOUT_MS = 30_000
 _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 
@@ -43,6 +48,12 @@ def sqlite_schema() -> str:
 # definition is the schema's own (from its name to its closing keyword), added with ALTER TABLE
 # to a file that lacks it. Generated VIRTUAL columns only: computed for the rows already there.
 _ADDED_COLUMNS = (("profiles", "trusted"),)
+# Plain columns added the same way (version 4), each defined on a line of its own in its
+# table's CREATE TABLE; a NOT NULL one has a constant default, as ALTER TABLE requires.
+_ADDED_PLAIN_COLUMNS = tuple(
+    ("llm_calls", column)
+    for column in ("status", "purpose", "started_at", "finished_at", "messages", "reply")
+)
 
 
 def added_column_sql(schema: str, column: str) -> str:
@@ -53,6 +64,20 @@ def added_column_sql(schema: str, column: str) -> str:
     )
     if found is None:
         raise RuntimeError(f"sqlite_schema.sql defines no generated column {column!r}")
+    return found.group(1)
+
+
+def table_column_sql(schema: str, table: str, column: str) -> str:
+    """The definition of a plain column in its table's CREATE TABLE ("status TEXT NOT NULL
+    DEFAULT 'ok'"), as ALTER TABLE ... ADD COLUMN takes it."""
+    block = re.search(
+        rf"CREATE TABLE IF NOT EXISTS {table} \((.*?)\n\);", schema, re.S | re.IGNORECASE
+    )
+    if block is None:
+        raise RuntimeError(f"sqlite_schema.sql defines no table {table!r}")
+    found = re.search(rf"^\s*({column}\s+[^\n]*?),?\s*$", block.group(1), re.M)
+    if found is None:
+        raise RuntimeError(f"sqlite_schema.sql defines no column {table}.{column}")
     return found.group(1)
 
 
@@ -167,8 +192,16 @@ class SqliteStore(SqlKernelStore):
                         conn.execute(
                             f"ALTER TABLE {table} ADD COLUMN {added_column_sql(schema, column)}"
                         )
+                for table, column in _ADDED_PLAIN_COLUMNS:
+                    present = {r[1] for r in conn.execute(f"PRAGMA table_xinfo({table})")}
+                    if column not in present:
+                        definition = table_column_sql(schema, table, column)
+                        conn.execute(f"ALTER TABLE {table} ADD COLUMN {definition}")
                 if version < 3:
                     _backfill_measurements(conn)
+                if version < 4:
+                    # Rows from before `status`: a failed call said so with ok = 0 only.
+                    conn.execute("UPDATE llm_calls SET status = 'failed' WHERE ok = 0")
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 conn.execute("COMMIT")
             except sqlite3.DatabaseError as exc:
@@ -224,6 +257,9 @@ class SqliteStore(SqlKernelStore):
 
     def _location(self) -> str:
         return self.path
+
+    def _timestamp(self, value: datetime | None) -> Any:
+        return timestamp_text(value)
 
     def _lineage(self, cur: Cursor, solution_id: str, *, up: bool) -> list[Row]:
         step = "s.id = c.parent_id" if up else "s.parent_id = c.id"

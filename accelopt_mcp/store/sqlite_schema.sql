@@ -126,6 +126,12 @@ CREATE TABLE IF NOT EXISTS experiences (
 CREATE INDEX IF NOT EXISTS experiences_run_idx ON experiences (run_id);
 CREATE INDEX IF NOT EXISTS experiences_namespace_idx ON experiences (namespace);
 
+-- The LLM ledger and audit trail: one row per attempt, written before the request is sent
+-- (status in_flight, the prompt, tokens_in and cost_usd estimated from the prompt) and updated
+-- when it ends (ok or failed, the real figures, the reply). `messages` (the prompt as a JSON
+-- list of {role, content}) and `reply` are redacted UTF-8, zlib-compressed. The columns from
+-- `status` on came with schema version 4; the store adds them to an older file with ALTER
+-- TABLE, taking each one's definition from here (one column a line, no comment on it).
 CREATE TABLE IF NOT EXISTS llm_calls (
     id          TEXT PRIMARY KEY,
     run_id      TEXT REFERENCES runs (id) ON DELETE CASCADE,
@@ -137,6 +143,23 @@ CREATE TABLE IF NOT EXISTS llm_calls (
     cost_usd    REAL NOT NULL DEFAULT 0,
     ok          INTEGER NOT NULL DEFAULT 1,
     error       TEXT,
-    created_at  TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+    created_at  TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    status      TEXT NOT NULL DEFAULT 'ok',
+    purpose     TEXT,
+    started_at  TEXT,
+    finished_at TEXT,
+    messages    BLOB,
+    reply       BLOB
 );
 CREATE INDEX IF NOT EXISTS llm_calls_run_idx ON llm_calls (run_id, role);
+
+-- A run's state in small rows (an attempt, a plan, ...), upserted one at a time instead of
+-- rewriting the run's whole config. Sorted by kind and key when read.
+CREATE TABLE IF NOT EXISTS run_entries (
+    run_id      TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    kind        TEXT NOT NULL,
+    key         TEXT NOT NULL,
+    data        TEXT NOT NULL DEFAULT '{}',
+    updated_at  TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    PRIMARY KEY (run_id, kind, key)
+);

@@ -36,6 +36,7 @@ from accelopt_mcp.models import (
 from accelopt_mcp.redaction import redact
 from accelopt_mcp.store import _rows
 from accelopt_mcp.store.base import (
+    AmbiguousIdError,
     ConflictError,
     ExperienceIn,
     ExperienceRecord,
@@ -43,6 +44,7 @@ from accelopt_mcp.store.base import (
     LlmCallRecord,
     LlmTotals,
     RankedSolution,
+    RunEntry,
     RunRecord,
     RunUpdate,
     StoredDefinition,
@@ -827,57 +829,150 @@ class SupabaseStore(KernelStore):
         )
         return bool(rows)
 
+    # ------------------------------------------------------------------ run entries
+    def put_run_entry(self, run_id: str, kind: str, key: str, data: dict[str, Any]) -> None:
+        _rows.check_strings(run_id=run_id)
+        _rows.require_key(kind, "kind")
+        _rows.require_key(key, "key")
+        doc = json.loads(_rows.plain_json(data, "run entry data"))
+        # The row's trigger stamps updated_at when an upsert updates it.
+        self._run(
+            self._table("run_entries").upsert(
+                {"run_id": run_id, "kind": kind, "key": key, "data": doc},
+                on_conflict="run_id,kind,key",
+                returning="minimal",
+            ),
+            on_missing_reference=lambda _: _rows.unknown_run(run_id),
+        )
+
+    def run_entries(self, run_id: str, kind: str | None = None) -> list[RunEntry]:
+        _rows.check_strings(run_id=run_id, kind=kind)
+
+        def query() -> Query:
+            q = self._table("run_entries").select(",".join(_rows.RUN_ENTRY_COLUMNS))
+            q = q.eq("run_id", run_id)
+            if kind is not None:
+                q = q.eq("kind", kind)
+            return q.order("kind").order("key")
+
+        rows = self._paged(query, None)
+        return _rows.sorted_entries([_rows.run_entry_from_row(r) for r in rows])
+
     # ------------------------------------------------------------------ llm ledger
     def add_llm_call(self, call: LlmCallIn) -> str:
         call = _rows.require(call, LlmCallIn, "llm call")
-        call_id = _rows.new_text_id()
+        secrets = (self._key,)
+        call_id = call.id or _rows.new_text_id()
+        row: Row = {
+            "id": call_id,
+            "run_id": call.run_id,
+            "role": call.role,
+            "model": call.model,
+            "tokens_in": call.tokens_in,
+            "tokens_out": call.tokens_out,
+            "latency_s": call.latency_s,
+            "cost_usd": call.cost_usd,
+            "ok": call.ok,
+            "error": _rows.redacted_text(call.error, secrets),
+            "status": call.status,
+            "purpose": call.purpose,
+            "started_at": _rows.timestamp_text(call.started_at),
+            "finished_at": _rows.timestamp_text(call.finished_at),
+            "messages": _rows.bytea_text(_rows.stored_messages(call, secrets)),
+            "reply": _rows.bytea_text(_rows.stored_reply(call, secrets)),
+        }
+        # An upsert updates the columns its body names, so a column left None is left out:
+        # an update keeps what is stored there, an insert takes the column's default (NULL).
+        for column in _rows.LLM_CALL_KEEP_WHEN_NONE:
+            if row[column] is None:
+                del row[column]
         self._run(
-            self._table("llm_calls").insert(
-                {
-                    "id": call_id,
-                    **call.model_dump(mode="json"),
-                    "error": _rows.redacted_text(call.error, (self._key,)),
-                },
-                returning="minimal",
-            ),
+            self._table("llm_calls").upsert(row, on_conflict="id", returning="minimal"),
             on_missing_reference=lambda _: _rows.unknown_run(str(call.run_id)),
         )
         return call_id
 
-    def list_llm_calls(self, run_id: str) -> list[LlmCallRecord]:
-        _rows.check_strings(run_id=run_id)
-        rows = self._paged(
-            lambda: (
+    def list_llm_calls(
+        self,
+        run_id: str,
+        *,
+        role: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[LlmCallRecord]:
+        _rows.check_limit(limit, offset)
+        _rows.check_strings(run_id=run_id, role=role)
+
+        def query() -> Query:
+            q = self._table("llm_calls").select(",".join(_rows.LLM_CALL_COLUMNS))
+            q = q.eq("run_id", run_id)
+            if role is not None:
+                q = q.eq("role", role)
+            return q.order("created_at").order("id")
+
+        return [_rows.llm_call_from_row(r) for r in self._paged(query, limit, offset)]
+
+    def get_llm_call(self, call_id: str) -> LlmCallRecord | None:
+        _rows.check_strings(call_id=call_id)
+        columns = ",".join(_rows.LLM_CALL_DETAIL_COLUMNS)
+        rows = self._rows(self._table("llm_calls").select(columns).eq("id", call_id).limit(1))
+        prefix = _rows.id_prefix(call_id)
+        if not rows and prefix is not None:
+            rows = self._rows(
                 self._table("llm_calls")
-                .select(",".join(_rows.LLM_CALL_COLUMNS))
-                .eq("run_id", run_id)
-                .order("created_at")
+                .select(columns)
+                .like("id", prefix + "*")
                 .order("id")
-            ),
-            None,
+                .limit(2)
+            )
+        if len(rows) > 1:
+            raise AmbiguousIdError(
+                f"call id prefix {call_id!r} matches more than one call; give more of the id"
+            )
+        return _rows.llm_call_from_row(rows[0], detail=True) if rows else None
+
+    def mark_interrupted_llm_calls(self, run_id: str) -> int:
+        _rows.check_strings(run_id=run_id)
+        # In-flight rows carry no error, so setting one loses nothing.
+        rows = self._rows(
+            self._table("llm_calls")
+            .update({"status": "interrupted", "ok": False, "error": _rows.INTERRUPTED_ERROR})
+            .eq("run_id", run_id)
+            .eq("status", "in_flight")
+            .select("id")
         )
-        return [_rows.llm_call_from_row(row) for row in rows]
+        return len(rows)
 
     def llm_totals(self, run_id: str) -> list[LlmTotals]:
         _rows.check_strings(run_id=run_id)
         rows = self._paged(
             lambda: (
                 self._table("llm_calls")
-                .select("role,tokens_in,tokens_out,latency_s,cost_usd")
+                .select("role,tokens_in,tokens_out,latency_s,cost_usd,status,ok")
                 .eq("run_id", run_id)
                 .order("created_at")
                 .order("id")
             ),
             None,
         )
+        counted = ("failed", "interrupted", "in_flight")
         totals: dict[str, dict[str, Any]] = defaultdict(
-            lambda: {"calls": 0, "tokens_in": 0, "tokens_out": 0, "latency_s": 0.0, "cost_usd": 0.0}
+            lambda: {
+                "calls": 0,
+                "tokens_in": 0,
+                "tokens_out": 0,
+                "latency_s": 0.0,
+                "cost_usd": 0.0,
+                **dict.fromkeys(counted, 0),
+            }
         )
         for row in rows:
             total = totals[row["role"]]
             total["calls"] += 1
             for field in ("tokens_in", "tokens_out", "latency_s", "cost_usd"):
                 total[field] += row[field]
+            if row["status"] in counted:
+                total[row["status"]] += 1
         return [LlmTotals(role=role, **totals[role]) for role in sorted(totals)]
 
     # ------------------------------------------------------------------ housekeeping

@@ -10,8 +10,9 @@ The directory is what flashinfer-bench 0.1.2 reads (`TraceSet.from_path`):
 What that format has no place for (lineage, evolve metadata, benchmark settings, runs, memory,
 the LLM ledger, a profile's measurements) rides along so that export -> import moves a store
 without loss: an `accelopt` key inside solution files and trace lines (flashinfer-bench ignores
-unknown keys), and JSONL files under `accelopt/` for runs, experiences and LLM calls. Solutions
-are referred to by their source hash there, since row ids are local to a store.
+unknown keys), and JSONL files under `accelopt/` for runs, their checkpoint entries, experiences
+and LLM calls (with their stored prompts and replies). Solutions are referred to by their source
+hash there, since row ids are local to a store.
 
 A trace line is one profile: its evaluation is the pooled figure (what flashinfer-bench reads),
 and `accelopt.measurements` lists every measurement behind it, oldest first. Import stores
@@ -34,6 +35,7 @@ from accelopt_mcp.models import Definition, Evaluation, LlmCallIn, Solution, Tra
 from accelopt_mcp.store.base import (
     ExperienceIn,
     KernelStore,
+    RunEntry,
     RunRecord,
     RunUpdate,
     StoredSolution,
@@ -57,6 +59,7 @@ class TransferCounts(BaseModel):
     runs: int = 0
     experiences: int = 0
     llm_calls: int = 0
+    run_entries: int = 0
 
 
 def _file_name(name: str) -> str:
@@ -215,9 +218,20 @@ def _export_engine_records(
 
     call_rows: list[dict[str, Any]] = []
     for run in runs:
-        call_rows.extend(c.model_dump(mode="json") for c in store.list_llm_calls(run.id))
+        for listed in store.list_llm_calls(run.id):
+            # With its prompt and reply: the audit trail travels with the run.
+            call = store.get_llm_call(listed.id) or listed
+            call_rows.append(call.model_dump(mode="json"))
     _write_jsonl(root / EXTRA_KEY / "llm_calls.jsonl", call_rows)
     counts.llm_calls = len(call_rows)
+
+    entry_rows = [
+        entry.model_dump(mode="json", exclude={"updated_at"})
+        for run in runs
+        for entry in store.run_entries(run.id)
+    ]
+    _write_jsonl(root / EXTRA_KEY / "run_entries.jsonl", entry_rows)
+    counts.run_entries = len(entry_rows)
 
 
 # --------------------------------------------------------------------------- import
@@ -412,3 +426,12 @@ def _import_engine_records(
                 continue
             store.add_llm_call(call)
             counts.llm_calls += 1
+
+    # A run's checkpoint entries (its attempts, plans) come with the run too.
+    if (side / "run_entries.jsonl").exists():
+        for number, row in _read_jsonl(side / "run_entries.jsonl"):
+            entry = _validate(RunEntry, row, f"{side / 'run_entries.jsonl'}:{number}")
+            if entry.run_id not in new_runs:
+                continue
+            store.put_run_entry(entry.run_id, entry.kind, entry.key, entry.data)
+            counts.run_entries += 1

@@ -178,8 +178,11 @@ def test_a_kernel_cannot_slow_down_what_it_is_compared_with(backend: CpuBackend)
     if sneaky.status != EvaluationStatus.PASSED:
         return  # stopped by the thread cap: nothing was gained either
     assert sneaky.performance is not None
-    ratio = sneaky.performance.reference_latency_ms / honest.performance.reference_latency_ms
-    assert ratio < 1.5, (sneaky.log, honest.log)
+    # Each speedup is over a reference timed in its own evaluation's rounds, so the host's
+    # drift between the two evaluations cancels (their raw reference medians can be 1.6x apart
+    # on a busy VM). Slowing the reference down would show as a larger speedup.
+    gain = sneaky.performance.speedup_factor / honest.performance.speedup_factor
+    assert gain < 1.5, (sneaky.log, honest.log)
     (parent,) = sneaky.comparisons
     # Its own threads compete with its own work, never with the baseline's.
     assert parent.ci_high < 1.2, sneaky.log

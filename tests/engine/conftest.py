@@ -109,7 +109,20 @@ def build_script(
     faults: bool = True,
     latency_s: float = 0.0,
 ) -> dict[str, Any]:
-    planner = [text(f"Plan {n}: vectorize the row loop and stay in float32.") for n in range(plans)]
+    # Each reply lists distinct plans (what the "distinct" mode asks for; "independent" mode
+    # takes a reply whole as its one plan).
+    planner = [
+        text(
+            json.dumps(
+                [
+                    f"Plan {n}.{k}: vectorize the row loop in blocks of {64 << k} rows and "
+                    "stay in float32."
+                    for k in range(4)
+                ]
+            )
+        )
+        for n in range(plans)
+    ]
     executor_replies = executor if executor is not None else executor_cycle() * 6
     summarizer = [summary(n) for n in range(summaries)]
     if faults:

@@ -87,6 +87,10 @@ def test_full_loop_invariants(
         plans=3,
         topk=4,
         exp_n=2,
+        # The paper's loop: every failure stays the attempt's result, memory a FIFO (repairs
+        # and the sampled memory have tests of their own).
+        repair_tries=0,
+        memory_policy="fifo",
     )
     run_id, run = run_engine(store, silu_task, silu_baseline, config, tmp_path / "out")
 

@@ -94,7 +94,7 @@ def test_optimize_refuses_bad_settings(tmp_path: Path) -> None:
 def test_optimize_takes_a_model_config_by_name_as_mcp_does(tmp_path: Path) -> None:
     # One resolver for CLI and MCP: a shipped config's name works in both.
     assert resolve_optimize_config(None, {"models_config": "llamacpp"}).models_config == str(
-        REPO / "templates" / "models" / "llamacpp.json"
+        REPO / "accelopt_mcp" / "llm" / "model_configs" / "llamacpp.json"
     )
     result = runner.invoke(
         app,

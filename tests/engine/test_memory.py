@@ -39,3 +39,68 @@ def test_fifo_cap_seeds_and_removal(
     unseeded = OptimizationMemory(store, run_id=run, namespace="cpu/test", capacity=3)
     assert [i.title for i in unseeded.working_set()] == ["new-1"]
     assert OptimizationMemory(store, run_id=run, namespace="x", capacity=0).working_set() == []
+
+
+def _learned(task: Task, title: str, iteration: int) -> ExperienceIn:
+    return ExperienceIn(
+        definition_name=task.definition.name, title=title, strategy="s", iteration=iteration
+    )
+
+
+def test_the_sample_policy_keeps_the_newest_iteration_and_samples_the_rest(
+    store: KernelStore, silu_task: Task, silu_baseline: Solution
+) -> None:
+    earlier = prepare_run(store, silu_task, silu_baseline, OptimizeConfig())
+    shared = OptimizationMemory(store, run_id=earlier, namespace="pool", capacity=3)
+    for n in range(3):
+        shared.add(_item(silu_task, f"seed-{n}"))
+    run = prepare_run(store, silu_task, silu_baseline, OptimizeConfig())
+    seeds = OptimizationMemory.seeds_from_namespace(store, "pool", 3)
+
+    def memory(capacity: int = 4) -> OptimizationMemory:
+        return OptimizationMemory(
+            store, run_id=run, namespace="pool", capacity=capacity, seed_ids=seeds,
+            policy="sample",
+        )  # fmt: skip
+
+    # Before the run learned anything: the seeds, oldest first.
+    assert [i.title for i in memory().working_set(1)] == ["seed-0", "seed-1", "seed-2"]
+    for n in range(3):
+        memory().add(_learned(silu_task, f"it1-{n}", 1))
+    for n in range(2):
+        memory().add(_learned(silu_task, f"it2-{n}", 2))
+    older = ["seed-0", "seed-1", "seed-2", "it1-0", "it1-1", "it1-2"]
+
+    samples = set()
+    for iteration in range(3, 12):
+        shown = [i.title for i in memory().working_set(iteration)]
+        assert len(shown) == 4
+        assert shown[2:] == ["it2-0", "it2-1"]  # every item of the newest iteration, last
+        picked = shown[:2]
+        assert set(picked) <= set(older)
+        assert picked == sorted(picked, key=older.index)  # oldest first
+        # A resumed run (a new memory object) sees the same working set.
+        assert [i.title for i in memory().working_set(iteration)] == shown
+        samples.add(tuple(picked))
+    assert len(samples) > 1, "the older items are sampled anew each iteration"
+
+    # The memory as iteration 2 started: iteration 1's items all, then one sampled seed.
+    at_two = [i.title for i in memory().working_set(2)]
+    assert at_two[1:] == ["it1-0", "it1-1", "it1-2"] and at_two[0].startswith("seed-")
+    # More new items than room: the newest ExpN of them.
+    assert [i.title for i in memory(capacity=2).working_set(2)] == ["it1-1", "it1-2"]
+    # Without an iteration: as for the one after the newest.
+    assert memory().working_set() == memory().working_set(3)
+
+
+def test_fifo_as_an_iteration_started(
+    store: KernelStore, silu_task: Task, silu_baseline: Solution
+) -> None:
+    run = prepare_run(store, silu_task, silu_baseline, OptimizeConfig())
+    memory = OptimizationMemory(store, run_id=run, namespace="cpu", capacity=3)
+    for iteration, count in ((1, 3), (2, 2)):
+        for n in range(count):
+            memory.add(_learned(silu_task, f"it{iteration}-{n}", iteration))
+    assert [i.title for i in memory.working_set()] == ["it1-2", "it2-0", "it2-1"]
+    assert [i.title for i in memory.working_set(3)] == ["it1-2", "it2-0", "it2-1"]
+    assert [i.title for i in memory.working_set(2)] == ["it1-0", "it1-1", "it1-2"]

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
+from accelopt_mcp.engine.hardware_block import describe_hardware
 from accelopt_mcp.engine.prompts import (
     FAMILIES,
+    REPAIRABLE_STATUSES,
     executor_messages,
     family_for,
+    more_plans_message,
     planner_messages,
+    repair_messages,
     summarizer_messages,
 )
 from accelopt_mcp.models import (
@@ -179,3 +184,167 @@ def test_the_summarizer_sees_the_pair_speedup_with_its_interval(
         )
         assert "## Fast kernel: 3.50x [3.30, 3.70] over the slow kernel (95% CI)" in user.content
         assert "timed_total_ms" not in user.content
+
+
+# --------------------------------------------------------------------------- hardware block
+
+CPU_ENV = Environment(
+    hardware="cpu/x86_64/Example CPU 9000 @ 3.0GHz",
+    libs={
+        "python": "3.11.7",
+        "numpy": "2.4.6",
+        "blas": "scipy-openblas 0.3.31",
+        "isa": "sse4_2 avx avx2 fma avx512f",
+        "cache_l1d": "48 KiB",
+        "cache_l2": "1.25 MiB",
+        "cache_l3": "48 MiB shared by 8 logical CPUs",
+        "cores_per_evaluation": "1",
+    },
+)
+
+
+def test_the_cpu_hardware_block_says_what_an_engineer_needs(silu_task: Task) -> None:
+    text = describe_hardware("cpu", CPU_ENV, task=silu_task)
+    assert "- CPU: Example CPU 9000 @ 3.0GHz (x86_64)" in text
+    assert "pinned to ONE core" in text and "threads" in text
+    assert "Vector ISA extensions: sse4_2 avx avx2 fma avx512f" in text
+    assert "Caches: L1d 48 KiB, L2 1.25 MiB, L3 48 MiB shared by 8 logical CPUs" in text
+    assert "Python 3.11.7, NumPy 2.4.6 (BLAS: scipy-openblas 0.3.31)" in text
+    assert "may import only numpy and the Python standard library" in text
+    assert "torch" not in text  # the silu reference does not use it
+    four = CPU_ENV.model_copy(update={"libs": {**CPU_ENV.libs, "cores_per_evaluation": "4"}})
+    assert "pinned to 4 cores" in describe_hardware("cpu", four)
+
+
+def test_the_cpu_block_degrades_without_recorded_facts() -> None:
+    # Another CPU model than this host's: nothing is borrowed from this host.
+    bare = Environment(hardware="cpu/aarch64/Some Other Core")
+    text = describe_hardware("cpu", bare)
+    assert "- CPU: Some Other Core (aarch64)" in text
+    assert "normally a single core" in text
+    assert "Vector ISA" not in text and "Caches" not in text and "NumPy" not in text
+    # Nothing recorded at all: this host's own facts (the cpu backend runs here).
+    local = describe_hardware("cpu", None)
+    assert "- CPU: " in local and f"NumPy {np.__version__}" in local
+
+
+def test_device_blocks_for_trainium_and_gpus() -> None:
+    trn = describe_hardware("nki", Environment(hardware="trn1", libs={"neuronxcc": "2.21"}))
+    assert "- Device: trn1, one NeuronCore per evaluation" in trn
+    assert "Peak per NeuronCore (trn1): memory 410 GiB/s" in trn
+    assert "SBUF 24 MiB" in trn and "neuronxcc 2.21" in trn
+    assert "neuronxcc.nki" in trn
+    simulated = describe_hardware("nki", Environment(hardware="nki-simulator"))
+    assert "simulator" in simulated and "Peak" not in simulated
+    gpu = describe_hardware("gpu", Environment(hardware="NVIDIA H200"))
+    assert "- GPU: NVIDIA H200" in gpu and "Peak per GPU (h200)" in gpu
+    assert "model not recorded" in describe_hardware("gpu", None)
+    with pytest.raises(ValueError, match="unknown prompt family"):
+        describe_hardware("tpu", None)
+
+
+def test_planner_and_executor_show_hardware_history_and_profile(
+    silu_task: Task, silu_baseline: Solution
+) -> None:
+    profile = _measured().model_copy(update={"environment": CPU_ENV})
+    history = "1. Iteration 1, applied to this kernel (abcd1234): tile\n   Outcome: 1.01x"
+    for family in FAMILIES:
+        system, user = planner_messages(
+            family, silu_task, silu_baseline, profile, [], random.Random(0), history=history
+        )
+        assert history in user.content
+        assert "Give one optimization plan" in user.content
+        assert "plain prose of at most 200 words" in system.content
+        assert "{{" not in system.content
+    _, user = planner_messages("cpu", silu_task, silu_baseline, profile, [], random.Random(0))
+    # The block comes from the profile's environment when none is given.
+    assert "Example CPU 9000" in user.content and "pinned to ONE core" in user.content
+    assert "(not available for this call)" in user.content
+
+    _, user = executor_messages(
+        "cpu", silu_task, silu_baseline, "use float32", profile=profile, hardware="- CPU: X"
+    )
+    assert "## Hardware\n- CPU: X\n" in user.content
+    assert "latency: 0.412 ms [0.405, 0.419] (95% CI)" in user.content
+    assert "speedup: 1.09x [1.05, 1.13] over the parent (faster)" in user.content
+    _, bare = executor_messages("nki", silu_task, silu_baseline, "tile")
+    assert "(not profiled)" in bare.content and "neuronxcc.nki" in bare.content
+
+
+def test_the_distinct_mode_asks_for_n_plans_and_the_follow_up_lists_them(
+    silu_task: Task, silu_baseline: Solution
+) -> None:
+    system, user = planner_messages(
+        "nki", silu_task, silu_baseline, None, [], random.Random(0), n_plans=5
+    )
+    assert "JSON list of 5 strings" in system.content
+    assert "Give 5 distinct optimization plans" in user.content
+    follow_up = more_plans_message(["tile rows\nby 128", "fuse the sigmoid"], 3)
+    assert follow_up.role == "user"
+    assert "1. tile rows by 128\n2. fuse the sigmoid" in follow_up.content
+    assert "2 distinct plan(s) for this kernel so far; 3 more are needed" in follow_up.content
+    with pytest.raises(ValueError):
+        planner_messages("cpu", silu_task, silu_baseline, None, [], random.Random(0), n_plans=0)
+
+
+def test_repair_prompt_shows_the_failed_kernel_its_failure_and_the_log_tail(
+    silu_task: Task, silu_baseline: Solution
+) -> None:
+    failed = "import numpy as np\n\ndef kernel(x):\n    return np2.exp(x)\n"
+    log = (
+        "x" * 5000
+        + "\nthe kernel failed on seed 0: Traceback (most recent call last):\n"
+        + '  File "/tmp/accelopt-cpu-1-2-abc/kernel_0123abcd/silu.py", line 4, in kernel\n'
+        + "NameError: name 'np2' is not defined"
+    )
+    for family in FAMILIES:
+        system, user = repair_messages(
+            family, silu_task, silu_baseline, "fuse the exp", failed, "RUNTIME_ERROR", log
+        )
+        assert "[accelopt role: executor]" in system.content
+        text = user.content
+        assert silu_baseline.entry_source.content.strip() in text
+        assert "return np2.exp(x)" in text and "fuse the exp" in text
+        assert "## It failed: RUNTIME_ERROR" in text and "raised an exception" in text
+        assert "NameError: name 'np2' is not defined" in text
+        assert 'File "silu.py", line 4' in text and "/tmp/accelopt" not in text
+        assert "x" * 3001 not in text  # only the end of a long log
+    _, user = repair_messages(
+        "cpu", silu_task, silu_baseline, "p", failed, "INCORRECT_NUMERICAL", "seed 0: off"
+    )
+    assert "differ from the reference" in user.content
+    assert "INCORRECT_NUMERICAL" in REPAIRABLE_STATUSES and "PASSED" not in REPAIRABLE_STATUSES
+
+
+def test_the_summarizer_sees_the_plan_both_profiles_and_the_noise(
+    silu_task: Task, silu_baseline: Solution
+) -> None:
+    slow = _measured()
+    fast_stats = slow.latency_stats.model_copy(  # type: ignore[union-attr]
+        update={"median_ms": 0.2, "ci_low_ms": 0.19, "ci_high_ms": 0.21, "contended": True}
+    )
+    fast = slow.model_copy(
+        update={
+            "performance": Performance(latency_ms=0.2, reference_latency_ms=0.54,
+                                       speedup_factor=2.7),
+            "latency_stats": fast_stats,
+            "hardware_counters": {"gflops": 5.0},
+        }
+    )  # fmt: skip
+    _, user = summarizer_messages(
+        "cpu", silu_task, silu_baseline, silu_baseline, 2.06, interval=(1.9, 2.2),
+        plan="Fuse exp and divide in place.", slow_profile=slow, fast_profile=fast,
+    )  # fmt: skip
+    text = user.content
+    assert "Applied to the slow kernel, it produced the fast one:\nFuse exp" in text
+    assert "Profile of the slow kernel:\nstatus: PASSED\nlatency: 0.412 ms" in text
+    assert "Profile of the fast kernel:\nstatus: PASSED\nlatency: 0.200 ms" in text
+    assert "gflops: 5" in text and "timed_total_ms" not in text
+    assert "Speedup of the fast kernel over the slow one: 2.06x [1.90, 2.20] (95% CI)" in text
+    assert "Slow kernel's median latency: 0.412 ms [0.405, 0.419] (95% CI), +/-1.7%" in text
+    assert "over 60 timed runs" in text and "the host was busy" in text
+    _, negative = summarizer_messages(
+        "gpu", silu_task, silu_baseline, silu_baseline, 1.3, plan="Unroll.", positive=False
+    )
+    assert "it produced the slow one (the plan made things worse" in negative.content
+    assert "(no interval known)" in negative.content and "(not profiled)" in negative.content

@@ -15,6 +15,7 @@ from typing import Any
 
 from accelopt_mcp.engine.checkpoint import Checkpoint
 from accelopt_mcp.engine.runs import load_run
+from accelopt_mcp.profiling import profile_kernel
 from accelopt_mcp.store.sqlite import SqliteStore
 from tests.engine.conftest import KERNEL_PATH, KEY, KEY_ENV, TASK_PATH, build_script, models_config
 from tests.llm_standin.process import StandinProcess
@@ -55,6 +56,8 @@ def test_resume_after_sigkill_loses_and_redoes_nothing(
                 "attempts": 2,
                 "topk": 2,
                 "exp_n": 4,
+                # One planner call per plan, so that the count of calls redone is exact.
+                "plan_mode": "independent",
                 "workers": 2,
                 "benchmark": {
                     "seeds": [0, 1],
@@ -98,7 +101,9 @@ def test_resume_after_sigkill_loses_and_redoes_nothing(
             if runs:
                 run_id = runs[0].id
                 _, _, checkpoint = load_run(store, run_id)
-                if _mid_iteration(checkpoint, plans=2, attempts=2):
+                # Mid-iteration, with a kernel stored whose attempt is not finished (being
+                # profiled): the window a crash used to lose.
+                if _mid_iteration(checkpoint, plans=2, attempts=2) and checkpoint.pending:
                     break
             time.sleep(0.02)
         assert process.poll() is None, process.stdout.read() if process.stdout else ""
@@ -120,9 +125,26 @@ def test_resume_after_sigkill_loses_and_redoes_nothing(
             if slot.solution_id
         }
         plans_at_kill = {k: list(v) for k, v in at_kill.plans.items()}
+        pending = dict(at_kill.pending)
+        assert pending
+        assert not set(pending) & set(finished)
+        # One pending kernel gets its profile stored, as when the kill lands after the profile
+        # was written but before the attempt was: the resumed run must take it, not redo it.
+        profiled_key, profiled = next(iter(pending.items()))
+        _, spec, _ = load_run(store, run_id)
+        stored = store.get_solution(profiled.solution_id)
+        assert stored is not None
+        hand = profile_kernel(
+            spec.task, stored.solution, config=spec.optimize.benchmark, store=store
+        )
+        hand_stamps = [
+            p.evaluation.timestamp for p in store.list_profiles(solution_id=profiled.solution_id)
+        ]
+        assert len(hand_stamps) == 1, hand
 
+        # Resumed without --output-dir: the run keeps the folder it was started with.
         resumed = subprocess.run(
-            [*ACCELOPT, "resume", run_id, *common],
+            [*ACCELOPT, "resume", run_id, "--store", str(db_path), "--quiet"],
             env=env,
             capture_output=True,
             text=True,
@@ -133,6 +155,9 @@ def test_resume_after_sigkill_loses_and_redoes_nothing(
         run, _, final = load_run(store, run_id)
         assert run.status == "completed"
         assert final.completed_iteration == 2
+        assert final.winning_kernel_path is not None
+        assert Path(final.winning_kernel_path).is_relative_to(tmp_path / "out" / run_id)
+        assert final.output_dir == str((tmp_path / "out").resolve())
         # Finished attempts are kept as they were...
         for key, slot in finished.items():
             assert final.slots[key] == slot
@@ -143,9 +168,32 @@ def test_resume_after_sigkill_loses_and_redoes_nothing(
             for index, plan in enumerate(plans):
                 if plan is not None:
                     assert final.plans[key][index] == plan
-        # ...and only the unfinished ones were asked of the executor again.
+        # ...kernels stored before the kill are profiled (or their profile taken), not asked
+        # for again...
+        for key, waiting in pending.items():
+            slot = final.slots[key]
+            # The pending kernel is the slot's result, or (it failed) the first it repaired.
+            tried = [*slot.repaired_from, slot.solution_id]
+            assert waiting.solution_id in tried, (key, waiting, slot)
+        hand_slot = final.slots[profiled_key]
+        if hand_slot.solution_id == profiled.solution_id:
+            assert hand_slot.reused_profile
+        after = [
+            p.evaluation.timestamp for p in store.list_profiles(solution_id=profiled.solution_id)
+        ]
+        assert after == hand_stamps, "a stored profile was measured again"
+        assert not final.pending
+        # ...and only the attempts with nothing stored were asked of the executor again (plus
+        # the repair tries made after the resume).
         executor_after = _requests(standin, "executor") - executor_before
-        assert executor_after == len(final.slots) - len(finished)
+        expected = sum(
+            (0 if key in pending else 1)
+            + slot.repairs
+            - (pending[key].repairs if key in pending else 0)
+            for key, slot in final.slots.items()
+            if key not in finished
+        )
+        assert executor_after == expected
         planner_after = _requests(standin, "planner") - planner_before
         known_plans = sum(1 for plans in plans_at_kill.values() for p in plans if p is not None)
         total_plans = sum(len(plans) for plans in final.plans.values())

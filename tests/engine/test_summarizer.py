@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+from types import SimpleNamespace
+from typing import cast
+
 import pytest
 
+from accelopt_mcp.engine.checkpoint import Checkpoint
+from accelopt_mcp.engine.context import RunContext
+from accelopt_mcp.engine.experience import _plan_of
+from accelopt_mcp.engine.selection import AttemptRecord
 from accelopt_mcp.engine.summarizer import NothingChanged, Summary, parse_summary
 from accelopt_mcp.llm import MalformedReply
+from accelopt_mcp.models import Solution, Task
+from accelopt_mcp.store.base import KernelStore
 
 
 def test_an_item_is_found_in_prose_and_pseudocode_lines_are_joined() -> None:
@@ -44,3 +54,31 @@ def test_title_and_strategy_are_stored_stripped() -> None:
     summary = parse_summary('{"title": "  Vectorize rows ", "strategy": " one ufunc\\n"}')
     assert isinstance(summary, Summary)
     assert (summary.title, summary.strategy) == ("Vectorize rows", "one ufunc")
+
+
+def test_the_plan_of_a_pair_comes_from_the_checkpoint_else_the_stored_kernel(
+    store: KernelStore, silu_task: Task, silu_baseline: Solution
+) -> None:
+    store.upsert_definition(silu_task.definition)
+    variant = silu_baseline.model_copy(deep=True)
+    variant.name = "variant"
+    variant.sources[0].content += "\n# variant\n"
+    stored_id = store.upsert_solution(variant, evolve_metadata={"plan": "plan from metadata"})
+    checkpoint = Checkpoint(plans={"1/0": ["plan from checkpoint", None]})
+    ctx = cast(
+        RunContext,
+        SimpleNamespace(
+            checkpoints=SimpleNamespace(state=SimpleNamespace(checkpoint=checkpoint)),
+            profiles=SimpleNamespace(store=store),
+        ),
+    )
+
+    def attempt(plan_index: int, solution_id: str | None) -> AttemptRecord:
+        return AttemptRecord(
+            iteration=1, beam_index=0, plan_index=plan_index, attempt_index=0, parent_id="p",
+            parent_latency_ms=1.0, status="PASSED", solution_id=solution_id,
+        )  # fmt: skip
+
+    assert asyncio.run(_plan_of(ctx, attempt(0, stored_id))) == "plan from checkpoint"
+    assert asyncio.run(_plan_of(ctx, attempt(1, stored_id))) == "plan from metadata"
+    assert asyncio.run(_plan_of(ctx, attempt(1, None))) is None

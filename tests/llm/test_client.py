@@ -20,6 +20,7 @@ from accelopt_mcp.llm import (
     LlmReply,
     MalformedReply,
     RoleConfigs,
+    estimate_tokens,
     parse_json_list,
     role_configs_from_dict,
 )
@@ -41,8 +42,21 @@ def _planner_script(*replies: dict[str, Any], **role: Any) -> dict[str, Any]:
     return {"roles": {"planner": {"marker": "ROLE=planner", "replies": list(replies), **role}}}
 
 
+def _chars(messages: list[dict[str, str]]) -> int:
+    return sum(len(message["content"]) for message in messages)
+
+
 def _words(messages: list[dict[str, str]]) -> int:
     return sum(len(message["content"].split()) for message in messages)
+
+
+def outcomes(written: list[LlmCallIn]) -> list[LlmCallIn]:
+    """The ledger as a store keeps it: each call's last write (the client writes a call when
+    it is sent and again when it ends, under one id), in the order the calls started."""
+    last: dict[str | None, LlmCallIn] = {}
+    for row in written:
+        last[row.id] = row
+    return list(last.values())
 
 
 def _complete(
@@ -51,25 +65,25 @@ def _complete(
     messages: list[dict[str, str]] = MESSAGES,
     **client_args: Any,
 ) -> tuple[LlmReply, list[LlmCallIn]]:
-    rows: list[LlmCallIn] = []
+    written: list[LlmCallIn] = []
 
     async def go() -> LlmReply:
-        async with LlmClient(configs, ledger=rows.append, **client_args) as client:
+        async with LlmClient(configs, ledger=written.append, **client_args) as client:
             return await client.complete(role, messages)
 
-    return asyncio.run(go()), rows
+    return asyncio.run(go()), outcomes(written)
 
 
 def _complete_fails(configs: RoleConfigs, **client_args: Any) -> tuple[Exception, list[LlmCallIn]]:
-    rows: list[LlmCallIn] = []
+    written: list[LlmCallIn] = []
 
     async def go() -> None:
-        async with LlmClient(configs, ledger=rows.append, **client_args) as client:
+        async with LlmClient(configs, ledger=written.append, **client_args) as client:
             await client.complete("planner", MESSAGES)
 
     with pytest.raises(Exception) as info:
         asyncio.run(go())
-    return info.value, rows
+    return info.value, outcomes(written)
 
 
 def test_happy_path_reports_usage_cost_and_sends_the_role_settings(
@@ -165,6 +179,8 @@ def test_timeouts_are_retried_then_given_up_with_a_clear_error(
     assert error.attempts == 2
     assert "timed out after 0.3 s" in str(error) and "no retries left" in str(error)
     assert [row.ok for row in rows] == [False, False]
+    # The server may have billed a request it timed out on: each counts its prompt's estimate.
+    assert [row.tokens_in for row in rows] == [estimate_tokens(_chars(MESSAGES))] * 2
     assert len(standin.requests()) == 2
 
 

@@ -10,7 +10,7 @@ import pytest
 from accelopt_mcp.llm import LlmConfigError, PriceTable, load_role_configs
 from accelopt_mcp.llm.config import OPENAI_DEFAULT_BASE_URL, ModelPrice
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "models"
+TEMPLATES = Path(__file__).resolve().parents[2] / "accelopt_mcp" / "llm" / "model_configs"
 
 
 @pytest.mark.parametrize(

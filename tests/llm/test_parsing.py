@@ -86,3 +86,70 @@ def test_a_list_after_runaway_nesting_is_still_found() -> None:
         "tile",
         "unroll",
     ]
+
+
+KERNEL = "import numpy as np\n\n\ndef kernel(x):\n    return x / (1.0 + np.exp(-x))\n"
+USAGE = "x = np.random.rand(512, 1024).astype(np.float32)\nprint(kernel(x).shape)\n"
+
+
+def test_the_block_that_defines_the_entry_wins_over_a_later_usage_snippet() -> None:
+    reply = (
+        "The loop is gone; the whole array goes through one ufunc chain.\n\n"
+        f"```python\n{KERNEL}```\n\nYou can try it like this:\n\n```python\n{USAGE}```\n"
+    )
+    assert extract_code_block(reply, entry_symbol="kernel") == KERNEL
+    # Without the entry symbol the old rule stands: the last block.
+    assert extract_code_block(reply) == USAGE
+
+
+def test_of_two_defining_blocks_the_last_one_wins() -> None:
+    draft = KERNEL.replace("1.0", "np.float32(1.0)")
+    reply = (
+        f"A first version:\n```python\n{KERNEL}```\nOn second thought, stay in float32:\n"
+        f"```py\n{draft}```\nAnd a check:\n```python\n{USAGE}```"
+    )
+    assert extract_code_block(reply, entry_symbol="kernel") == draft
+
+
+@pytest.mark.parametrize(
+    "definition",
+    [
+        "@nki.jit\ndef kernel(x):\n    return x\n",
+        "async def kernel(x):\n    return x\n",
+        "class kernel:\n    pass\n",
+        "kernel = _impl\n",
+        "kernel: Callable[..., Any] = _impl\n",
+    ],
+)
+def test_what_counts_as_defining_the_entry(definition: str) -> None:
+    reply = f"```python\n{definition}```\n```python\nother = kernel\n```"
+    assert extract_code_block(reply, entry_symbol="kernel") == definition
+
+
+def test_calls_comparisons_and_nested_defs_do_not_define_the_entry() -> None:
+    not_defining = [
+        "y = kernel(x)\n",
+        "if kernel == other:\n    pass\n",
+        "def helper():\n    def kernel(x):\n        return x\n",
+        "my_kernel = 1\n",
+    ]
+    reply = "".join(f"```python\n{body}```\n" for body in not_defining)
+    # No block defines it: the last block in a wanted language, as before.
+    assert extract_code_block(reply, entry_symbol="kernel") == not_defining[-1]
+
+
+def test_cuda_entry_definitions_are_found() -> None:
+    launcher = "torch::Tensor run(torch::Tensor x) {\n  return x;\n}\n"
+    reply = f"```cuda\n{launcher}```\nCall it:\n```cpp\nauto y = run(x);\nreturn run(x);\n```"
+    assert extract_code_block(reply, ("cuda", "cpp"), entry_symbol="run") == launcher
+
+
+def test_a_usage_snippet_cut_off_after_the_kernel_loses_nothing() -> None:
+    reply = f"```python\n{KERNEL}```\nTry:\n```python\nx = np.ones((4, 4))\nprint(ker"
+    assert extract_code_block(reply, entry_symbol="kernel") == KERNEL
+    # A cut-off block that defines the entry is the kernel cut off: malformed.
+    cut_kernel = f"```python\n{USAGE}```\n```python\ndef kernel(x):\n    return"
+    with pytest.raises(MalformedReply, match="never closed"):
+        extract_code_block(cut_kernel, entry_symbol="kernel")
+    with pytest.raises(MalformedReply, match="never closed"):
+        extract_code_block(reply)

@@ -299,3 +299,50 @@ async def test_server_restart_resumes_interrupted_job(
             assert [i["iteration"] for i in result["iterations"]] == [1, 2, 3, 4, 5, 6]
             assert result["speedup"] > 1.0
         assert f"resumed 1 interrupted job(s): {job_id}" in second.stderr()
+
+
+async def test_a_dead_llm_is_refused_and_a_failing_one_ends_the_job_with_why(
+    sqlite_url: str, llm_key: str, tmp_path: Path
+) -> None:
+    state = ServerState(sqlite_url, jobs_output_dir=tmp_path / "jobs")
+    failing = StandinProcess(
+        StandinScript.model_validate(
+            {
+                "api_key": KEY,
+                "roles": {
+                    "planner": {
+                        "replies": [text("Plan: vectorize.")],
+                        "when_exhausted": "repeat_last",
+                    },
+                    "executor": {
+                        "replies": [{"kind": "status", "status": 503, "message": "model offline"}],
+                        "when_exhausted": "repeat_last",
+                    },
+                    "summarizer": {"replies": [text("{}")], "when_exhausted": "repeat_last"},
+                },
+            }
+        )
+    )
+    try:
+        async with Client(build_server(state), mode=MODES[0]) as client:
+            dead = models_config("http://127.0.0.1:9/v1", tmp_path)
+            message = await fails(
+                client, "start_optimization", job_args(dead), "LLM check failed", "unreachable"
+            )
+            assert "127.0.0.1:9" in message
+            assert (await ok(client, "list_jobs"))["jobs"] == [], "a refused job left a run"
+
+            failing.start()
+            (tmp_path / "live").mkdir()
+            models = models_config(failing.base_url, tmp_path / "live")
+            args = job_args(models, plans=1, iterations=2)
+            job_id = (await ok(client, "start_optimization", args))["job_id"]
+            final = await ok(client, "wait_for_job", {"job_id": job_id, "timeout_s": 120})
+            assert final["state"] == "llm_unavailable", final
+            assert "every LLM call of iteration 1 failed" in final["error"]
+            assert "model offline" in final["error"]
+            result = await ok(client, "job_result", {"job_id": job_id})
+            assert result["status"]["state"] == "llm_unavailable"
+    finally:
+        failing.stop()
+        state.close()

@@ -49,6 +49,8 @@ EXPECTED_TOOLS = {
     "cancel_job",
     "list_jobs",
     "wait_for_job",
+    "list_llm_calls",
+    "get_llm_call",
 }
 
 

@@ -30,6 +30,8 @@ from tests.postgrest_standin.errors import PostgrestError, from_database_error, 
 from tests.postgrest_standin.query import QueryBuilder, split_top_level, unquote
 
 JSON_TYPE = "application/json; charset=utf-8"
+_UNKNOWN_COLUMN_CODES = frozenset({"42703", "PGRST204"})
+"""A request naming a column the schema cache lacks (a filter, a select, an upsert body)."""
 SINGLE_OBJECT = "application/vnd.pgrst.object+json"
 
 
@@ -434,7 +436,15 @@ def create_app(dsn: str, api_key: str) -> Starlette:
         async def endpoint(request: Request) -> Response:
             try:
                 standin.check_key(request)
-                return await handler(request)
+                try:
+                    return await handler(request)
+                except PostgrestError as exc:
+                    if exc.code not in _UNKNOWN_COLUMN_CODES:
+                        raise
+                    # A column the cache does not know may have been added since it was
+                    # loaded (schema_v2.txt applied again): reload once and try again.
+                    await run_in_threadpool(standin.catalog.reload)
+                    return await handler(request)
             except PostgrestError as exc:
                 return JSONResponse(exc.body(), status_code=exc.status)
             except psycopg.OperationalError as exc:

@@ -640,6 +640,7 @@ def test_stats_counts_every_table(seeded: KernelStore) -> None:
     seeded.create_run(RunRecord(id="r", definition_name=DEF))
     seeded.add_experience(_experience(0))
     seeded.add_llm_call(LlmCallIn(run_id="r", role="planner", model="m"))
+    seeded.put_run_entry("r", "slot", "1/0/0/0", {"status": "ok"})
     stats = seeded.stats()
     assert stats.backend == seeded.backend
     assert stats.counts == {
@@ -651,6 +652,7 @@ def test_stats_counts_every_table(seeded: KernelStore) -> None:
         "runs": 1,
         "experiences": 1,
         "llm_calls": 1,
+        "run_entries": 1,
     }
     assert stats.location
 

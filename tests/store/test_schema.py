@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from accelopt_mcp import hashing
-from accelopt_mcp.models import LlmCallIn
+from accelopt_mcp.models import LlmCallIn, LlmMessage
 from accelopt_mcp.models.evaluation import INFORMATIONAL_FLAGS, UNTRUSTED_FLAGS
 from accelopt_mcp.store import _rows
 from accelopt_mcp.store.base import KernelStore, RunRecord, StoreUnavailableError
@@ -30,6 +30,7 @@ from accelopt_mcp.store.sqlite import (
     SqliteStore,
     added_column_sql,
     sqlite_schema,
+    table_column_sql,
 )
 from tests.store.samples import make_definition, make_evaluation, make_solution, make_workload
 
@@ -44,6 +45,7 @@ TABLES = {
     "runs",
     "experiences",
     "llm_calls",
+    "run_entries",
 }
 
 
@@ -148,6 +150,7 @@ def _fill(store: PostgresStore | SqliteStore) -> None:
     store.upsert_profile("w", root, make_evaluation(), {})
     store.create_run(RunRecord(id="r", definition_name="d", initial_solution_id=root))
     store.add_llm_call(LlmCallIn(run_id="r", role="planner", model="m"))
+    store.put_run_entry("r", "slot", "1/0/0/0", {"status": "ok"})
 
 
 # --------------------------------------------------------------------------- opening errors
@@ -389,3 +392,152 @@ def test_reapplying_the_schema_adds_trusted_to_an_older_database(pg_dsn: str) ->
     with psycopg.connect(pg_dsn) as conn:
         row = conn.execute("SELECT count(*) FILTER (WHERE trusted) FROM solution_profiles")
         assert row.fetchone() == (2,)
+
+
+# --------------------------------------------------------------------------- the audit trail
+
+_LLM_CALLS_V3 = """CREATE TABLE IF NOT EXISTS llm_calls (
+    id          TEXT PRIMARY KEY,
+    run_id      TEXT REFERENCES runs (id) ON DELETE CASCADE,
+    role        TEXT NOT NULL,
+    model       TEXT NOT NULL,
+    tokens_in   INTEGER NOT NULL DEFAULT 0,
+    tokens_out  INTEGER NOT NULL DEFAULT 0,
+    latency_s   REAL NOT NULL DEFAULT 0,
+    cost_usd    REAL NOT NULL DEFAULT 0,
+    ok          INTEGER NOT NULL DEFAULT 1,
+    error       TEXT,
+    created_at  TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+);"""
+
+
+def _v3_sqlite() -> str:
+    """sqlite_schema.sql as it was at version 3: no audit columns, no run_entries."""
+    schema = sqlite_schema()
+    old = re.sub(
+        r"CREATE TABLE IF NOT EXISTS llm_calls \(.*?\n\);",
+        lambda _: _LLM_CALLS_V3,
+        schema,
+        flags=re.S,
+    )
+    old = re.sub(r"\n-- A run's state in small rows.*?\n\);\n", "\n", old, flags=re.S)
+    assert "run_entries" not in old and "BLOB" not in old
+    return old
+
+
+_OLD_CALLS = (
+    ("c-ok", "planner", 100, 1, None),
+    ("c-failed", "executor", 0, 0, "HTTP 500"),
+)
+
+
+def _check_audit_migrated(store: KernelStore) -> None:
+    listed = {c.id: c for c in store.list_llm_calls("r")}
+    assert (listed["c-ok"].status, listed["c-ok"].tokens_in) == ("ok", 100)
+    assert (listed["c-failed"].status, listed["c-failed"].error) == ("failed", "HTTP 500")
+    assert store.get_llm_call("c-ok").messages is None  # type: ignore[union-attr]
+    assert {t.role: t.failed for t in store.llm_totals("r")} == {"executor": 1, "planner": 0}
+    new = store.add_llm_call(
+        LlmCallIn(
+            run_id="r",
+            role="planner",
+            model="m",
+            status="in_flight",
+            purpose="plan 1/0",
+            messages=[LlmMessage(role="user", content="hello")],
+        )
+    )
+    assert store.get_llm_call(new).messages[0].content == "hello"  # type: ignore[union-attr]
+    store.put_run_entry("r", "slot", "1/0/0/0", {"status": "ok"})
+    assert [e.key for e in store.run_entries("r")] == ["1/0/0/0"]
+
+
+def test_sqlite_brings_a_version_3_file_up_to_date(tmp_path: Path) -> None:
+    path = tmp_path / "v3.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(_v3_sqlite() + "\nPRAGMA user_version = 3;")
+    conn.execute(
+        "INSERT INTO definitions (name, definition) VALUES (?, ?)",
+        ("d", _rows.record_json(make_definition("d"))),
+    )
+    conn.execute("INSERT INTO runs (id, definition_name) VALUES ('r', 'd')")
+    for call_id, role, tokens, ok, error in _OLD_CALLS:
+        conn.execute(
+            "INSERT INTO llm_calls (id, run_id, role, model, tokens_in, ok, error) "
+            "VALUES (?, 'r', ?, 'm', ?, ?, ?)",
+            (call_id, role, tokens, ok, error),
+        )
+    conn.commit()
+    conn.close()
+    with SqliteStore(path) as store:
+        _check_audit_migrated(store)
+    with SqliteStore(path) as store:  # reopening changes nothing
+        assert len(store.list_llm_calls("r")) == 3
+    conn = sqlite3.connect(path)
+    try:
+        columns = [r[1] for r in conn.execute("PRAGMA table_xinfo(llm_calls)")]
+        assert columns.count("messages") == 1 and "status" in columns
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    finally:
+        conn.close()
+
+
+def test_every_added_sqlite_column_is_defined_in_the_schema() -> None:
+    schema = sqlite_schema()
+    status = table_column_sql(schema, "llm_calls", "status")
+    assert status == "status      TEXT NOT NULL DEFAULT 'ok'"
+    assert table_column_sql(schema, "llm_calls", "messages") == "messages    BLOB"
+    with pytest.raises(RuntimeError, match="no column"):
+        table_column_sql(schema, "llm_calls", "nope")
+
+
+def _before_audit_trail_pg() -> str:
+    """schema_v2.txt as it was before the audit trail and run_entries."""
+    schema = SCHEMA.read_text("utf-8")
+    old = re.sub(r"\n-- The audit trail, added here.*?status = 'ok';\n", "\n", schema, flags=re.S)
+    old = re.sub(
+        r"\n-- -+ run_entries\n.*?EXECUTE FUNCTION runs_touch_updated_at\(\);\n",
+        "\n",
+        old,
+        flags=re.S,
+    )
+    assert "run_entries" not in old and "BYTEA" not in old
+    return old
+
+
+@pytest.mark.postgres
+def test_reapplying_the_schema_adds_the_audit_trail(
+    pg_dsn: str, request: pytest.FixtureRequest
+) -> None:
+    from accelopt_mcp.store.supabase import SupabaseStore
+    from tests.store.supabase_fixture import serve
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(_before_audit_trail_pg())
+        conn.execute(
+            "INSERT INTO definitions (definition) VALUES (%s)",
+            (_rows.record_json(make_definition("d")),),
+        )
+        conn.execute("INSERT INTO runs (id, definition_name) VALUES ('r', 'd')")
+        for call_id, role, tokens, ok, error in _OLD_CALLS:
+            conn.execute(
+                "INSERT INTO llm_calls (id, run_id, role, model, tokens_in, ok, error) "
+                "VALUES (%s, 'r', %s, 'm', %s, %s, %s)",
+                (call_id, role, tokens, bool(ok), error),
+            )
+    # The stand-in loads its schema cache now, before the new columns exist.
+    running = serve(pg_dsn, request)
+    with pytest.raises(StoreUnavailableError, match=r"older than this accelopt") as caught:
+        PostgresStore(pg_dsn)
+    assert "llm_calls.messages" in str(caught.value) and "run_entries" in str(caught.value)
+    with PostgresStore(pg_dsn, init_schema=True) as store:
+        _check_audit_migrated(store)
+    with PostgresStore(pg_dsn, init_schema=True) as store:  # applying it again changes nothing
+        assert len(store.list_llm_calls("r")) == 3
+    # The stand-in learns the new columns and table without a restart, as PostgREST does
+    # after a schema reload.
+    with SupabaseStore(running.url, key=running.key) as remote:
+        remote.put_run_entry("r", "slot", "1/0/0/1", {"status": "failed"})
+        call = remote.get_llm_call(remote.list_llm_calls("r")[-1].id)
+        assert call is not None and call.messages is not None
+        assert [e.key for e in remote.run_entries("r")] == ["1/0/0/0", "1/0/0/1"]

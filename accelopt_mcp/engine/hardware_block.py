@@ -1,0 +1,198 @@
+"""The hardware block of the planner's and executor's prompts: what the kernel runs on, as the
+evaluation recorded it, and what it may import.
+
+The facts come from the stored evaluation's `Environment` (of the kernel being optimized, or
+the initial kernel): the hardware string, library versions and, for cpu evaluations, the host
+facts of backends/host_facts.py (ISA extensions, cache sizes, cores per evaluation). What the
+environment lacks is, for the cpu family, read from this host when the evaluation ran on a CPU
+of the same model (the cpu backend runs here); otherwise it is left out, never guessed.
+"""
+
+from __future__ import annotations
+
+from accelopt_mcp.backends import host_facts as hf
+from accelopt_mcp.backends.roofline import HardwarePeak, peak_for
+from accelopt_mcp.models import Environment, Task
+from accelopt_mcp.pysource import source_imports_any
+
+_NOT_LIBRARIES = hf.LIB_KEYS | {"python"}
+
+
+def _cpu_model(hardware: str) -> str | None:
+    """'cpu/x86_64/Intel Xeon ...' -> 'Intel Xeon ...'."""
+    parts = hardware.split("/", 2)
+    if len(parts) == 3 and parts[0] == "cpu":
+        return parts[2].strip() or None
+    return None
+
+
+def _local_facts(environment: Environment | None) -> hf.HostFacts | None:
+    """This host's facts when they describe the evaluation's CPU too."""
+    facts = hf.host_facts()
+    if environment is None:
+        return facts
+    model = _cpu_model(environment.hardware)
+    return facts if model is not None and model == facts.model else None
+
+
+def _uses_torch(task: Task | None) -> bool:
+    return task is not None and source_imports_any(task.definition.reference, ("torch",))
+
+
+def _other_libraries(libs: dict[str, str], shown: set[str]) -> list[str]:
+    return [
+        f"{name} {version}"
+        for name, version in sorted(libs.items())
+        if name not in _NOT_LIBRARIES and name not in shown
+    ]
+
+
+def _cpu_block(environment: Environment | None, task: Task | None) -> list[str]:
+    libs = dict(environment.libs) if environment is not None else {}
+    local = _local_facts(environment)
+    model = (_cpu_model(environment.hardware) if environment else None) or (
+        local.model if local else None
+    )
+    machine = local.machine if local else None
+    if environment is not None and environment.hardware.startswith("cpu/"):
+        machine = environment.hardware.split("/")[1] or machine
+    lines = []
+    if model or machine:
+        lines.append(f"- CPU: {model or 'unknown model'}" + (f" ({machine})" if machine else ""))
+    elif environment is not None:
+        lines.append(f"- Hardware: {environment.hardware}")
+    cores = libs.get(hf.CORES_KEY)
+    if cores == "1":
+        lines.append(
+            "- Cores: each evaluation is pinned to ONE core (thread counts set to 1): threads, "
+            "multiprocessing and multithreaded BLAS cannot help; make the single-core work "
+            "cheaper (vectorization, fewer passes over memory, less temporary data)."
+        )
+    elif cores is not None and cores.isdigit():
+        lines.append(
+            f"- Cores: each evaluation is pinned to {cores} cores (thread counts set to {cores}): "
+            "a multithreaded BLAS call can use them; Python threads are held back by the GIL."
+        )
+    else:
+        lines.append(
+            "- Cores: each evaluation is pinned to its own core group, normally a single core: "
+            "do not count on threads or multiprocessing."
+        )
+    isa = libs.get(hf.ISA_KEY) or (" ".join(local.isa) if local and local.isa else None)
+    if isa:
+        lines.append(
+            f"- Vector ISA extensions: {isa} (NumPy's ufunc loops and the BLAS choose their SIMD "
+            "code paths from these at run time)."
+        )
+    caches = {name: libs[key] for name, key in hf.CACHE_KEYS.items() if key in libs}
+    if not caches and local is not None:
+        caches = dict(local.caches)
+        if "L3" in caches and local.l3_shared_by and local.l3_shared_by > 1:
+            caches["L3"] += f" shared by {local.l3_shared_by} logical CPUs"
+    if caches:
+        lines.append("- Caches: " + ", ".join(f"{name} {size}" for name, size in caches.items()))
+    python = libs.get("python") or (local.python if local else None)
+    numpy = libs.get("numpy") or (local.numpy if local else None)
+    blas = libs.get(hf.BLAS_KEY) or (local.blas if local else None)
+    versions = []
+    if python:
+        versions.append(f"Python {python}")
+    if numpy:
+        versions.append(f"NumPy {numpy}" + (f" (BLAS: {blas})" if blas else ""))
+    versions += _other_libraries(libs, {"numpy"})
+    if versions:
+        lines.append("- Libraries: " + ", ".join(versions))
+    allowed = "numpy and the Python standard library"
+    if _uses_torch(task):
+        allowed = "numpy, torch (CPU build; the reference uses it) and the Python standard library"
+    lines.append(
+        f"- The kernel may import only {allowed}: it runs in a sandbox with nothing else "
+        "installed, no network and no files outside its work directory."
+    )
+    return lines
+
+
+def _peak_line(hardware: str, per: str) -> str | None:
+    try:
+        peak: HardwarePeak = peak_for(hardware)
+    except ValueError:
+        return None
+    parts = [
+        f"memory {peak.memory_bytes_per_s / (1 << 30):.0f} GiB/s",
+        f"fp32 matmul {peak.matmul_fp32_flops_per_s / 1e12:.3g} TFLOP/s",
+        f"bf16 matmul {peak.matmul_bf16_flops_per_s / 1e12:.3g} TFLOP/s",
+    ]
+    if peak.vector_flops_per_s is not None:
+        parts.append(f"vector {peak.vector_flops_per_s / 1e9:.3g} GFLOP/s")
+    return f"- Peak per {per} ({peak.name}): " + ", ".join(parts)
+
+
+def _nki_block(environment: Environment | None) -> list[str]:
+    lines = []
+    hardware = environment.hardware if environment is not None else None
+    if hardware is None:
+        lines.append("- Device: an AWS Trainium NeuronCore (model not recorded)")
+    elif "simulator" in hardware:
+        lines.append(
+            f"- Device: {hardware} (correctness checked in the NKI simulator; no device latency)"
+        )
+    else:
+        lines.append(f"- Device: {hardware}, one NeuronCore per evaluation")
+        peak = _peak_line(hardware, "NeuronCore")
+        if peak:
+            lines.append(peak)
+    if hardware is not None and "trn1" in hardware.lower():
+        lines.append(
+            "- On-chip memory (NeuronCore-v2): SBUF 24 MiB as 128 partitions x 192 KiB, PSUM "
+            "2 MiB as 128 partitions x 16 KiB"
+        )
+    lines.append(
+        "- Tile limits: at most nl.tile_size.pmax (128) partitions per tile; matmul tiles "
+        "bounded by nl.tile_size.gemm_stationary_fmax and gemm_moving_fmax, PSUM tiles by "
+        "psum_fmax"
+    )
+    libs = dict(environment.libs) if environment is not None else {}
+    versions = _other_libraries(libs, set())
+    if versions:
+        lines.append("- Libraries: " + ", ".join(versions))
+    lines.append(
+        "- The kernel may import only neuronxcc.nki (nki, nki.language, nki.isa), numpy and "
+        "the Python standard library."
+    )
+    return lines
+
+
+def _gpu_block(environment: Environment | None) -> list[str]:
+    lines = []
+    if environment is None:
+        lines.append("- GPU: an NVIDIA GPU (model not recorded)")
+    else:
+        lines.append(f"- GPU: {environment.hardware}, one device per evaluation")
+        peak = _peak_line(environment.hardware, "GPU")
+        if peak:
+            lines.append(peak)
+        versions = _other_libraries(dict(environment.libs), set())
+        if versions:
+            lines.append("- Libraries: " + ", ".join(versions))
+    lines.append(
+        "- The kernel may import torch, triton and the Python standard library; CUDA/C++ "
+        "sources are built through the solution's build spec."
+    )
+    return lines
+
+
+def describe_hardware(
+    family: str, environment: Environment | None, *, task: Task | None = None
+) -> str:
+    """The hardware block for a prompt family ('cpu', 'nki', 'gpu') from an evaluation's
+    environment (None: nothing recorded; the cpu family then describes this host). task: lets
+    the cpu block say whether torch may be imported (its reference imports it)."""
+    if family == "cpu":
+        lines = _cpu_block(environment, task)
+    elif family == "nki":
+        lines = _nki_block(environment)
+    elif family == "gpu":
+        lines = _gpu_block(environment)
+    else:
+        raise ValueError(f"unknown prompt family {family!r}")
+    return "\n".join(lines)

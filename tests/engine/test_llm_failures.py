@@ -1,0 +1,121 @@
+"""A run whose LLM service fails stops with status llm_unavailable and says why, instead of
+"completing" with nothing but failed attempts (engine/llm_health.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from accelopt_mcp.engine.runs import load_run
+from accelopt_mcp.models import Solution, Task
+from accelopt_mcp.store.sqlite import SqliteStore
+from tests.engine.conftest import KEY, models_config, run_engine, settings, text
+from tests.llm_standin.process import StandinProcess
+
+StartStandin = Callable[[dict[str, Any]], StandinProcess]
+
+
+def _script(executor: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "api_key": KEY,
+        "roles": {
+            "planner": {"replies": [text("Vectorize the rows.")], "when_exhausted": "repeat_last"},
+            "executor": {"replies": executor, "when_exhausted": "repeat_last"},
+            "summarizer": {"replies": [text("{}")], "when_exhausted": "repeat_last"},
+        },
+    }
+
+
+def _executor_calls(standin: StandinProcess) -> int:
+    return sum(1 for r in standin.requests() if r["role"] == "executor")
+
+
+def test_every_executor_failing_stops_the_run_with_the_reason(
+    start_standin: StartStandin,
+    tmp_path: Path,
+    llm_key: str,
+    silu_task: Task,
+    silu_baseline: Solution,
+) -> None:
+    standin = start_standin(_script([{"kind": "status", "status": 503, "message": "overloaded"}]))
+    models = models_config(standin.base_url, tmp_path / "models.json")
+    config = settings(models, iterations=3, beam=1, plans=1, attempts=2, summarize=False)
+    store = SqliteStore(tmp_path / "kernels.db")
+    try:
+        run_id, run = run_engine(store, silu_task, silu_baseline, config)
+        assert run.status == "llm_unavailable"
+        assert run.error is not None
+        assert "every LLM call of iteration 1 failed (2 attempts)" in run.error
+        assert "HTTP 503" in run.error and "overloaded" in run.error
+        _, _, checkpoint = load_run(store, run_id)
+        assert checkpoint.completed_iteration == 0
+        assert checkpoint.stop_reason == run.error
+        # Iterations 2 and 3 never asked anything: 2 attempts x (1 try + 3 retries).
+        assert _executor_calls(standin) == 2 * 4
+    finally:
+        store.close()
+
+
+def test_consecutive_failures_stop_the_run_before_the_iteration_ends(
+    start_standin: StartStandin,
+    tmp_path: Path,
+    llm_key: str,
+    silu_task: Task,
+    silu_baseline: Solution,
+) -> None:
+    standin = start_standin(_script([{"kind": "status", "status": 401, "message": "bad key"}]))
+    # One executor call at a time: the attempts fail one after the other.
+    models = models_config(standin.base_url, tmp_path / "models.json", executor={"concurrency": 1})
+    config = settings(
+        models,
+        iterations=2,
+        beam=1,
+        plans=2,
+        attempts=3,
+        summarize=False,
+        max_consecutive_llm_failures=2,
+    )
+    store = SqliteStore(tmp_path / "kernels.db")
+    try:
+        _, run = run_engine(store, silu_task, silu_baseline, config)
+        assert run.status == "llm_unavailable"
+        assert run.error is not None
+        assert "2 LLM calls in a row failed (max_consecutive_llm_failures=2)" in run.error
+        assert "HTTP 401" in run.error
+        assert KEY not in run.error
+        # A 401 is not retried; the run stopped after the second of six attempts.
+        assert _executor_calls(standin) == 2
+    finally:
+        store.close()
+
+
+def test_a_run_that_recovers_keeps_going(
+    start_standin: StartStandin,
+    tmp_path: Path,
+    llm_key: str,
+    silu_task: Task,
+    silu_baseline: Solution,
+) -> None:
+    """Failures that are not in a row, in an iteration where some calls work, stop nothing."""
+    from tests.engine import kernels
+
+    good = text(kernels.reply(kernels.FAST))
+    bad = {"kind": "status", "status": 400, "message": "context too long"}
+    standin = start_standin(_script([bad, good, bad, good]))
+    models = models_config(standin.base_url, tmp_path / "models.json", executor={"concurrency": 1})
+    config = settings(
+        models,
+        iterations=1,
+        beam=1,
+        plans=1,
+        attempts=4,
+        summarize=False,
+        max_consecutive_llm_failures=2,
+    )
+    store = SqliteStore(tmp_path / "kernels.db")
+    try:
+        _, run = run_engine(store, silu_task, silu_baseline, config)
+        assert run.status == "completed", run.error
+    finally:
+        store.close()
