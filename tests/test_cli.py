@@ -19,6 +19,8 @@ NKIBENCH = ROOT / "examples" / "cpu" / "nkibench"
 TASK = NKIBENCH / "reference" / "rmsnorm_M256_N1024_numpy_0.py"
 SLOW = NKIBENCH / "kernels" / "rmsnorm_M256_N1024_0.py"
 FAST = NKIBENCH / "kernels" / "rmsnorm_M256_N1024_fast.py"
+# A short timing cap: these tests check what is stored and shown, not how precisely.
+QUICK = ("--max-timing", "2", "--target-ci", "0.05")
 ACCELOPT = str(Path(sys.executable).parent / "accelopt")
 
 
@@ -38,11 +40,15 @@ def sqlite_url(tmp_path: Path) -> str:
 
 
 def test_profile_stores_the_result_and_db_queries_find_it(sqlite_url: str) -> None:
-    slow = accelopt("profile", str(SLOW), "--task", str(TASK), "--store", sqlite_url, "--json")
+    slow = accelopt(
+        "profile", str(SLOW), "--task", str(TASK), "--store", sqlite_url, "--json", *QUICK
+    )
     assert slow.returncode == 0, slow.stderr
     slow_out = json.loads(slow.stdout)
     assert slow_out["evaluation"]["status"] == "PASSED"
-    fast = accelopt("profile", str(FAST), "--task", str(TASK), "--store", sqlite_url, "--json")
+    fast = accelopt(
+        "profile", str(FAST), "--task", str(TASK), "--store", sqlite_url, "--json", *QUICK
+    )
     fast_out = json.loads(fast.stdout)
     assert fast_out["evaluation"]["status"] == "PASSED"
     assert (
@@ -61,7 +67,7 @@ def test_profile_stores_the_result_and_db_queries_find_it(sqlite_url: str) -> No
     ]
 
     # The human-readable form names the status and the speedup.
-    text = accelopt("profile", str(FAST), "--task", str(TASK), "--store", sqlite_url)
+    text = accelopt("profile", str(FAST), "--task", str(TASK), "--store", sqlite_url, *QUICK)
     assert "PASSED" in text.stdout and "speedup" in text.stdout
     lineage = accelopt("db", "lineage", fast_out["solution_id"], "--store", sqlite_url, "--json")
     assert json.loads(lineage.stdout) == {"ancestors": [], "descendants": []}
@@ -102,7 +108,10 @@ def test_nkibench_import_then_export_import_into_postgres(
     imported = accelopt("import", "nkibench", str(NKIBENCH), "--store", sqlite_url)
     assert imported.returncode == 0, imported.stderr
     assert (
-        accelopt("profile", str(FAST), "--task", str(TASK), "--store", sqlite_url).returncode == 0
+        accelopt(
+            "profile", str(FAST), "--task", str(TASK), "--store", sqlite_url, *QUICK
+        ).returncode
+        == 0
     )
     out = tmp_path / "traceset"
     assert accelopt("db", "export", str(out), "--store", sqlite_url).returncode == 0

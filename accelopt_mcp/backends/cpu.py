@@ -20,8 +20,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from accelopt_mcp.backends.base import (
     Availability,
     Backend,
@@ -31,6 +29,7 @@ from accelopt_mcp.backends.base import (
     ranked_comparison,
 )
 from accelopt_mcp.backends.cpu_runner import live_jails
+from accelopt_mcp.backends.host_facts import environment_libs
 from accelopt_mcp.isolation.jail import MODE_VARIABLE, jail_status
 from accelopt_mcp.isolation.sandbox import (
     SandboxResult,
@@ -363,7 +362,8 @@ class CpuBackend(Backend):
             status=status,
             environment=Environment(
                 hardware=self.hardware,
-                libs={"python": platform.python_version(), "numpy": np.__version__},
+                # Versions, ISA, caches and the cores it ran on: the planner's hardware block.
+                libs=environment_libs(self.cpus),
             ),
             timestamp=datetime.now(UTC).isoformat(),
             # A second line of defence: no secret leaves an evaluation, whatever printed it.

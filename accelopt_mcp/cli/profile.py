@@ -52,6 +52,23 @@ def profile(
     seeds: Annotated[int | None, typer.Option(min=1, help="Number of correctness seeds.")] = None,
     iterations: Annotated[int | None, typer.Option(min=1, help="Timed runs per round.")] = None,
     timeout: Annotated[float | None, typer.Option(min=1, help="Wall-clock limit, s.")] = None,
+    max_timing: Annotated[
+        float | None,
+        typer.Option(
+            min=0.1,
+            help="Cap on the time spent sampling, s (default 20), even if the intervals are "
+            "still wider than --target-ci.",
+        ),
+    ] = None,
+    target_ci: Annotated[
+        float | None,
+        typer.Option(
+            min=0.001,
+            max=0.5,
+            help="Time until every median's and speedup's interval is within this fraction "
+            "(default 0.01: +-1%).",
+        ),
+    ] = None,
     store: StoreOption = None,
     no_store: Annotated[bool, typer.Option("--no-store", help="Do not record the result.")] = False,
     as_json: JsonOption = False,
@@ -71,6 +88,10 @@ def profile(
         updates["iterations"] = iterations
     if timeout is not None:
         updates["timeout_seconds"] = timeout
+    if max_timing is not None:
+        updates["max_timing_seconds"] = max_timing
+    if target_ci is not None:
+        updates["target_ci"] = target_ci
     config = config.model_copy(update=updates)
 
     def run(db: KernelStore | None) -> ProfileOutcome:

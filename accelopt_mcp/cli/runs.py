@@ -5,10 +5,18 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from accelopt_mcp.cli.common import JsonOption, StoreOption, console, fail, opened_store, print_json
+from accelopt_mcp.cli.common import (
+    JsonOption,
+    StoreOption,
+    console,
+    fail,
+    opened_store,
+    plain,
+    print_json,
+    say,
+)
 from accelopt_mcp.engine.runs import (
     BestFigures,
     RunNotFound,
@@ -63,7 +71,7 @@ def list_runs(
     for row in rows:
         table.add_row(
             str(row["id"]),
-            escape(str(row["definition"])),
+            plain(row["definition"]),
             str(row["state"]),
             f"{row['iteration']}/{row['iterations']}",
             f"{row['best_latency_ms']:.4g}" if row["best_latency_ms"] else "-",
@@ -126,34 +134,53 @@ def show(
             }
         )
         return
-    console.print(
-        f"[bold]run {run.id}[/] {escape(run.definition_name)}: "
-        f"{run_state(run, checkpoint)}, iteration {run.current_iteration}/"
-        f"{cfg.iterations} (T={cfg.iterations} B={cfg.beam} N={cfg.plans} K={cfg.attempts} "
-        f"TopK={cfg.topk} ExpN={cfg.exp_n}, backend {cfg.backend})"
+    say(
+        (f"run {run.id}", "bold"),
+        f" {run.definition_name}: {run_state(run, checkpoint)}, iteration "
+        f"{run.current_iteration}/{cfg.iterations} (T={cfg.iterations} B={cfg.beam} "
+        f"N={cfg.plans} K={cfg.attempts} TopK={cfg.topk} ExpN={cfg.exp_n}, backend "
+        f"{cfg.backend}, plans {cfg.plan_mode}, repair_tries {cfg.repair_tries}, memory "
+        f"{cfg.memory_policy})",
     )
     if checkpoint.initial:
-        console.print(
-            f"initial {checkpoint.initial.solution_id} {checkpoint.initial.latency_ms:.4g} ms"
-        )
+        say(f"initial {checkpoint.initial.solution_id} {checkpoint.initial.latency_ms:.4g} ms")
     if run.best_latency_ms:
-        console.print(escape(_best_line(run.best_solution_id, run.best_latency_ms, best)))
+        say(_best_line(run.best_solution_id, run.best_latency_ms, best))
     for totals in llm:
-        console.print(
+        say(
             f"LLM {totals.role}: {totals.calls} calls, {totals.tokens_in}+{totals.tokens_out} "
             f"tokens, ${totals.cost_usd:.4f}"
         )
     if run.error:
-        console.print(f"note: {escape(run.error)}")
+        label = "stopped" if run.status in ("llm_unavailable", "failed") else "note"
+        say(f"{label}: {run.error}")
+    if checkpoint.slots and not any(s.passed for s in checkpoint.slots.values()):
+        say(
+            f"no attempt passed ({len(checkpoint.slots)} tried): the initial kernel is still "
+            "the best"
+        )
+    summaries = {item.iteration: item for item in checkpoint.history}
     iterations = sorted({s.iteration for s in checkpoint.slots.values()})
     for iteration in iterations:
         console.rule(f"iteration {iteration}")
+        done = summaries.get(iteration)
+        if done is not None:
+            diversity = (
+                f", plan diversity {done.plan_diversity:.2f}"
+                if done.plan_diversity is not None
+                else ""
+            )
+            say(
+                f"{done.passed}/{done.attempts} passed ({done.flagged} flagged, "
+                f"{done.repaired} after a repair){diversity}, {done.experiences_added} "
+                f"experience(s), {done.wall_s:.0f} s"
+            )
         for key, plans in sorted(checkpoint.plans.items()):
             if not key.startswith(f"{iteration}/"):
                 continue
             for index, plan in enumerate(plans):
                 text = (plan or "(planner failed)").replace("\n", " ")
-                console.print(f"plan {key}/{index}: {escape(text[:160])}")
+                say(f"plan {key}/{index}: {text[:160]}")
         table = Table()
         for column in ("slot", "status", "latency ms", "vs parent", "solution", "note"):
             table.add_column(column)
@@ -167,14 +194,22 @@ def show(
                 f"{slot.latency_ms:.4g}" if slot.latency_ms is not None else "-",
                 _slot_speedup(slot),
                 (slot.solution_id or "-")[:8],
-                escape((slot.error or ("reused profile" if slot.reused_profile else ""))[:60]),
+                plain(_slot_note(slot)),
             )
         console.print(table)
         for tie in checkpoint.ties_of(iteration):
-            console.print(escape(tie.describe()))
+            say(tie.describe())
         for item in experiences:
             if item.iteration == iteration:
-                console.print(f"experience: {escape(item.title)} ({item.speedup or 0:.2f}x)")
+                say(f"experience: {item.title} ({item.speedup or 0:.2f}x)")
+
+
+def _slot_note(slot: AttemptRecord) -> str:
+    """What the table's note column says of an attempt: repairs, then its error or reuse."""
+    note = slot.error or ("reused profile" if slot.reused_profile else "")
+    if slot.repairs:
+        note = f"{slot.repairs} repair(s); " + note
+    return " ".join(note.split())[:80]
 
 
 @app.command("call")

@@ -95,7 +95,11 @@ async def _summarize_one(ctx: RunContext, control: RunControl, iteration: int, p
         fast_profile=fast_profile,
     )
     try:
-        summary = await summarize_pair(ctx.client, messages)
+        summary = await summarize_pair(
+            ctx.client,
+            messages,
+            purpose=f"summary {iteration} {slow_id[:8]}->{fast_id[:8]}",
+        )
     except BudgetExceeded as exc:
         control.call_refused(exc)
         return 0

@@ -51,7 +51,10 @@ def parse_summary(text: str) -> Summary | NothingChanged:
 
 
 async def summarize_pair(
-    client: LlmClient, messages: list[ChatMessage]
+    client: LlmClient, messages: list[ChatMessage], *, purpose: str | None = None
 ) -> Summary | NothingChanged:
-    summary, _ = await client.complete_parsed("summarizer", messages, parse_summary, tries=2)
+    """purpose: the ledger's label for the call."""
+    summary, _ = await client.complete_parsed(
+        "summarizer", messages, parse_summary, tries=2, purpose=purpose
+    )
     return summary

@@ -134,7 +134,13 @@ def test_a_dead_endpoint_stops_the_run_as_llm_unavailable_with_exit_code_3(
     assert done.returncode == 3, done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     last = done.stdout.splitlines()[-1]
-    assert re.match(r"run [0-9a-f-]{36}: llm_unavailable: .+; fix the endpoint", last), last
+    found = re.match(r"run ([0-9a-f-]{36}): llm_unavailable: .+; fix the endpoint", last)
+    assert found, last
+    shown = accelopt("runs", "show", found.group(1), "--store", store)
+    assert shown.returncode == 0, shown.stderr
+    assert "llm_unavailable" in shown.stdout
+    assert "stopped: every LLM call of iteration 1 failed" in shown.stdout
+    assert "no attempt passed" in shown.stdout
 
 
 def test_events_carry_what_the_run_waits_on(silu_task: Task, silu_baseline: Solution) -> None:

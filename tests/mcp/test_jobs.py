@@ -37,6 +37,9 @@ BENCH = {
     "warmup_runs": 1,
     "iterations": 3,
     "max_measurement_rounds": 1,
+    "min_processes": 1,
+    "max_processes": 2,
+    "max_timing_seconds": 1.0,
     "timeout_seconds": 10.0,
     "memory_limit_mb": 1024,
 }
