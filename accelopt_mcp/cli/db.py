@@ -133,7 +133,7 @@ def best(
         "hardware",
         "latency ms [CI]",
         "measurements",
-        "speedup",
+        "speedup vs reference",
         "flags",
     ):
         table.add_column(column)

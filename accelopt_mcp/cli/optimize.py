@@ -29,6 +29,7 @@ from accelopt_mcp.engine.presets import PRESETS
 from accelopt_mcp.engine.report import plot_best_latency
 from accelopt_mcp.engine.runs import (
     RunNotFound,
+    best_figures,
     change_settings,
     default_output_dir,
     load_run,
@@ -266,7 +267,7 @@ def _latency_text(best_ms: float | None, initial_ms: float | None) -> str:
     if not best_ms:
         return "-"
     ratio = speedup(initial_ms, best_ms)
-    return f"{best_ms:.4g} ms ({ratio:.2f}x)" if ratio else f"{best_ms:.4g} ms"
+    return f"{best_ms:.4g} ms ({ratio:.2f}x vs initial)" if ratio else f"{best_ms:.4g} ms"
 
 
 class LiveDisplay:
@@ -397,7 +398,11 @@ def _result_text(run: RunRecord, checkpoint: Checkpoint) -> str:
     if improved:
         assert initial is not None and run.best_latency_ms is not None
         ratio = speedup(initial.latency_ms, run.best_latency_ms)
-        shown = f" ({ratio:.2f}x over the initial kernel)" if ratio else ""
+        against = [f"{ratio:.2f}x over the initial kernel"] if ratio else []
+        figures = best_figures(checkpoint, run.best_solution_id)
+        if figures is not None and figures.over_reference is not None:
+            against.append(f"{figures.over_reference.estimate:.2f}x over the reference")
+        shown = f" ({', '.join(against)})" if against else ""
         return f"best {run.best_latency_ms:.4g} ms{shown}"
     failed = Counter(a.status for a in attempts if not a.passed)
     failures = ", ".join(f"{n} {status}" for status, n in failed.most_common())

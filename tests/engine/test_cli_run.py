@@ -104,7 +104,8 @@ def test_optimize_under_a_pipe_prints_plain_lines_and_ends_with_the_outcome(
     assert lines[-1] == outcome(run, checkpoint)[0]
     if run.best_solution_id != run.initial_solution_id:
         assert re.fullmatch(
-            rf"run {run_id}: completed, best [0-9.]+ ms \([0-9.]+x over the initial kernel\)",
+            rf"run {run_id}: completed, best [0-9.]+ ms \([0-9.]+x over the initial kernel, "
+            r"[0-9.]+x over the reference\)",
             lines[-1],
         ), lines[-1]
     else:  # the stand-in's fast kernel lost to noise on a busy host, or timed out
