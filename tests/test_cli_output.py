@@ -336,7 +336,8 @@ def test_event_lines_are_one_timestamped_line_each() -> None:
     assert stamp.startswith("2023-11-1") and len(stamp) == len("2023-11-14T22:13:20")
     assert rest == (
         "attempt_profiled: attempt 1/0/0/0: PASSED 0.41 ms at /a/[/bold]/path | iteration 1/3, "
-        "4 attempts (3 passed, 1 failed), best 0.41 ms (1.51x vs initial), LLM $0.0123 (1234 tokens) | "
+        "4 attempts (3 passed, 1 failed), best 0.41 ms (1.51x vs initial), "
+        "LLM $0.0123 (1234 tokens) | "
         "waiting on executor (2 calls); profiling 1 attempt"
     )
     assert second.split(" ", 1)[1] == (

@@ -8,7 +8,6 @@ import asyncio
 import logging
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Annotated, TextIO
 
@@ -29,11 +28,11 @@ from accelopt_mcp.engine.presets import PRESETS
 from accelopt_mcp.engine.report import plot_best_latency
 from accelopt_mcp.engine.runs import (
     RunNotFound,
-    best_figures,
     change_settings,
     default_output_dir,
     load_run,
     prepare_run,
+    result_text,
     speedup,
     worker_alive,
 )
@@ -100,6 +99,28 @@ def optimize(
         bool, typer.Option("--seed-memory", help="Start from the namespace's memory.")
     ] = False,
     workers: Annotated[int | None, typer.Option(help="Profiling slots.")] = None,
+    plan_mode: Annotated[
+        str | None,
+        typer.Option(
+            help="distinct (one planner call asks for N different plans; default) or "
+            "independent (N separate samples, as in the paper)."
+        ),
+    ] = None,
+    repair_tries: Annotated[
+        int | None,
+        typer.Option(help="Repair calls after a failed attempt (default 1; 0 in paper)."),
+    ] = None,
+    memory_policy: Annotated[
+        str | None,
+        typer.Option(help="sample (default: newest iteration + a random sample) or fifo."),
+    ] = None,
+    max_llm_failures: Annotated[
+        int | None,
+        typer.Option(
+            help="Stop as llm_unavailable after this many LLM calls in a row failed "
+            "(default 6; 0: never)."
+        ),
+    ] = None,
     store: StoreOption = None,
     output_dir: OutputDirOption = None,
     quiet: QuietOption = False,
@@ -123,6 +144,10 @@ def optimize(
         "namespace": namespace,
         "seed_from_namespace": seed_memory or None,
         "workers": workers,
+        "plan_mode": plan_mode,
+        "repair_tries": repair_tries,
+        "memory_policy": memory_policy,
+        "max_consecutive_llm_failures": max_llm_failures,
     }
     try:
         settings = resolve_optimize_config(preset, overrides)
@@ -140,7 +165,7 @@ def optimize(
     except (TaskFileError, ValueError, FileNotFoundError) as exc:
         fail(str(exc))
     if not skip_llm_check:
-        _check_llm(settings.models_config)
+        _check_llm(settings.models_config, settings.summarize)
     with opened_store(store) as db:
         run_id = prepare_run(
             db,
@@ -192,7 +217,7 @@ def resume(
             )
         _check_backend(spec.optimize.backend)
         if not skip_llm_check:
-            _check_llm(spec.optimize.models_config)
+            _check_llm(spec.optimize.models_config, spec.optimize.summarize)
         if changes:
             try:
                 change_settings(db, run_id, **changes)
@@ -213,14 +238,14 @@ def _check_backend(name: str) -> None:
         fail(f"{exc}; `accelopt backends` shows what runs here")
 
 
-def _check_llm(models_config: str | None) -> None:
+def _check_llm(models_config: str | None, summarize: bool = True) -> None:
     """Stop (one line, exit code 2) when a role's LLM endpoint cannot serve it."""
     # Imported here: the check needs the network stack only when it runs.
-    from accelopt_mcp.llm.preflight import PreflightFailed, check_endpoints
+    from accelopt_mcp.llm.preflight import PreflightFailed, check_endpoints, roles_used
 
     try:
         configs = load_role_configs(Path(models_config) if models_config else None)
-        asyncio.run(check_endpoints(configs))
+        asyncio.run(check_endpoints(configs, roles_used(summarize)))
     except PreflightFailed as exc:
         fail(f"{exc} (or pass --skip-llm-check to start anyway)")
     except LlmConfigError as exc:  # a config or key no run could work with
@@ -365,7 +390,7 @@ def outcome(run: RunRecord, checkpoint: Checkpoint, crash: str | None = None) ->
     head = f"run {run.id}: {status}"
     reason = run.error or crash
     if status == "completed":
-        return f"{head}, {_result_text(run, checkpoint)}", 0
+        return f"{head}, {result_text(run, checkpoint)}", 0
     if status == "llm_unavailable":
         return (
             f"{head}: {reason or 'the LLM calls failed'}; fix the endpoint or model config, "
@@ -374,51 +399,15 @@ def outcome(run: RunRecord, checkpoint: Checkpoint, crash: str | None = None) ->
         )
     if status == "budget_exhausted":
         return (
-            f"{head}: {reason or 'a budget ran out'}; {_result_text(run, checkpoint)}; raise the "
+            f"{head}: {reason or 'a budget ran out'}; {result_text(run, checkpoint)}; raise the "
             f"budget and `accelopt resume {run.id}` to go on",
             0,
         )
     if status == "cancelled":
-        return f"{head}; {_result_text(run, checkpoint)}; go on with `accelopt resume {run.id}`", 0
+        return f"{head}; {result_text(run, checkpoint)}; go on with `accelopt resume {run.id}`", 0
     if status == "failed" or crash is not None:
         return f"run {run.id}: failed: {reason or 'no reason recorded'}", 1
     return head, EXIT_CODES.get(status, 0)
-
-
-def _result_text(run: RunRecord, checkpoint: Checkpoint) -> str:
-    """What the run found: its best kernel against the initial one, or why none beat it."""
-    initial = checkpoint.initial
-    attempts = list(checkpoint.slots.values())
-    improved = (
-        initial is not None
-        and run.best_solution_id is not None
-        and run.best_solution_id != initial.solution_id
-        and run.best_latency_ms is not None
-    )
-    if improved:
-        assert initial is not None and run.best_latency_ms is not None
-        ratio = speedup(initial.latency_ms, run.best_latency_ms)
-        against = [f"{ratio:.2f}x over the initial kernel"] if ratio else []
-        figures = best_figures(checkpoint, run.best_solution_id)
-        if figures is not None and figures.over_reference is not None:
-            against.append(f"{figures.over_reference.estimate:.2f}x over the reference")
-        shown = f" ({', '.join(against)})" if against else ""
-        return f"best {run.best_latency_ms:.4g} ms{shown}"
-    failed = Counter(a.status for a in attempts if not a.passed)
-    failures = ", ".join(f"{n} {status}" for status, n in failed.most_common())
-    passed = sum(1 for a in attempts if a.passed)
-    start = f" ({initial.latency_ms:.4g} ms)" if initial is not None else ""
-    if not attempts:
-        return f"but no attempt was made: the initial kernel{start} is still the best"
-    if passed == 0:
-        return (
-            f"but no attempt passed: the initial kernel{start} is still the best "
-            f"({len(attempts)} attempts failed: {failures})"
-        )
-    flagged = sum(1 for a in attempts if a.passed and not a.trusted)
-    untrusted = f", {flagged} of them flagged untrusted" if flagged else ""
-    failed_text = f"; {sum(failed.values())} failed: {failures}" if failed else ""
-    return f"but no attempt beat the initial kernel{start}: {passed} passed{untrusted}{failed_text}"
 
 
 def _summary(db: KernelStore, run_id: str, output_dir: Path, crash: str | None) -> int:

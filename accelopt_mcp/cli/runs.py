@@ -147,9 +147,19 @@ def show(
     if run.best_latency_ms:
         say(_best_line(run.best_solution_id, run.best_latency_ms, best))
     for totals in llm:
+        unfinished = [
+            f"{n} {what}"
+            for n, what in (
+                (totals.failed, "failed"),
+                (totals.interrupted, "interrupted"),
+                (totals.in_flight, "in flight"),
+            )
+            if n
+        ]
         say(
-            f"LLM {totals.role}: {totals.calls} calls, {totals.tokens_in}+{totals.tokens_out} "
-            f"tokens, ${totals.cost_usd:.4f}"
+            f"LLM {totals.role}: {totals.calls} calls"
+            + (f" ({', '.join(unfinished)})" if unfinished else "")
+            + f", {totals.tokens_in}+{totals.tokens_out} tokens, ${totals.cost_usd:.4f}"
         )
     if run.error:
         label = "stopped" if run.status in ("llm_unavailable", "failed") else "note"

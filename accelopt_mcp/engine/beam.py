@@ -66,6 +66,7 @@ from accelopt_mcp.engine.runs import load_run
 from accelopt_mcp.engine.selection import (
     LLM_FAILED,
     NO_CODE,
+    NO_PLAN,
     AttemptRecord,
     BeamEntry,
     HeadToHead,
@@ -555,11 +556,13 @@ class _Iterations:
             return False
         except (LlmCallFailed, MalformedReply) as exc:
             made, error = [], f"planner: {exc}"
+            failed_call = isinstance(exc, LlmCallFailed)
             if isinstance(exc, LlmCallFailed):
                 self._llm_failed("planner", exc)
             else:
                 self.health.succeeded()  # the service answered, if not with plans
         else:
+            failed_call = False
             self.health.succeeded()
         for p, plan in zip(missing, made, strict=False):
             plans[p] = plan
@@ -573,8 +576,9 @@ class _Iterations:
                 key = slot_key(iteration, b, p, a)
                 done = checkpoint.slots.get(key)
                 if done is None or done.status not in FINAL_SLOT_STATES:
+                    status = LLM_FAILED if failed_call else NO_PLAN
                     await self._record(
-                        self._slot(iteration, b, p, a, kernel.entry, LLM_FAILED, error=reason)
+                        self._slot(iteration, b, p, a, kernel.entry, status, error=reason)
                     )
         return True
 
@@ -614,10 +618,11 @@ class _Iterations:
                 self.control.call_refused(exc)
                 return
             except (LlmCallFailed, MalformedReply) as exc:
+                status = LLM_FAILED if isinstance(exc, LlmCallFailed) else NO_PLAN
                 for a in attempts:
                     await self._record(
                         self._slot(
-                            iteration, b, p, a, kernel.entry, LLM_FAILED, error=f"planner: {exc}"
+                            iteration, b, p, a, kernel.entry, status, error=f"planner: {exc}"
                         )
                     )
                 if isinstance(exc, LlmCallFailed):
@@ -668,8 +673,10 @@ class _Iterations:
             self.control.call_refused(exc)
             return
         except LlmCallFailed as exc:
-            await self._record(self._slot(iteration, b, p, a, entry, LLM_FAILED, error=str(exc)))
+            # The stop (if this failure is one too many) first, so that no queued call is
+            # sent meanwhile; the record is written all the same (CheckpointWriter._submit).
             self._llm_failed("executor", exc)
+            await self._record(self._slot(iteration, b, p, a, entry, LLM_FAILED, error=str(exc)))
             return
         self.health.succeeded()
         meta = self._meta(iteration, b, p, a, plan)

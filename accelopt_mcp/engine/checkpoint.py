@@ -189,13 +189,17 @@ def read_run(run: RunRecord, entries: list[RunEntry] | None = None) -> tuple[Run
             f"run {run.id} was not created by the optimization engine (its config has no "
             "optimize/task sections); it cannot be resumed"
         )
-    spec = RunSpec.model_validate(
-        {
-            key: config[key]
-            for key in ("optimize", "task", "initial_solution", "request")
-            if key in config
-        }
-    )
+    fields = {
+        key: config[key]
+        for key in ("optimize", "task", "initial_solution", "request")
+        if key in config
+    }
+    if isinstance(fields.get("optimize"), dict):
+        # A run stored before these settings existed goes on as it started: the paper's
+        # independent plans, no repairs, a FIFO memory (the new defaults would change it
+        # halfway through).
+        fields["optimize"] = {**_SETTINGS_BEFORE_THEY_EXISTED, **fields["optimize"]}
+    spec = RunSpec.model_validate(fields)
     checkpoint = Checkpoint.model_validate(config.get("checkpoint") or {})
     inline: list[tuple[EntryKind, str]] = [
         *(("slot", key) for key in checkpoint.slots),
@@ -230,13 +234,25 @@ def read_run(run: RunRecord, entries: list[RunEntry] | None = None) -> tuple[Run
     return spec, checkpoint
 
 
+_SETTINGS_BEFORE_THEY_EXISTED: dict[str, Any] = {
+    "plan_mode": "independent",
+    "repair_tries": 0,
+    "memory_policy": "fifo",
+}
+
+
 def _timestamp(moment: datetime | None) -> float | None:
     return moment.timestamp() if moment is not None else None
 
 
 def run_config(spec: RunSpec, checkpoint: Checkpoint) -> dict[str, Any]:
-    """runs.config: the spec and the checkpoint without the parts kept as entries."""
-    return {
-        **spec.model_dump(mode="json"),
-        "checkpoint": checkpoint.model_dump(mode="json", exclude=set(ENTRY_FIELDS)),
-    }
+    """runs.config: the spec and the checkpoint without the parts kept as entries, except
+    those a run from before entries still keeps inline (not yet moved: writing the config
+    without them would lose them)."""
+    data = checkpoint.model_dump(mode="json", exclude=set(ENTRY_FIELDS))
+    inline: dict[str, dict[str, Any]] = {"slots": {}, "pending": {}, "plans": {}}
+    field_of = {"slot": "slots", "pending": "pending", "plans": "plans"}
+    for kind, key, entry in checkpoint.inline_entries():
+        inline[field_of[kind]][key] = entry["plans"] if kind == "plans" else entry
+    data.update({name: found for name, found in inline.items() if found})
+    return {**spec.model_dump(mode="json"), "checkpoint": data}

@@ -32,29 +32,27 @@ class CheckpointWriter:
     async def save(self, budget: Budget | None, **fields: Any) -> None:
         """fields: RunUpdate fields to write along. budget: the run's, once it has one (None:
         the row keeps its spending figures)."""
-        async with self._lock:
-            checkpoint = self.state.checkpoint
-            checkpoint.saved_at = time.time()
-            update = RunUpdate(
-                config=run_config(self.spec, checkpoint), **self._figures(budget, fields)
-            )
-            await self._write(lambda: self.store.update_run(self.run_id, update))
+        checkpoint = self.state.checkpoint
+        checkpoint.saved_at = time.time()
+        update = RunUpdate(
+            config=run_config(self.spec, checkpoint), **self._figures(budget, fields)
+        )
+        await self._submit(lambda: self.store.update_run(self.run_id, update))
 
     async def save_entry(
         self, budget: Budget | None, kind: EntryKind, key: str, **fields: Any
     ) -> None:
         """Write the checkpoint's entry (kind, key) as it is now, and the run's figures."""
-        async with self._lock:
-            data = self.state.checkpoint.entry_data(kind, key)
-            if data is None:
-                raise KeyError(f"the checkpoint has no {kind} {key!r} to write")
-            update = RunUpdate(**self._figures(budget, fields))
+        data = self.state.checkpoint.entry_data(kind, key)
+        if data is None:
+            raise KeyError(f"the checkpoint has no {kind} {key!r} to write")
+        update = RunUpdate(**self._figures(budget, fields))
 
-            def write() -> None:
-                self.store.put_run_entry(self.run_id, kind, key, data)
-                self.store.update_run(self.run_id, update)
+        def write() -> None:
+            self.store.put_run_entry(self.run_id, kind, key, data)
+            self.store.update_run(self.run_id, update)
 
-            await self._write(write)
+        await self._submit(write)
 
     async def move_inline_entries(self) -> int:
         """Write as entries what a run from before entries kept in its config (once, before
@@ -62,15 +60,31 @@ class CheckpointWriter:
         moved = self.state.checkpoint.inline_entries()
         if not moved:
             return 0
-        async with self._lock:
 
-            def write() -> None:
-                for kind, key, data in moved:
-                    self.store.put_run_entry(self.run_id, kind, key, data)
+        def write() -> None:
+            for kind, key, data in moved:
+                self.store.put_run_entry(self.run_id, kind, key, data)
 
-            await self._write(write)
-            self.state.checkpoint.entries_moved()
+        await self._submit(write)
+        self.state.checkpoint.entries_moved()
         return len(moved)
+
+    async def _submit(self, write: Callable[[], object]) -> None:
+        """Run `write` (a snapshot taken when the save was asked for) after the writes before
+        it. A caller cancelled meanwhile (a stop request) does not cancel the write: waiting
+        for the lock and the write itself go on, so a finished attempt is never left only in
+        memory, and the lock's order keeps an older snapshot from landing after a newer one."""
+        task = asyncio.ensure_future(self._locked(write))
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            await task
+            raise
+
+    async def _locked(self, write: Callable[[], object]) -> None:
+        async with self._lock:
+            # Stores are synchronous; a round trip must not stall the event loop.
+            await asyncio.to_thread(write)
 
     def _figures(self, budget: Budget | None, fields: dict[str, Any]) -> dict[str, Any]:
         if budget is not None:
@@ -83,17 +97,6 @@ class CheckpointWriter:
             fields.setdefault("best_solution_id", best.solution_id)
             fields.setdefault("best_latency_ms", best.latency_ms)
         return fields
-
-    async def _write(self, write: Callable[[], object]) -> None:
-        # Stores are synchronous; a round trip must not stall the event loop.
-        task = asyncio.ensure_future(asyncio.to_thread(write))
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            # The write goes on in its thread; keep the lock until it lands so that an older
-            # snapshot can never overwrite a later one.
-            await task
-            raise
 
     async def record_failure(self, exc: BaseException, budget: Budget | None) -> None:
         """The run ended with exc: record it as cancelled or failed, with the reason."""

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from accelopt_mcp.comparing import interval_text
-from accelopt_mcp.engine.selection import LLM_FAILED, NO_CODE, AttemptRecord
+from accelopt_mcp.engine.selection import LLM_FAILED, NO_CODE, NO_PLAN, AttemptRecord
 from accelopt_mcp.models.evaluation import untrusted_flags
 from accelopt_mcp.stats import verdict
 
@@ -60,7 +60,9 @@ def attempt_outcome(slot: AttemptRecord) -> str:
     """One attempt in a few words: '1.12x [1.05, 1.19] vs parent (faster)', or the failure
     class with its message ('RUNTIME_ERROR: NameError: name 'np2' is not defined')."""
     if slot.status == LLM_FAILED:
-        return "not tried (the executor call failed)"
+        return "not tried (the LLM call failed)"
+    if slot.status == NO_PLAN:
+        return "not tried (the planner gave no plan for it)"
     if slot.status == NO_CODE:
         return f"NO_CODE: {short_error(slot.error)}"
     if slot.passed:

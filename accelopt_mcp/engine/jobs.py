@@ -35,6 +35,7 @@ from accelopt_mcp.engine.runs import (
     default_output_dir,
     load_run,
     prepare_run,
+    result_text,
     run_progress,
     run_state,
     speedup,
@@ -42,7 +43,7 @@ from accelopt_mcp.engine.runs import (
 )
 from accelopt_mcp.engine.worker import events_path
 from accelopt_mcp.llm import load_role_configs
-from accelopt_mcp.llm.preflight import check_endpoints_now
+from accelopt_mcp.llm.preflight import check_endpoints_now, roles_used
 from accelopt_mcp.redaction import redact
 from accelopt_mcp.store import STORE_ENV, open_store
 from accelopt_mcp.store.base import RunRecord, RunUpdate
@@ -111,6 +112,10 @@ class JobStatus(BaseModel):
     eta_s: float | None
     error: str | None
     progress: float = 0.0
+    outcome: str | None = None
+    """Once the job has ended: what it found, in one line ("best 0.41 ms (1.52x over the
+    initial kernel, ...)", or "but no attempt passed: the initial kernel ... is still the
+    best (18 attempts failed: ...)"); None while it runs."""
 
 
 class JobResult(BaseModel):
@@ -171,7 +176,10 @@ class JobManager:
         require_backend(request.config.backend)
         if check_llm:
             config_path = request.config.models_config
-            check_endpoints_now(load_role_configs(Path(config_path) if config_path else None))
+            check_endpoints_now(
+                load_role_configs(Path(config_path) if config_path else None),
+                roles_used(request.config.summarize),
+            )
         task = load_task(Path(request.task_path), workload=request.workload)
         solution = kernel_solution(
             task,
@@ -349,6 +357,7 @@ class JobManager:
             eta_s=eta,
             # Stores keep errors redacted; a run's row from before they did is masked here.
             error=redact(run.error) if run.error else None,
+            outcome=result_text(run, checkpoint) if state in FINAL_STATES else None,
             progress=1.0 if state == "completed" else progress.progress,
         )
 

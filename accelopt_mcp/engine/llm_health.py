@@ -5,11 +5,26 @@ Two rules, both counting calls that failed for good (the client's retries ran ou
 error is one no retry fixes): `max_consecutive` failed calls in a row, across roles (0 turns
 the rule off); and an iteration in which every attempt failed at the LLM (checked by the
 engine when the iteration's chains are done). A call that succeeds resets the count.
+
+Only failures that say the service is gone count toward the run of failures: no connection, no
+answer in time, HTTP 5xx, 429 (after the client's retries), 401/403 and 404 (key or model). A
+call refused for what it asked (HTTP 400: a prompt too long for a small local model) says
+nothing about the service and neither counts nor resets.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+
+_SERVICE_GONE = re.compile(
+    r"connection error|timed out|HTTP (?:5\d\d|429|401|403|404)\b", re.IGNORECASE
+)
+
+
+def service_gone(error: str) -> bool:
+    """Whether a failed call's error says the endpoint, key or model is not usable."""
+    return _SERVICE_GONE.search(error) is not None
 
 
 @dataclass
@@ -28,10 +43,12 @@ class LlmHealth:
 
     def failed(self, role: str, error: str) -> str | None:
         """Count a failed call; the reason to stop the run, once the limit is reached."""
-        self.consecutive += 1
         self.failed_calls += 1
         self.last_error = error
         self.roles_failed.add(role)
+        if not service_gone(error):
+            return None
+        self.consecutive += 1
         if self.max_consecutive and self.consecutive >= self.max_consecutive:
             return (
                 f"{self.consecutive} LLM calls in a row failed "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -258,3 +259,39 @@ def change_settings(store: KernelStore, run_id: str, **changes: Any) -> Optimize
     spec = spec.model_copy(update={"optimize": settings})
     store.update_run(run_id, RunUpdate(config=run_config(spec, checkpoint)))
     return settings
+
+
+def result_text(run: RunRecord, checkpoint: Checkpoint) -> str:
+    """What the run found: its best kernel against the initial one, or why none beat it."""
+    initial = checkpoint.initial
+    attempts = list(checkpoint.slots.values())
+    improved = (
+        initial is not None
+        and run.best_solution_id is not None
+        and run.best_solution_id != initial.solution_id
+        and run.best_latency_ms is not None
+    )
+    if improved:
+        assert initial is not None and run.best_latency_ms is not None
+        ratio = speedup(initial.latency_ms, run.best_latency_ms)
+        against = [f"{ratio:.2f}x over the initial kernel"] if ratio else []
+        figures = best_figures(checkpoint, run.best_solution_id)
+        if figures is not None and figures.over_reference is not None:
+            against.append(f"{figures.over_reference.estimate:.2f}x over the reference")
+        shown = f" ({', '.join(against)})" if against else ""
+        return f"best {run.best_latency_ms:.4g} ms{shown}"
+    failed = Counter(a.status for a in attempts if not a.passed)
+    failures = ", ".join(f"{n} {status}" for status, n in failed.most_common())
+    passed = sum(1 for a in attempts if a.passed)
+    start = f" ({initial.latency_ms:.4g} ms)" if initial is not None else ""
+    if not attempts:
+        return f"but no attempt was made: the initial kernel{start} is still the best"
+    if passed == 0:
+        return (
+            f"but no attempt passed: the initial kernel{start} is still the best "
+            f"({len(attempts)} attempts failed: {failures})"
+        )
+    flagged = sum(1 for a in attempts if a.passed and not a.trusted)
+    untrusted = f", {flagged} of them flagged untrusted" if flagged else ""
+    failed_text = f"; {sum(failed.values())} failed: {failures}" if failed else ""
+    return f"but no attempt beat the initial kernel{start}: {passed} passed{untrusted}{failed_text}"

@@ -45,7 +45,10 @@ PASSED = "PASSED"
 NO_CODE = "NO_CODE"
 """The executor's reply held no usable code block."""
 LLM_FAILED = "LLM_FAILED"
-"""The executor call failed for good (retries exhausted)."""
+"""The LLM call (the plan's or the executor's) failed for good (retries exhausted)."""
+NO_PLAN = "NO_PLAN"
+"""The planner answered, but with no plan for this sample (a reply that held none, or fewer
+distinct plans than asked for). Like LLM_FAILED, tried again on resume."""
 PARENT_LABEL = "parent"
 """How an attempt's parent is named among its evaluation's comparisons."""
 
@@ -117,7 +120,7 @@ class AttemptRecord(Measured):
     parent_id: str
     parent_latency_ms: float | None
     status: str
-    """An EvaluationStatus value, NO_CODE or LLM_FAILED."""
+    """An EvaluationStatus value, NO_CODE, NO_PLAN or LLM_FAILED."""
     solution_id: str | None = None
     source_hash: str | None = None
     error: str | None = None

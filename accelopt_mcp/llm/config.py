@@ -238,8 +238,20 @@ def load_role_configs(path: Path | None = None) -> RoleConfigs:
     ACCELOPT_MODEL, else gpt-4.1-mini)."""
     if path is None:
         return RoleConfigs()
-    raw = _read_config_file(Path(path))
+    path = Path(path)
+    if not path.is_file():
+        path = _moved_shipped_config(path) or path
+    raw = _read_config_file(path)
     return role_configs_from_dict(raw, source=str(path))
+
+
+def _moved_shipped_config(path: Path) -> Path | None:
+    """A shipped config at the place older versions kept them (a run stores its config's
+    path: templates/models/NAME.json in a source tree, before they moved into the package),
+    so that runs started then still resume; None for any other path."""
+    if path.parent.name == "models" and path.parent.parent.name == "templates":
+        return shipped_model_config(path.stem)
+    return None
 
 
 def role_configs_from_dict(raw: dict[str, Any], *, source: str = "config") -> RoleConfigs:

@@ -28,10 +28,17 @@ from accelopt_mcp.llm.client import short_error
 from accelopt_mcp.llm.config import ROLES, ModelConfig, RoleConfigs
 from accelopt_mcp.redaction import redacted_url
 
-__all__ = ["PreflightFailed", "check_endpoints", "check_endpoints_now"]
+__all__ = ["PreflightFailed", "check_endpoints", "check_endpoints_now", "roles_used"]
 
 _PROBE_TIMEOUT_S = 20.0
-_MODEL_WORDS = re.compile(r"model", re.IGNORECASE)
+# A 400 that says the model is unknown (servers word it differently), not any 400 that names
+# a model ("max_tokens is not supported with this model").
+_UNKNOWN_MODEL = re.compile(
+    r"(unknown|invalid|no such|not found|does not exist|doesn't exist|not exist)\W+(\w+\W+){0,3}"
+    r"model|model\W+(\S+\W+){0,4}(not found|does not exist|doesn't exist|unknown|is not "
+    r"(served|available|supported)\b(?! with))",
+    re.IGNORECASE,
+)
 
 
 class PreflightFailed(ValueError):
@@ -72,6 +79,11 @@ async def check_endpoints(
     for problem in problems:
         if problem is not None:
             raise PreflightFailed(problem)
+
+
+def roles_used(summarize: bool) -> tuple[str, ...]:
+    """The roles a run calls: the summarizer only when it summarizes."""
+    return ROLES if summarize else tuple(role for role in ROLES if role != "summarizer")
 
 
 def check_endpoints_now(
@@ -145,7 +157,7 @@ async def _chat_probe(client: AsyncOpenAI, config: ModelConfig) -> str | None:
             return f"key rejected (HTTP {status})"
         if status == 429:
             return None  # there, takes the key, knows the model: only busy
-        if status == 404 or (status == 400 and _MODEL_WORDS.search(message)):
+        if status == 404 or (status == 400 and _UNKNOWN_MODEL.search(message)):
             return f"unknown model (HTTP {status}: {message})"
         return f"HTTP {status}: {message}"
     except ValueError:

@@ -82,7 +82,7 @@ def test_a_two_generation_history_shows_own_plans_first_then_the_ancestors() -> 
     # The child's own plans (iteration 2) first, then the plan that produced it, then the rest.
     assert lines[0].startswith("1. Iteration 2, applied to this kernel (child111): Use out=")
     assert "1.01x [0.97, 1.05] vs parent (no clear change)" in lines[1]
-    assert "not tried (the executor call failed)" in lines[1]
+    assert "not tried (the LLM call failed)" in lines[1]
     assert lines[2].startswith("2. Iteration 2, applied to this kernel (child111): Fuse exp")
     assert "1.50x [1.40, 1.60] vs parent (faster)" in lines[3]
     assert lines[4].startswith(

@@ -157,3 +157,13 @@ def test_an_unusable_base_url_is_refused_at_load_without_echoing_it(
     with pytest.raises(LlmConfigError, match="base_url") as caught:
         load_role_configs(path)
     assert "hunter2pw" not in str(caught.value)
+
+
+def test_a_run_stored_with_the_old_path_of_a_shipped_config_still_loads(tmp_path: Path) -> None:
+    # Runs started before the configs moved into the package keep their old absolute path.
+    old = tmp_path / "templates" / "models" / "llamacpp.json"
+    assert not old.exists()
+    configs = load_role_configs(old)
+    assert configs == load_role_configs(TEMPLATES / "llamacpp.json")
+    with pytest.raises(LlmConfigError, match="does not exist"):
+        load_role_configs(tmp_path / "templates" / "models" / "no-such-config.json")

@@ -62,7 +62,7 @@ def test_routing_usage_and_exhaustion(start_standin: StartStandin) -> None:
 def test_unrouted_requests_are_refused(start_standin: StartStandin) -> None:
     standin = start_standin({"roles": {"planner": {"replies": [{"text": "x"}]}}})
     response = httpx.post(f"{standin.base_url}/chat/completions", json=_chat("m"), headers=AUTH)
-    assert response.status_code == 400 and "no scripted role" in response.text
+    assert response.status_code == 404 and "no scripted role" in response.text
 
 
 def test_scripts_are_validated() -> None:
