@@ -21,8 +21,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # Peers that know nothing of each other: the kernel database, the LLM client, the
     # profiling backends.
     ("store", "llm", "backends"),
-    # Whole directories in and out of a store.
-    ("transfer",),
+    # Whole directories in and out of a store; the rules for linking a kernel to what is
+    # stored (filling a missing parent or name, refusing a contradiction).
+    ("transfer", "linking"),
     # Comparing kernels against each other, and how measured figures read wherever they are
     # shown (prompts, tools, commands): below the engine, whose prompts show them.
     ("comparing",),

@@ -18,6 +18,7 @@ from typing import Any
 
 from accelopt_mcp.backends.base import Baseline
 from accelopt_mcp.backends.registry import get_backend
+from accelopt_mcp.backends.roofline import NO_ROOFLINE
 from accelopt_mcp.models import (
     BenchmarkConfig,
     ComparedKernel,
@@ -46,10 +47,18 @@ HARNESS_INTERNALS: frozenset[str] = frozenset(
         "retaken_rounds",
         "steal_fraction",
         "drift",
+        "measurement_rounds",
+        "max_rss_mb",
     }
 )
 """How the harness took its figures. Profiles stored before `Evaluation.measurement` existed
 hold some of these among their hardware counters; they are filtered out of what is shown."""
+
+SHOWN_ELSEWHERE: frozenset[str] = frozenset(
+    {"latency_ms", "reference_latency_ms", "relative_spread"}
+)
+"""Figures older cpu profiles also kept among their counters: the latencies and their spread
+are shown with their intervals (performance, latency_stats), not again as bare numbers."""
 
 # Significant digits of a figure: three, more when an interval would otherwise print as one
 # number ([0.412, 0.412]), at most six.
@@ -60,9 +69,53 @@ _DIGITS, _MAX_DIGITS = 3, 6
 
 
 def shown_counters(evaluation: Evaluation) -> dict[str, float]:
-    """The hardware counters fit to show: none of the harness's internals."""
-    hidden = HARNESS_INTERNALS | set(evaluation.measurement)
+    """The hardware counters fit to show: performance figures (percent of peak among them),
+    none of the harness's internals nor the latencies shown elsewhere with their intervals."""
+    hidden = HARNESS_INTERNALS | SHOWN_ELSEWHERE | set(evaluation.measurement)
     return {k: v for k, v in evaluation.hardware_counters.items() if k not in hidden}
+
+
+def roofline_text(evaluation: Evaluation, *, short: bool = False) -> str | None:
+    """How close the kernel comes to the hardware: '13.2% of the roofline (memory-bound:
+    2.12 GB/s of 16 GB/s, 1.06 GFLOP/s of 35.5 GFLOP/s, one core)' from the percent-of-peak
+    counters (roofline.PERCENT_COUNTERS); 'no roofline declared...' with how to declare one
+    when the backend said the task has none (`short`: without the how-to); None when neither
+    (a failed evaluation, a backend without peaks)."""
+    counters = evaluation.hardware_counters
+    percent = counters.get("roofline_pct_of_peak")
+    if percent is not None:
+        bound = "memory" if counters.get("memory_bound", 0.0) >= 0.5 else "compute"
+        text = f"{_figure(percent)}% of the roofline ({bound}-bound"
+        if short:
+            return text + ")"
+        rates = []
+        if "gbytes_per_s" in counters and "peak_gbytes_per_s" in counters:
+            rates.append(
+                f"{_figure(counters['gbytes_per_s'])} GB/s of "
+                f"{_figure(counters['peak_gbytes_per_s'])} GB/s"
+            )
+        if "gflops" in counters and "peak_gflops" in counters:
+            rates.append(
+                f"{_figure(counters['gflops'])} GFLOP/s of {_figure(counters['peak_gflops'])} "
+                "GFLOP/s"
+            )
+        if bound == "compute":
+            rates.reverse()
+        cores = counters.get("peak_cores")
+        if cores is not None:
+            rates.append("one core" if cores == 1 else f"{cores:g} cores")
+        return text + (": " + ", ".join(rates) if rates else "") + ")"
+    for line in evaluation.log.splitlines():
+        if line.startswith(NO_ROOFLINE):
+            return (
+                f"{NO_ROOFLINE}: add roofline() to the task for percent of peak" if short else line
+            )
+    return None
+
+
+def _figure(value: float) -> str:
+    """Three significant digits, whole numbers from 1000 up: 13.2, 0.114, 1060."""
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
 
 
 def shown_evaluation(evaluation: Evaluation) -> Evaluation:
@@ -155,10 +208,13 @@ def comparison_text(comparison: Comparison) -> str:
 
 
 def figures_text(evaluation: Evaluation) -> str:
-    """One line: the median with its interval, and every speedup with its interval and
-    against what (empty when it has no latency)."""
+    """One line: the median with its interval, every speedup with its interval and against
+    what, and the percent of the roofline with the bound that binds (empty when it has no
+    latency)."""
     parts = [latency_text(evaluation), reference_speedup_text(evaluation)]
     parts += [comparison_text(c) for c in evaluation.comparisons]
+    if evaluation.passed:
+        parts.append(roofline_text(evaluation, short=True))
     return "; ".join(p for p in parts if p)
 
 

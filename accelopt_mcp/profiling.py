@@ -1,14 +1,54 @@
-"""Profile a kernel and keep the result: the one path the CLI and the MCP server share."""
+"""Profile a kernel and keep the result: the one path the CLI and the MCP server share.
+
+A kernel is profiled against the task's reference (the backend times both) and, given a
+database, against its lineage: its parent (timed in the same interleaved rounds where the
+backend can, else from the parent's stored profile on the same workload, settings and hardware)
+and the initial kernel it descends from (its run's initial kernel, else the root of its
+lineage; from a stored profile). A kernel that is not valid Python is a COMPILE_ERROR
+evaluation naming the line as its author knows it, without starting the backend.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from datetime import UTC, datetime
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from accelopt_mcp.backends.base import Backend, Baseline
 from accelopt_mcp.backends.registry import get_backend
-from accelopt_mcp.models import BenchmarkConfig, Evaluation, Solution, Task
-from accelopt_mcp.store.base import KernelStore
+from accelopt_mcp.hashing import CURRENT_HASH_VERSION, benchmark_config_hash, solution_hash
+from accelopt_mcp.linking import StoredKernel, plan_links, store_kernel
+from accelopt_mcp.models import (
+    BenchmarkConfig,
+    Environment,
+    Evaluation,
+    EvaluationStatus,
+    Solution,
+    Task,
+)
+from accelopt_mcp.store.base import KernelStore, StoredSolution, UnknownReferenceError
+from accelopt_mcp.tasks.kernels import syntax_problem
+
+PARENT_LABEL = "parent"
+"""The label the parent is timed under (Evaluation.comparisons)."""
+
+
+class Relative(BaseModel):
+    """This kernel against another kernel of its lineage."""
+
+    solution_id: str
+    baseline_latency_ms: float
+    """The other kernel's median latency."""
+    speedup: float
+    """Its median / this kernel's median (above 1: this kernel is faster)."""
+    ci_low: float | None = None
+    """The speedup's interval, when both were timed in the same rounds."""
+    ci_high: float | None = None
+    timing: Literal["interleaved", "stored"]
+    """interleaved: timed in the same rounds as this kernel (noise cancels); stored: from the
+    other kernel's stored profile on the same workload, settings and hardware."""
 
 
 class ProfileOutcome(BaseModel):
@@ -22,6 +62,15 @@ class ProfileOutcome(BaseModel):
     pooled: Evaluation | None = None
     """When stored: the profile's figure pooled over every measurement of this kernel on this
     workload, settings and hardware (this one included)."""
+    stored: StoredKernel | None = None
+    """When stored: whether the row is new, and what was filled in on an existing one."""
+    parent_id: str | None = None
+    """The kernel's parent (given, or stored with its source)."""
+    versus_parent: Relative | None = None
+    initial_solution_id: str | None = None
+    """The kernel its lineage starts from: its run's initial kernel, else its oldest
+    ancestor."""
+    versus_initial: Relative | None = None
 
 
 def profile_kernel(
@@ -31,32 +80,215 @@ def profile_kernel(
     backend: str = "cpu",
     config: BenchmarkConfig | None = None,
     store: KernelStore | None = None,
+    save: bool = True,
     parent_id: str | None = None,
     evolve_metadata: dict[str, Any] | None = None,
+    name_given: bool = False,
+    time_parent: bool = True,
+    origin: str | None = None,
     backend_options: dict[str, Any] | None = None,
 ) -> ProfileOutcome:
-    """Evaluate `solution` on `task` and, given a store, record the definition, workload,
-    solution and profile. The kernel runs in a child process; its failures come back as the
-    evaluation's status, never as an exception. The evaluation's log comes back (and is stored)
-    redacted: a kernel's output may hold a secret of the environment it ran in."""
+    """Evaluate `solution` on `task` and, given a store (and `save`), record the definition,
+    workload, solution (linked: accelopt_mcp.linking.store_kernel) and profile. The kernel
+    runs in a child process; its failures come back as the evaluation's status, never as an
+    exception. The evaluation's log comes back (and is stored) redacted: a kernel's output
+    may hold a secret of the environment it ran in.
+
+    parent_id (a full id; needs a store): the kernel it was derived from. With time_parent,
+    the parent is timed in the same rounds where the backend interleaves. A link that
+    contradicts the stored row of this source raises ConflictError before anything runs.
+    name_given: whether solution.name was chosen by the caller, so that a stored name that
+    differs is a conflict (see linking.plan_links); by default a name only replaces a
+    placeholder. The author is never taken as chosen here.
+    origin: how a syntax error names the kernel (tasks.kernels.syntax_problem)."""
     config = config or BenchmarkConfig()
-    evaluation = get_backend(backend, **(backend_options or {})).evaluate(task, solution, config)
+    if parent_id is not None and store is None:
+        raise ValueError("parent_id needs a database to find the parent in")
+    parent = _parent(store, solution, parent_id, evolve_metadata, save=save, name_given=name_given)
+    engine = get_backend(backend, **(backend_options or {}))
+    problem = syntax_problem(solution, origin)
+    if problem is not None:
+        evaluation = _compile_error(engine, problem)
+    else:
+        baselines = []
+        if time_parent and parent is not None and parent.definition_name == task.definition.name:
+            baselines = [Baseline(label=PARENT_LABEL, solution=parent.solution)]
+        evaluation = engine.evaluate(task, solution, config, baselines)
     evaluation = evaluation.redacted()
     outcome = ProfileOutcome(
         evaluation=evaluation,
         definition_name=task.definition.name,
         workload_uuid=task.workload.uuid,
         solution_name=solution.name,
+        parent_id=parent.id if parent is not None else None,
     )
-    if store is not None:
+    if store is None:
+        return outcome
+    if save:
         store.upsert_definition(task.definition)
         store.upsert_workload(task.definition.name, task.workload)
-        outcome.solution_id = store.upsert_solution(
-            solution, parent_id=parent_id, evolve_metadata=evolve_metadata
+        outcome.stored = store_kernel(
+            store,
+            solution,
+            parent_id=parent_id,
+            evolve_metadata=evolve_metadata,
+            name_given=name_given,
+            author_given=False,
         )
+        outcome.solution_id = outcome.stored.solution_id
+        outcome.solution_name = outcome.stored.name
         outcome.profile_id = store.upsert_profile(
             task.workload.uuid, outcome.solution_id, evaluation, config.perf_fields()
         )
-        stored = store.get_profile(outcome.profile_id)
-        outcome.pooled = stored.evaluation if stored is not None else None
+        pooled = store.get_profile(outcome.profile_id)
+        outcome.pooled = pooled.evaluation if pooled is not None else None
+    _relate(outcome, store, task, config, parent, evolve_metadata)
     return outcome
+
+
+def _parent(
+    store: KernelStore | None,
+    solution: Solution,
+    parent_id: str | None,
+    evolve_metadata: dict[str, Any] | None,
+    *,
+    save: bool,
+    name_given: bool,
+) -> StoredSolution | None:
+    """The kernel's parent: the one given, else the one stored with this source. When the
+    kernel is to be stored, the links are checked first (a conflict raises here, before the
+    backend runs)."""
+    if store is None:
+        return None
+    if save:
+        effective = plan_links(
+            store,
+            solution,
+            parent_id=parent_id,
+            evolve_metadata=evolve_metadata,
+            name_given=name_given,
+            author_given=False,
+        ).parent_id
+    elif parent_id is not None:
+        effective = parent_id
+    else:
+        existing = store.find_solution(solution_hash(solution), CURRENT_HASH_VERSION)
+        effective = existing.parent_id if existing is not None else None
+    if effective is None:
+        return None
+    found = store.get_solution(effective)
+    if found is None:
+        raise UnknownReferenceError(f"no solution with id {effective!r} to be the parent")
+    return found
+
+
+def _hardware(engine: Backend) -> str:
+    hardware = getattr(engine, "hardware", None)
+    if isinstance(hardware, str) and hardware:
+        return hardware
+    return engine.availability().hardware or engine.name
+
+
+def _compile_error(engine: Backend, problem: str) -> Evaluation:
+    """The evaluation of a kernel that does not parse: nothing ran."""
+    return Evaluation(
+        status=EvaluationStatus.COMPILE_ERROR,
+        environment=Environment(hardware=_hardware(engine)),
+        timestamp=datetime.now(UTC).isoformat(),
+        log=f"syntax error in {problem}",
+    )
+
+
+def _median(evaluation: Evaluation) -> float | None:
+    perf = evaluation.performance
+    if not evaluation.passed or perf is None or perf.latency_ms <= 0:
+        return None
+    return perf.latency_ms
+
+
+def stored_latency(
+    store: KernelStore, solution_id: str, task: Task, config: BenchmarkConfig, hardware: str
+) -> float | None:
+    """The pooled median of a solution's stored profile on this workload, settings and
+    hardware, when it passed with a trusted result; None otherwise."""
+    wanted = benchmark_config_hash(config.perf_fields())
+    for profile in store.list_profiles(
+        solution_id=solution_id, workload_uuid=task.workload.uuid, hardware=hardware
+    ):
+        if profile.benchmark_config_hash == wanted and profile.trusted:
+            return _median(profile.evaluation)
+    return None
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _relate(
+    outcome: ProfileOutcome,
+    store: KernelStore,
+    task: Task,
+    config: BenchmarkConfig,
+    parent: StoredSolution | None,
+    evolve_metadata: dict[str, Any] | None,
+) -> None:
+    """Fill in the speedups over the parent and the initial kernel, where known."""
+    evaluation = outcome.evaluation
+    mine = _median(evaluation)
+    hardware = evaluation.environment.hardware
+
+    def from_store(solution_id: str) -> Relative | None:
+        theirs = stored_latency(store, solution_id, task, config, hardware)
+        if mine is None or theirs is None:
+            return None
+        return Relative(
+            solution_id=solution_id,
+            baseline_latency_ms=theirs,
+            speedup=theirs / mine,
+            timing="stored",
+        )
+
+    if parent is not None:
+        beside = next((c for c in evaluation.comparisons if c.baseline == PARENT_LABEL), None)
+        if beside is not None and mine is not None:
+            outcome.versus_parent = Relative(
+                solution_id=parent.id,
+                baseline_latency_ms=beside.baseline_latency_ms,
+                speedup=beside.speedup,
+                ci_low=_finite(beside.ci_low),
+                ci_high=_finite(beside.ci_high),
+                timing="interleaved",
+            )
+        else:
+            outcome.versus_parent = from_store(parent.id)
+    initial = _initial(store, parent, evolve_metadata, outcome.solution_id)
+    outcome.initial_solution_id = initial
+    if initial is None:
+        return
+    if parent is not None and initial == parent.id:
+        outcome.versus_initial = outcome.versus_parent
+    else:
+        outcome.versus_initial = from_store(initial)
+
+
+def _initial(
+    store: KernelStore,
+    parent: StoredSolution | None,
+    evolve_metadata: dict[str, Any] | None,
+    solution_id: str | None,
+) -> str | None:
+    """The run's initial kernel (evolve_metadata.run_id, or the parent's run), else the root
+    of the lineage; None for a kernel without a parent that belongs to no run (it is its own
+    starting point)."""
+    run_ids = [(evolve_metadata or {}).get("run_id")]
+    if parent is not None:
+        run_ids.append(parent.evolve_metadata.get("run_id"))
+    for run_id in run_ids:
+        if isinstance(run_id, str) and run_id:
+            run = store.get_run(run_id)
+            if run is not None and run.initial_solution_id not in (None, solution_id):
+                return run.initial_solution_id
+    if parent is None:
+        return None
+    ancestors = store.ancestors(parent.id)
+    return (ancestors[-1] if ancestors else parent).id

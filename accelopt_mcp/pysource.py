@@ -35,3 +35,36 @@ def source_imports_any(source: str, roots: tuple[str, ...]) -> bool:
         return imports_any(parse_python(source), roots)
     except SyntaxError:
         return False
+
+
+def syntax_error(source: str) -> SyntaxError | None:
+    """The SyntaxError ast.parse raises on `source` (IndentationError among them), or None
+    when it parses. A source with a NUL byte reports it as a SyntaxError too, as the
+    interpreter does when it loads such a file."""
+    try:
+        parse_python(source)
+    except SyntaxError as exc:
+        return exc
+    except ValueError as exc:  # "source code string cannot contain null bytes" (3.11)
+        return SyntaxError(str(exc))
+    return None
+
+
+def describe_syntax_error(exc: SyntaxError, where: str) -> str:
+    """'<where> line N: <message>', then the offending line with a caret under the column
+    where Python found the error, e.g.
+
+        kernel_source line 4: '(' was never closed
+            return (x
+                   ^
+    """
+    line = f" line {exc.lineno}" if exc.lineno else ""
+    head = f"{where}{line}: {exc.msg or 'invalid syntax'}"
+    text = (exc.text or "").rstrip("\r\n")
+    if not text.strip():
+        return head
+    shown = text.expandtabs(4)
+    indent = len(shown) - len(shown.lstrip())
+    column = max(exc.offset or 1, 1) - 1
+    column = min(max(column, indent), len(shown))
+    return f"{head}\n    {shown.strip()}\n    {' ' * (column - indent)}^"

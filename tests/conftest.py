@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -8,6 +9,12 @@ import pytest
 
 from tests.flashinfer_bench_copy import flashinfer_bench_site
 from tests.pg_server import PostgresServer
+
+# Nothing a test runs writes into the user's own data directory (the default database, the
+# cached cpu peaks): one per-session folder instead, inherited by every subprocess. The cpu
+# peaks are measured once in it, by the first test that needs them.
+if not os.environ.get("ACCELOPT_HOME"):
+    os.environ["ACCELOPT_HOME"] = tempfile.mkdtemp(prefix="accelopt-test-home-")
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from accelopt_mcp.models import Definition
-from accelopt_mcp.pysource import parse_python
+from accelopt_mcp.pysource import describe_syntax_error, parse_python, syntax_error
 
 # Long enough that a parse spans garbage collections.
 SOURCE = (
@@ -78,3 +78,19 @@ def test_definitions_validate_across_threads() -> None:
         "reference": SOURCE,
     }
     assert _hammer(lambda _: Definition.model_validate(data), rounds=4) == []
+
+
+def test_a_syntax_error_is_described_at_its_line_with_a_caret() -> None:
+    exc = syntax_error("import numpy as np\n\ndef run(x):\n    return (x\n")
+    assert exc is not None
+    assert describe_syntax_error(exc, "kernel_source") == (
+        "kernel_source line 4: '(' was never closed\n    return (x\n           ^"
+    )
+    indented = syntax_error("def run(x):\nreturn x\n")
+    assert indented is not None
+    assert describe_syntax_error(indented, "k.py").startswith(
+        "k.py line 2: expected an indented block"
+    )
+    nul = syntax_error("def run(x):\n    return x\0\n")
+    assert nul is not None and "null" in describe_syntax_error(nul, "k.py")
+    assert syntax_error("def run(x):\n    return x\n") is None

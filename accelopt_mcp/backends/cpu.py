@@ -28,8 +28,16 @@ from accelopt_mcp.backends.base import (
     Baseline,
     ranked_comparison,
 )
+from accelopt_mcp.backends.cpu_peaks import PeakMeasurementError, PeakSource
 from accelopt_mcp.backends.cpu_runner import live_jails
 from accelopt_mcp.backends.host_facts import environment_libs
+from accelopt_mcp.backends.roofline import (
+    NO_ROOFLINE_LINE,
+    ROOFLINE_LINE,
+    is_above_peak,
+    percent_counters,
+    percent_of_peak,
+)
 from accelopt_mcp.isolation.jail import MODE_VARIABLE, jail_status
 from accelopt_mcp.isolation.sandbox import (
     SandboxResult,
@@ -51,6 +59,7 @@ from accelopt_mcp.models import (
     LatencyStats,
     PairVerdict,
     Performance,
+    Roofline,
     Solution,
     Task,
 )
@@ -70,10 +79,6 @@ JAIL_MAX_PROCESSES = 64
 TORCH = ("torch",)
 MAX_LOG_CHARS = 16_000
 STDERR_TAIL_CHARS = 4_000
-# Generous per-core peaks (5 GHz, two 512-bit FMA units in fp32; a very fast memory system):
-# a kernel claiming more is measuring something other than its work.
-PEAK_FLOPS_PER_CORE = 5e9 * 64
-PEAK_BYTES_PER_S = 200e9
 # Keep freed memory in the heap instead of returning it to the OS: otherwise every fresh
 # output array of a timed call is a new mmap whose page faults (zeroing, on a loaded host)
 # cost as much as a small kernel and vary from call to call.
@@ -139,7 +144,11 @@ class CpuBackend(Backend):
         target_hardware=("cpu",),
     )
 
-    def __init__(self, cpus: set[int] | None = None) -> None:
+    def __init__(self, cpus: set[int] | None = None, peaks: PeakSource | None = None) -> None:
+        """cpus: the cores every evaluation is pinned to (None: every usable core). peaks:
+        where this host's measured peaks come from for percent of peak (default: this
+        process's memory, then the peaks file, else measured once; give
+        `PeakSource(store)` to keep them in a kernel store)."""
         if cpus is not None:
             usable = os.sched_getaffinity(0)
             if not cpus or not cpus <= usable:
@@ -148,6 +157,7 @@ class CpuBackend(Backend):
                     f"cores {sorted(usable)}"
                 )
         self.cpus = set(cpus) if cpus else None
+        self.peaks = peaks or PeakSource()
         self.hardware = host_hardware()
         remove_abandoned_work_dirs("cpu")
         self.jail = "bwrap" if jail_status().kind == "bwrap" else "none"
@@ -493,29 +503,16 @@ class CpuBackend(Backend):
             for (kernel_label, baseline), s in speedups.items()
             if kernel_label == label and baseline != "reference" and baseline in names
         ]
+        # Performance figures only: the latencies and their spread are in `performance` and
+        # `latency_stats`, how the harness ran in `measurement`.
         counters = {
             "l2_rel_error": correctness.extra["l2_rel_error"] if correctness.extra else 0.0,
             "max_absolute_error": correctness.max_absolute_error,
-            "latency_ms": latency_ms,
-            "reference_latency_ms": reference_ms,
-            "relative_spread": kernel.relative_spread,
-            "measurement_rounds": float(kernel.measurement_rounds),
-            "max_rss_mb": run.max_rss_mb,
         }
-        cores = len(self.cpus) if self.cpus else len(os.sched_getaffinity(0))
-        if task.roofline is not None and latency_ms > 0:
-            seconds = latency_ms / 1e3
-            flops_per_s = task.roofline.flops / seconds
-            bytes_per_s = task.roofline.bytes_moved / seconds
-            peak_flops = PEAK_FLOPS_PER_CORE * cores
-            counters |= {
-                "gflops": flops_per_s / 1e9,
-                "gbytes_per_s": bytes_per_s / 1e9,
-                "flops_pct_of_peak": 100 * flops_per_s / peak_flops,
-                "bandwidth_pct_of_peak": 100 * bytes_per_s / PEAK_BYTES_PER_S,
-            }
-            if flops_per_s > peak_flops or bytes_per_s > PEAK_BYTES_PER_S:
-                flags.append("above_peak")
+        roofline_counters, roofline_line, above_peak = self._roofline(task.roofline, latency_ms)
+        counters |= roofline_counters
+        if above_peak:
+            flags.append("above_peak")
         speedup = Interval(reference_ms / latency_ms if latency_ms > 0 else 0.0, 0.0, math.inf)
         if against_reference is not None:
             speedup = Interval(
@@ -559,8 +556,12 @@ class CpuBackend(Backend):
                 f"{contention.get('steal_fraction', 0.0):.1%}, drift "
                 f"{contention.get('drift', 0.0):+.1%}): the interval covers what was kept"
             )
+        log.append(roofline_line)
         if "above_peak" in flags:
-            log.append("claimed throughput exceeds this host's peak: check the kernel")
+            log.append(
+                "above this host's measured peak: the kernel skips work (or reuses a result), "
+                "or the task's roofline overstates the work"
+            )
         log += notes
         return self._evaluation(
             EvaluationStatus.PASSED,
@@ -575,13 +576,72 @@ class CpuBackend(Backend):
             ),
             latency_stats=kernel,
             hardware_counters={k: float(v) for k, v in counters.items()},
-            measurement=_measurement(result, analysis, label),
+            measurement=_measurement(result, analysis, label) | {"max_rss_mb": run.max_rss_mb},
             comparisons=comparisons,
             flags=list(dict.fromkeys(flags)),
         )
 
+    def _roofline(
+        self, roofline: Roofline | None, latency_ms: float
+    ) -> tuple[dict[str, float], str, bool]:
+        """Percent of peak (counters), its log line and whether it is above the peak
+        (roofline.is_above_peak: clearly over 100 %): the task's work over the latency, held
+        against this host's measured peaks for the cores the evaluation ran on (one, when
+        pinned) and, for memory, the bandwidth of the level its working set fits in."""
+        if roofline is None:
+            return {}, NO_ROOFLINE_LINE, False
+        if latency_ms <= 0:
+            return {}, "no percent of peak: no latency was measured", False
+        try:
+            measured = self.peaks.peaks(self.hardware)
+        except PeakMeasurementError as exc:
+            line = f"no percent of peak: this host's peaks could not be measured ({exc})"
+            return {}, line, False
+        cores = len(self.cpus) if self.cpus else len(os.sched_getaffinity(0))
+        peaks = measured.for_cores(cores)
+        _, point = peaks.bandwidth_at(roofline.bytes_moved)
+        peak = measured.hardware_peak(cores, roofline.bytes_moved)
+        report = percent_of_peak(latency_ms, roofline, peak, unit=roofline.compute_unit)
+        gflops = float(report["achieved_tflops_per_s"]) * 1e3
+        gbytes = float(report["achieved_gbytes_per_s"])
+        peak_gflops = peak.flops_per_s(roofline.compute_unit) / 1e9
+        peak_gbytes = peak.memory_bytes_per_s / 1e9
+        counters = {
+            "gflops": gflops,
+            "gbytes_per_s": gbytes,
+            "peak_gflops": peak_gflops,
+            "peak_gbytes_per_s": peak_gbytes,
+            "peak_cores": float(cores),
+            **percent_counters(report),
+        }
+        where = (
+            f"in {point.level}"
+            if point is not None and point.holds_bytes is not None
+            else "streamed from memory"
+        )
+        unit = {"vector": "elementwise fp32", "matmul_fp32": "fp32 matmul"}.get(
+            roofline.compute_unit, "fp32 matmul (NumPy has no bf16 matmul)"
+        )
+        on = "one core" if cores == 1 else f"{cores} cores"
+        line = (
+            f"{ROOFLINE_LINE}{gflops:.3g} GFLOP/s = {counters['flops_pct_of_peak']:.1f}% of the "
+            f"{unit} peak of {on} ({peak_gflops:.3g} GFLOP/s); {gbytes:.3g} GB/s = "
+            f"{counters['bandwidth_pct_of_peak']:.1f}% of {peak_gbytes:.3g} GB/s (a "
+            f"{_size(roofline.bytes_moved)} working set, {where}); {report['bound']}-bound, at "
+            f"{counters['roofline_pct_of_peak']:.1f}% of its roofline (peaks measured "
+            f"{measured.measured_at})"
+        )
+        return counters, line, is_above_peak(report)
+
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _size(count: float) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= scale:
+            return f"{count / scale:.3g} {unit}"
+    return f"{count:.0f} B"
 
 
 def _output_plan(definition: Definition, axes: dict[str, int]) -> list[dict[str, Any]]:

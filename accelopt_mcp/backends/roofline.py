@@ -137,6 +137,43 @@ def is_above_peak(report: dict[str, float | str], *, slack: float = 1.05) -> boo
     return float(report["roofline_fraction"]) > slack
 
 
+PERCENT_COUNTERS = (
+    "flops_pct_of_peak",
+    "bandwidth_pct_of_peak",
+    "roofline_pct_of_peak",
+    "memory_bound",
+)
+"""Evaluation.hardware_counters names every backend gives its percent of peak under (what the
+planner, the job results and the agent's stopping rule read): achieved FLOP/s and bytes/s as a
+percentage of the peak, the larger of the two (the share of what the binding limit allows:
+100 means the kernel runs at its roofline), and 1.0 when memory binds, 0.0 when compute does."""
+
+
+def percent_counters(report: dict[str, float | str]) -> dict[str, float]:
+    """The PERCENT_COUNTERS of a percent_of_peak report."""
+    return {
+        "flops_pct_of_peak": 100.0 * float(report["compute_fraction"]),
+        "bandwidth_pct_of_peak": 100.0 * float(report["memory_fraction"]),
+        "roofline_pct_of_peak": 100.0 * float(report["roofline_fraction"]),
+        "memory_bound": 1.0 if report["bound"] == "memory" else 0.0,
+    }
+
+
 def peak_counters(report: dict[str, float | str]) -> dict[str, float]:
-    """The numeric part of a percent_of_peak report, named for Evaluation.hardware_counters."""
-    return {f"peak_{k}": float(v) for k, v in report.items() if isinstance(v, int | float)}
+    """The numeric part of a percent_of_peak report, named for Evaluation.hardware_counters,
+    and the same figures in percent under the names every backend shares (PERCENT_COUNTERS)."""
+    counters = {f"peak_{k}": float(v) for k, v in report.items() if isinstance(v, int | float)}
+    return counters | percent_counters(report)
+
+
+NO_ROOFLINE = "no roofline declared"
+"""How a log line starts when a task states no work to put its latency against."""
+HOW_TO_DECLARE = (
+    "add `def roofline(): return {'flops': ..., 'bytes_moved': ..., 'compute_unit': 'vector'}` "
+    "(or 'matmul_fp32') to the NKIBench task module, or a `roofline:flops=...,bytes_moved=...,"
+    "compute_unit=...` tag to the definition (FlashInfer-Trace); flops and bytes_moved are the "
+    "work one call must do and the bytes it must read plus write"
+)
+NO_ROOFLINE_LINE = f"{NO_ROOFLINE}, so no percent of peak: {HOW_TO_DECLARE}"
+ROOFLINE_LINE = "roofline: "
+"""How the log line with the percent of peak starts."""

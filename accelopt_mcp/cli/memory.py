@@ -1,4 +1,8 @@
-"""`accelopt memory list|add|remove`: the optimization memory, by hand."""
+"""`accelopt memory list|add|remove`: the optimization memory, by hand.
+
+Given no namespace, a command uses the default namespace of --backend (default cpu): the
+backend's name, which a run on that backend files into and seeds from unless started with
+--namespace (accelopt_mcp/engine/memory.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
+from accelopt_mcp.backends.registry import backend_names
 from accelopt_mcp.cli.common import (
     JsonOption,
     StoreOption,
@@ -18,36 +23,75 @@ from accelopt_mcp.cli.common import (
     print_json,
     say,
 )
-from accelopt_mcp.engine.memory import add_experience
+from accelopt_mcp.engine.memory import (
+    DEFAULT_BACKEND,
+    add_experience,
+    memory_namespace_of,
+    namespace_note,
+)
 from accelopt_mcp.store.base import ExperienceIn
 
-app = typer.Typer(help="Optimization memory: list, add and remove items.", no_args_is_help=True)
+app = typer.Typer(
+    help=(
+        "Optimization memory: list, search, add and remove items. Items live in namespaces; "
+        "a run files into and seeds from its backend's name (cpu, nki, ...) unless started "
+        "with --namespace, and these commands use --backend's name when given no --namespace."
+    ),
+    no_args_is_help=True,
+)
+
+BackendOption = Annotated[
+    str,
+    typer.Option(
+        help=f"Backend ({', '.join(backend_names())}) whose namespace, its name, is used "
+        "when no --namespace is given."
+    ),
+]
 
 
 @app.command("list")
 def list_items(
     run: Annotated[str | None, typer.Option("--run", help="Items of this run.")] = None,
-    namespace: Annotated[str | None, typer.Option(help="Items of this namespace.")] = None,
-    search: Annotated[str | None, typer.Option(help="Substring of title/strategy.")] = None,
+    namespace: Annotated[
+        str | None, typer.Option(help="Items of this namespace (default: the backend's).")
+    ] = None,
+    backend: BackendOption = DEFAULT_BACKEND,
+    search: Annotated[
+        str | None,
+        typer.Option(
+            help="Words that must all occur in title, strategy or pseudocode, any order, "
+            "each as the start of a word; best match first. Searches every namespace unless "
+            "--namespace is given."
+        ),
+    ] = None,
     include_removed: Annotated[
-        bool, typer.Option("--include-removed", help="Also removed items (with --search).")
+        bool, typer.Option("--include-removed", help="Also removed items (a search).")
     ] = False,
     limit: Annotated[int, typer.Option(help="At most this many.")] = 50,
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """The newest items (oldest first, as the planner sees them), or a search."""
+    """The newest items of a run or namespace (oldest first, as the planner sees them), or a
+    search."""
+    if run is not None and namespace is not None:
+        fail("give --run or --namespace, not both")
     with opened_store(store) as db:
         if search is not None or include_removed:
             items = db.search_experiences(
                 text=search, namespace=namespace, include_removed=include_removed, limit=limit
             )
+            title = "optimization memory: search"
+        elif run is not None:
+            items = db.recent_experiences(run_id=run, limit=limit)
+            title = f"optimization memory of run {run}"
         else:
-            items = db.recent_experiences(run_id=run, namespace=namespace, limit=limit)
+            chosen = memory_namespace_of(namespace, backend)
+            items = db.recent_experiences(namespace=chosen, limit=limit)
+            title = f"optimization memory: namespace {chosen}"
     if as_json:
         print_json([item.model_dump(mode="json") for item in items])
         return
-    table = Table(title="optimization memory")
+    table = Table(title=plain(title))
     for column in ("id", "namespace", "definition", "title", "speedup", "removed"):
         table.add_column(column)
     for item in items:
@@ -68,24 +112,34 @@ def add(
     title: Annotated[str, typer.Option(help="Short title.")],
     strategy: Annotated[str, typer.Option(help="The generalizable strategy.")],
     pseudocode: Annotated[str, typer.Option(help="The changed segment, before -> after.")] = "",
-    namespace: Annotated[str, typer.Option(help="Memory namespace, e.g. cpu.")] = "default",
+    namespace: Annotated[
+        str | None,
+        typer.Option(help="Memory namespace (default: the backend's, which its runs read)."),
+    ] = None,
+    backend: BackendOption = DEFAULT_BACKEND,
     run: Annotated[str | None, typer.Option("--run", help="Attach to this run.")] = None,
     store: StoreOption = None,
 ) -> None:
-    """Add an item by hand (e.g. a known trick for this hardware)."""
+    """Add an item by hand (e.g. a known trick for this hardware); says when no run reads its
+    namespace."""
     try:
         item = ExperienceIn(
             definition_name=definition,
             title=title,
             strategy=strategy,
             pseudocode=pseudocode,
-            namespace=namespace,
+            namespace=memory_namespace_of(namespace, backend),
             run_id=run,
         )
     except ValidationError as exc:  # the record's own messages name the field
         fail("; ".join(str(error["msg"]) for error in exc.errors()))
+    except ValueError as exc:
+        fail(str(exc))
     with opened_store(store) as db:
         stored = add_experience(db, item)
+        note = namespace_note(db, stored.namespace, backend)
+    if note is not None:
+        say(("note:", "bold yellow"), " ", note, err=True)
     say(f"added {stored.id}")
 
 

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from accelopt_mcp.backends.base import BackendUnavailableError
+from accelopt_mcp.backends.cpu_peaks import CpuPeaks, PeakMeasurementError, PeakSource
 from accelopt_mcp.backends.registry import backend_help, backend_info
 from accelopt_mcp.cli.common import (
     JsonOption,
@@ -30,7 +31,8 @@ from accelopt_mcp.comparing import (
 )
 from accelopt_mcp.models import BenchmarkConfig, Evaluation
 from accelopt_mcp.profiling import ProfileOutcome, profile_kernel
-from accelopt_mcp.store.base import KernelStore
+from accelopt_mcp.store import open_store
+from accelopt_mcp.store.base import KernelStore, StoreError
 from accelopt_mcp.tasks.flashinfer_format import TaskFileError
 from accelopt_mcp.tasks.kernels import load_solution
 from accelopt_mcp.tasks.loader import load_task
@@ -96,7 +98,14 @@ def profile(
 
     def run(db: KernelStore | None) -> ProfileOutcome:
         try:
-            return profile_kernel(loaded_task, solution, backend=backend, config=config, store=db)
+            return profile_kernel(
+                loaded_task,
+                solution,
+                backend=backend,
+                config=config,
+                store=db,
+                origin=str(kernel),
+            )
         except (BackendUnavailableError, ValueError) as exc:
             fail(str(exc))
 
@@ -162,13 +171,41 @@ def _print_evaluation(outcome: ProfileOutcome) -> None:
         say(f"  stored: solution {outcome.solution_id}, profile {outcome.profile_id}")
 
 
-def backends(as_json: JsonOption = False) -> None:
-    """Every backend and whether it can run on this host (and if not, why)."""
+def backends(
+    as_json: JsonOption = False,
+    store: StoreOption = None,
+    remeasure: Annotated[
+        bool,
+        typer.Option(
+            "--remeasure",
+            help="Measure this host's CPU peaks again (after a BLAS or NumPy upgrade, or when "
+            "they were measured on a busy host) and keep the new figures.",
+        ),
+    ] = False,
+    measure: Annotated[
+        bool,
+        typer.Option(
+            "--measure/--no-measure",
+            help="Measure this host's CPU peaks if none are kept yet (a few seconds, once per "
+            "CPU model).",
+        ),
+    ] = True,
+) -> None:
+    """Every backend and whether it can run on this host (and if not, why), and the CPU's
+    measured peaks: percent of peak in every cpu profile is taken against them."""
     from accelopt_mcp.backends.registry import list_backends
 
     found = list_backends()
+    cpu = next((b for b in found if b.name == "cpu" and b.usable and b.hardware), None)
+    peaks, problem = _cpu_peaks(cpu.hardware if cpu else None, store, remeasure, measure)
     if as_json:
-        print_json([b.model_dump() for b in found])
+        rows = [b.model_dump() for b in found]
+        for row in rows:
+            if row["name"] == "cpu":
+                row["peaks"] = peaks.model_dump(mode="json") if peaks else None
+                if problem:
+                    row["peaks_problem"] = problem
+        print_json(rows)
         return
     table = Table()
     for column in ("backend", "usable", "hardware", "isolation", "reason"):
@@ -182,3 +219,80 @@ def backends(as_json: JsonOption = False) -> None:
             plain(b.reason),
         )
     console.print(table)
+    if peaks is not None:
+        _print_peaks(peaks)
+    elif problem:
+        say(("cpu peaks:", "yellow"), f" {problem}")
+
+
+def _cpu_peaks(
+    hardware: str | None, url: str | None, remeasure: bool, measure: bool
+) -> tuple[CpuPeaks | None, str | None]:
+    """The cpu backend's peaks from the store (else the peaks file), measured when none are
+    kept and `measure`; (None, why) when there are none."""
+    if hardware is None:
+        return None, "the cpu backend cannot run here"
+    db: KernelStore | None = None
+    try:
+        db = open_store(url)
+    except StoreError as exc:
+        say(("warning:", "yellow"), f" peaks not kept in the store: {exc}", err=True)
+    try:
+        source = PeakSource(db)
+        known = None if remeasure else source.known(hardware)
+        if known is not None:
+            return known, None
+        if not (measure or remeasure):
+            return None, "not measured yet: run `accelopt backends` to measure them"
+        say(f"measuring this host's CPU peaks ({hardware}); this takes a few seconds", err=True)
+        try:
+            return source.peaks(hardware, remeasure=remeasure), None
+        except PeakMeasurementError as exc:
+            return None, f"could not be measured: {exc}"
+    finally:
+        if db is not None:
+            db.close()
+
+
+def _print_peaks(peaks: CpuPeaks) -> None:
+    one, every = peaks.one_core, peaks.all_cores
+    table = Table(
+        title=plain(
+            f"cpu peaks: {peaks.hardware}, measured {peaks.measured_at} in "
+            f"{peaks.measure_seconds:.1f} s (NumPy {peaks.numpy}, BLAS {peaks.blas or '?'})"
+        ),
+        title_justify="left",
+    )
+    table.add_column("figure")
+    table.add_column("one core", justify="right")
+    table.add_column(f"all {every.cores} cores", justify="right")
+
+    def rate(value: float | None, unit: str) -> str:
+        return "-" if value is None else f"{value / 1e9:.4g} {unit}"
+
+    for label, name in (
+        ("fp32 matmul (BLAS)", "matmul_fp32_flops_per_s"),
+        ("fp64 matmul (BLAS)", "matmul_fp64_flops_per_s"),
+        ("elementwise fp32", "vector_fp32_flops_per_s"),
+        ("elementwise fp64", "vector_fp64_flops_per_s"),
+    ):
+        table.add_row(
+            label, rate(getattr(one, name), "GFLOP/s"), rate(getattr(every, name), "GFLOP/s")
+        )
+    for point in one.bandwidth:
+        where = (
+            "streaming"
+            if point.holds_bytes is None
+            else f"data in {point.level} (holds {point.holds_bytes / (1 << 20):.3g} MiB)"
+        )
+        shared = every.memory_bytes_per_s if point.holds_bytes is None else None
+        table.add_row(
+            f"memory, {where}: {point.working_set_bytes / (1 << 20):.3g} MiB moved",
+            rate(point.bytes_per_s, "GB/s"),
+            rate(shared, "GB/s"),
+        )
+    console.print(table)
+    say(
+        "  every cpu profile of a task with a roofline reports its percent of these (one core "
+        "when the evaluation is pinned to one); `accelopt backends --remeasure` measures again"
+    )

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from accelopt_mcp.backends.cpu import host_hardware
+from accelopt_mcp.backends.cpu_peaks import PeakMeasurementError, PeakSource
 from accelopt_mcp.backends.pool import DevicePool
 from accelopt_mcp.backends.registry import backend_class
 from accelopt_mcp.engine.checkpoint import (
@@ -203,6 +205,10 @@ class BeamSearch:
             models = {
                 role: configs.for_role(role).model for role in ("planner", "executor", "summarizer")
             }
+            if cfg.backend == "cpu" and spec.task.roofline is not None:
+                # The host's peaks (for percent of peak) are measured once per host, taking
+                # every core for seconds: now, before any evaluation runs beside it.
+                await asyncio.to_thread(_warm_cpu_peaks, self.store)
             pool = self._given_pool or DevicePool.for_backend(factory.info, cfg.workers)
             profiles = ProfileCache(
                 self.store, spec.task, cfg.benchmark, pool, factory, checkpoint.hardware
@@ -928,6 +934,15 @@ class _Iterations:
         )
         if improved:
             events.emit("best_improved", record.iteration, f"new best: {record.latency_ms:.4g} ms")
+
+
+def _warm_cpu_peaks(store: KernelStore) -> None:
+    """This host's cpu peaks, measured now unless already known (cached in the store)."""
+    try:
+        PeakSource(store).peaks(host_hardware())
+    except PeakMeasurementError as exc:
+        # Profiles then say they have no percent of peak, and why.
+        log.warning("could not measure this host's peaks: %s", exc)
 
 
 @dataclass(frozen=True)

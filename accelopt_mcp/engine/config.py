@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from accelopt_mcp.backends.registry import backend_names
+from accelopt_mcp.engine.memory import default_namespace
 from accelopt_mcp.engine.presets import load_preset
 from accelopt_mcp.llm.config import find_model_config
 from accelopt_mcp.models import BenchmarkConfig
@@ -70,7 +71,10 @@ class OptimizeConfig(BaseModel):
     budget_tokens: int | None = Field(default=None, ge=0)
     budget_wall_s: float | None = Field(default=None, ge=0)
     namespace: str | None = None
-    """Shared memory pool the run's experiences are filed under; None: the backend's name."""
+    """Shared memory pool the run's experiences are filed under (and seeded from, with
+    seed_from_namespace); None: default_namespace(backend), the backend's name (e.g. "cpu"),
+    which is also where the memory tools and `accelopt memory add` file an item given no
+    namespace (accelopt_mcp/engine/memory.py)."""
     seed_from_namespace: bool = False
     """Start the working memory from the newest ExpN items of the namespace."""
     workers: int | None = Field(default=None, ge=1)
@@ -98,7 +102,8 @@ class OptimizeConfig(BaseModel):
         return self.beam * self.plans * self.attempts
 
     def memory_namespace(self) -> str:
-        return self.namespace or self.backend
+        """Where this run files and seeds its memory: `namespace`, else the backend's."""
+        return self.namespace or default_namespace(self.backend)
 
 
 class RunSettingsError(ValueError):

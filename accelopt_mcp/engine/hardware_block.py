@@ -11,6 +11,8 @@ of the same model (the cpu backend runs here); otherwise it is left out, never g
 from __future__ import annotations
 
 from accelopt_mcp.backends import host_facts as hf
+from accelopt_mcp.backends.cpu import host_hardware
+from accelopt_mcp.backends.cpu_peaks import CorePeaks, PeakSource
 from accelopt_mcp.backends.roofline import HardwarePeak, peak_for
 from accelopt_mcp.models import Environment, Task
 from accelopt_mcp.pysource import source_imports_any
@@ -91,6 +93,9 @@ def _cpu_block(environment: Environment | None, task: Task | None) -> list[str]:
             caches["L3"] += f" shared by {local.l3_shared_by} logical CPUs"
     if caches:
         lines.append("- Caches: " + ", ".join(f"{name} {size}" for name, size in caches.items()))
+    peaks = _cpu_peaks_line(environment, cores)
+    if peaks:
+        lines.append(peaks)
     python = libs.get("python") or (local.python if local else None)
     numpy = libs.get("numpy") or (local.numpy if local else None)
     blas = libs.get(hf.BLAS_KEY) or (local.blas if local else None)
@@ -110,6 +115,45 @@ def _cpu_block(environment: Environment | None, task: Task | None) -> list[str]:
         "installed, no network and no files outside its work directory."
     )
     return lines
+
+
+def _rate(value: float, unit: str) -> str:
+    return f"{value / 1e9:.3g} {unit}"
+
+
+def _cpu_peaks_line(environment: Environment | None, cores: str | None) -> str | None:
+    """This CPU's measured peaks, for as many cores as an evaluation gets: only when they
+    were measured already (building a prompt never measures) and describe its CPU model."""
+    hardware = environment.hardware if environment is not None else host_hardware()
+    measured = PeakSource().known(hardware)
+    if measured is None:
+        return None
+    count = int(cores) if cores is not None and cores.isdigit() else 1
+    peaks: CorePeaks = measured.for_cores(count)
+    memory = [
+        f"{_rate(p.bytes_per_s, 'GB/s')} "
+        + (
+            "streaming from memory"
+            if p.holds_bytes is None
+            else f"with the data in {p.level} (up to {_bytes(p.holds_bytes)})"
+        )
+        for p in peaks.bandwidth
+    ] or [f"{_rate(peaks.memory_bytes_per_s, 'GB/s')} streaming from memory"]
+    who = "one core" if count == 1 else f"{count} cores"
+    return (
+        f"- Measured peaks of {who} (percent of peak in a profile is taken against these): "
+        f"fp32 matmul {_rate(peaks.matmul_fp32_flops_per_s, 'GFLOP/s')}, fp64 matmul "
+        f"{_rate(peaks.matmul_fp64_flops_per_s, 'GFLOP/s')} (NumPy's BLAS); elementwise fp32 "
+        f"{_rate(peaks.vector_fp32_flops_per_s, 'GFLOP/s')}, fp64 "
+        f"{_rate(peaks.vector_fp64_flops_per_s, 'GFLOP/s')}; memory " + ", ".join(memory)
+    )
+
+
+def _bytes(count: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= scale:
+            return f"{count / scale:.3g} {unit}"
+    return f"{count} B"
 
 
 def _peak_line(hardware: str, per: str) -> str | None:

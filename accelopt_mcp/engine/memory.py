@@ -13,23 +13,94 @@ choose the working set, always shown oldest first:
 
 Seeds are the newest ExpN items of a namespace when the run started, recorded by id in the
 run's checkpoint so a resumed run sees the same memory.
+
+Namespaces: a run files its items under OptimizeConfig.memory_namespace(): the namespace it
+was started with, else default_namespace(backend), the backend's name ("cpu"). The memory
+tools and `accelopt memory` derive the same default from their `backend` (default "cpu"), so
+an item added by hand without a namespace lands where the next run on that backend seeds
+from. A namespace is *read* when some job would find it: it is a backend's default
+namespace, or a stored run was started with it (namespace_note tells an item filed anywhere
+else that no job will see it).
 """
 
 from __future__ import annotations
 
 import random
-from typing import Literal
+from typing import Any, Literal
 
+from accelopt_mcp.backends.registry import backend_names
 from accelopt_mcp.store.base import (
+    DEFAULT_BACKEND,
     ExperienceIn,
     ExperienceRecord,
     KernelStore,
+    RunRecord,
     StoreError,
     UnknownReferenceError,
+    default_namespace,
 )
 
 # Items beyond the working set are never read; this only caps one query's size.
 _MAX_SCAN = 100_000
+RUNS_SCANNED = 500
+"""How many of the newest runs namespace_note looks through for a namespace they used."""
+
+__all__ = [
+    "DEFAULT_BACKEND",
+    "RUNS_SCANNED",
+    "MemoryPolicy",
+    "OptimizationMemory",
+    "UnknownItemReference",
+    "add_experience",
+    "default_namespace",
+    "memory_namespace_of",
+    "namespace_note",
+    "run_namespace",
+]
+
+
+def memory_namespace_of(namespace: str | None = None, backend: str | None = None) -> str:
+    """The namespace a memory tool or command uses: `namespace` when given, else the default
+    namespace of `backend` (default: cpu). An unknown backend is a ValueError that lists the
+    known ones."""
+    name = DEFAULT_BACKEND if backend is None else backend
+    if name not in backend_names():
+        raise ValueError(
+            f"unknown backend {name!r}; choose one of {', '.join(backend_names())} (its "
+            "memory namespace is its name)"
+        )
+    return namespace if namespace is not None else default_namespace(name)
+
+
+def run_namespace(run: RunRecord) -> str | None:
+    """The namespace a stored run files its items under (its settings' namespace, else its
+    backend's default), or None for a run whose config holds no settings."""
+    settings: Any = run.config.get("optimize")
+    if not isinstance(settings, dict):
+        return None
+    namespace = settings.get("namespace")
+    if isinstance(namespace, str) and namespace:
+        return namespace
+    backend = settings.get("backend")
+    return default_namespace(backend) if isinstance(backend, str) else None
+
+
+def namespace_note(
+    store: KernelStore, namespace: str, backend: str = DEFAULT_BACKEND
+) -> str | None:
+    """None when a job reads `namespace` (it is a backend's default namespace, or one of the
+    newest RUNS_SCANNED runs used it); otherwise a sentence saying no job will find an item
+    there and how to start one that does."""
+    if any(default_namespace(name) == namespace for name in backend_names()):
+        return None
+    if any(run_namespace(run) == namespace for run in store.list_runs(limit=RUNS_SCANNED)):
+        return None
+    return (
+        f"no run has used namespace {namespace!r} and it is no backend's default, so no job "
+        f"reads it: jobs read {default_namespace(backend)!r} (backend {backend}) unless started "
+        f"with namespace={namespace!r}; start one so (with seed_memory) to use this item"
+    )
+
 
 MemoryPolicy = Literal["fifo", "sample"]
 

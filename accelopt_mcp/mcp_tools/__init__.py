@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from accelopt_mcp.mcp_tools.app import AccelOptServer
+from accelopt_mcp.mcp_tools.app import AccelOptServer, compact_tool
 from accelopt_mcp.mcp_tools.state import ServerState, state_lifespan
 
 log = logging.getLogger("accelopt_mcp.server")
@@ -17,9 +17,12 @@ accelopt optimizes accelerator kernels the AccelOpt way (planner -> executor -> 
 summarized experience memory, in a beam search) and keeps every kernel, profile and experience
 in a kernel database with lineage.
 Start with check_database (stop and relay its next_steps when ok is false) and list_backends.
-profile_kernel checks and times one kernel; compare_kernels ranks 2-8 against each other.
+profile_kernel checks, times and stores one kernel; give parent_id, name and evolve_metadata
+to link a candidate in the same call. compare_kernels ranks 2-8 against each other.
 start_optimization runs the whole loop as a background job: follow it with wait_for_job /
-job_status, read job_result, cancel_job to stop.
+job_status, read job_result, cancel_job to stop. Results are JSON; every speedup says what it
+is against (_vs_reference, _vs_parent, _vs_initial). Ids may be given by a unique prefix of 8+
+characters.
 Browse with list_definitions, list_solutions, get_solution, solution_lineage, query_profiles;
 read and curate the optimization memory with list_memory, search_memory, add_memory,
 remove_memory. Long texts come in slices: pass next_offset back to get more."""
@@ -49,10 +52,11 @@ def build_server(
         title="AccelOpt kernel optimizer",
         version=__version__,
         instructions=INSTRUCTIONS,
-        tools=tools,
+        tools=[compact_tool(t) for t in tools],
         lifespan=state_lifespan(state, resume_jobs=resume_jobs),
         **settings,
     )
+    server.result_schemas = {t.name: t.output_schema for t in tools}
     browse.register(server, state)
     return server
 

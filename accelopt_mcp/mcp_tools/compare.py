@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp_types import ToolAnnotations
 from pydantic import Field
@@ -13,10 +14,18 @@ from pydantic import Field
 from accelopt_mcp import comparing
 from accelopt_mcp.backends import registry as backends
 from accelopt_mcp.backends.base import Baseline
+from accelopt_mcp.mcp_tools import ids
 from accelopt_mcp.mcp_tools.app import NotFoundError
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
 from accelopt_mcp.mcp_tools.views import View, clip
-from accelopt_mcp.models import BenchmarkConfig, ComparedKernel, KernelComparison, Task
+from accelopt_mcp.models import (
+    BenchmarkConfig,
+    ComparedKernel,
+    EvaluationStatus,
+    KernelComparison,
+    Task,
+)
+from accelopt_mcp.tasks.kernels import syntax_problem
 from accelopt_mcp.tasks.loader import load_task
 
 
@@ -24,7 +33,7 @@ class KernelInput(View):
     """One kernel: exactly one of solution_id, kernel_path, kernel_source."""
 
     solution_id: str | None = None
-    """A stored solution's id (list_solutions)."""
+    """A stored solution's id or its 8+ first characters (list_solutions)."""
     kernel_path: str | None = None
     """A kernel .py with `kernel`/`run`, or a solution .json."""
     kernel_source: str | None = None
@@ -42,10 +51,10 @@ class RankedKernel(View):
     median_ms: float | None = None
     ci_low_ms: float | None = None
     ci_high_ms: float | None = None
-    speedup: float | None = None
-    """Over the task's reference: reference median / this median."""
-    speedup_ci_low: float | None = None
-    speedup_ci_high: float | None = None
+    speedup_vs_reference: float | None = None
+    """Reference median / this median."""
+    speedup_vs_reference_ci_low: float | None = None
+    speedup_vs_reference_ci_high: float | None = None
     summary: str = ""
     """E.g. '0.412 ms [0.405, 0.419] (95% CI); 1.31x [1.27, 1.35] over the reference'."""
     flags: list[str] = Field(default_factory=list)
@@ -59,7 +68,7 @@ class PairResult(View):
     baseline: str
     verdict: Literal["faster", "slower", "indistinguishable"]
     """From the speedup's interval: wholly above 1, wholly below, or holding 1."""
-    speedup: float
+    speedup_vs_baseline: float
     """baseline median / kernel median."""
     ci_low: float
     ci_high: float
@@ -91,10 +100,13 @@ def _kernel(
     if len(chosen) != 1:
         raise ValueError(f"{where}: give exactly one of solution_id, kernel_path and kernel_source")
     if given.solution_id is not None:
+        store = state_of(ctx).store()
         try:
-            return comparing.stored_kernel(
-                state_of(ctx).store(), task, given.solution_id, given.label
-            )
+            full = ids.solution_id(store, given.solution_id)
+        except ToolError as exc:
+            raise type(exc)(f"{where}: {exc}") from None
+        try:
+            return comparing.stored_kernel(store, task, full, given.label or given.solution_id)
         except LookupError as exc:
             raise NotFoundError(
                 f"{where}: {exc}; list_solutions gives the ids of a definition"
@@ -107,9 +119,22 @@ def _kernel(
     )
 
 
-def _row(entry: ComparedKernel) -> RankedKernel:
+def _origin(given: KernelInput, index: int) -> str:
+    """How a syntax error names the kernel: as the caller gave it."""
+    if given.kernel_path is not None:
+        return given.kernel_path
+    if given.kernel_source is not None:
+        return f"kernels[{index}].kernel_source"
+    return f"solution {given.solution_id}"
+
+
+def _row(entry: ComparedKernel, problems: dict[str, str]) -> RankedKernel:
     ev = entry.evaluation
     stats, perf = ev.latency_stats, ev.performance
+    log = "" if ev.passed else clip(ev.log, 1000) or ""
+    problem = problems.get(entry.label)
+    if problem is not None and ev.status == EvaluationStatus.COMPILE_ERROR:
+        log = f"syntax error in {problem}"  # not the backend's, which names its temp copy
     return RankedKernel(
         rank=entry.rank,
         label=entry.label,
@@ -117,16 +142,21 @@ def _row(entry: ComparedKernel) -> RankedKernel:
         median_ms=perf.latency_ms if perf else None,
         ci_low_ms=stats.ci_low_ms if stats and perf else None,
         ci_high_ms=stats.ci_high_ms if stats and perf else None,
-        speedup=perf.speedup_factor if perf and perf.reference_latency_ms > 0 else None,
-        speedup_ci_low=perf.speedup_ci_low if perf else None,
-        speedup_ci_high=perf.speedup_ci_high if perf else None,
+        speedup_vs_reference=(
+            perf.speedup_factor if perf and perf.reference_latency_ms > 0 else None
+        ),
+        speedup_vs_reference_ci_low=perf.speedup_ci_low if perf else None,
+        speedup_vs_reference_ci_high=perf.speedup_ci_high if perf else None,
         summary=comparing.figures_text(ev),
         flags=list(ev.flags),
-        log="" if ev.passed else clip(ev.log, 1000) or "",
+        log=log,
     )
 
 
-def report(task: Task, backend: str, found: KernelComparison) -> ComparisonReport:
+def report(
+    task: Task, backend: str, found: KernelComparison, problems: dict[str, str] | None = None
+) -> ComparisonReport:
+    """The tool's result; problems: label -> where its source does not parse."""
     return ComparisonReport(
         definition_name=task.definition.name,
         workload_uuid=task.workload.uuid,
@@ -134,13 +164,13 @@ def report(task: Task, backend: str, found: KernelComparison) -> ComparisonRepor
         hardware=found.kernels[0].evaluation.environment.hardware if found.kernels else "",
         confidence=found.confidence,
         interleaved=found.interleaved,
-        kernels=[_row(k) for k in found.kernels],
+        kernels=[_row(k, problems or {}) for k in found.kernels],
         pairs=[
             PairResult(
                 kernel=p.kernel,
                 baseline=p.baseline,
                 verdict=p.verdict,
-                speedup=p.speedup,
+                speedup_vs_baseline=p.speedup,
                 ci_low=p.ci_low,
                 ci_high=p.ci_high,
                 summary=comparing.pair_text(p),
@@ -182,8 +212,13 @@ def compare_kernels(
         max_timing_seconds=max_timing_seconds,
         timeout_seconds=timeout_seconds,
     )
+    problems = {
+        kernel.label: problem
+        for i, (given, kernel) in enumerate(zip(kernels, chosen, strict=True))
+        if (problem := syntax_problem(kernel.solution, _origin(given, i))) is not None
+    }
     found = comparing.compare_kernels(task, chosen, backend=backend, config=config)
-    return report(task, backend, found)
+    return report(task, backend, found, problems)
 
 
 TOOLS = [

@@ -4,43 +4,77 @@ that started them; the server resumes interrupted ones when it starts."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import anyio.to_thread
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp_types import ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from accelopt_mcp.backends.registry import backend_help
+from accelopt_mcp.backends.registry import backend_help, backend_info
 from accelopt_mcp.engine.config import resolve_optimize_config
 from accelopt_mcp.engine.jobs import JobNotFinished, JobStatus, OptimizeRequest, ProgressEvent
 from accelopt_mcp.engine.presets import PRESETS
+from accelopt_mcp.mcp_tools import ids
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
 from accelopt_mcp.mcp_tools.views import MAX_PAGE, SOURCE_CHARS, TextSlice, View, cut
+from accelopt_mcp.tasks.kernels import SOURCE_ORIGIN, kernel_solution, syntax_problem
+from accelopt_mcp.tasks.loader import load_task
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
-JobId = Annotated[str, Field(description="The id start_optimization returned.")]
+JobId = Annotated[
+    str, Field(description="The id start_optimization returned (or its 8+ first characters).")
+]
+JOB_HINT = "list_jobs shows the jobs"
+
+
+class JobView(View):
+    """Where a job stands (the engine's JobStatus, its speedup labelled)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, extra="allow")
+
+    job_id: str
+    state: str
+    definition_name: str
+    iteration: int
+    iterations_total: int
+    initial_latency_ms: float | None = None
+    best_latency_ms: float | None = None
+    best_speedup_vs_initial: float | None = None
+    """The run's initial kernel's latency / the best one's."""
+    best_solution_id: str | None = None
+
+
+def job_view(status: JobStatus) -> JobView:
+    data = status.model_dump(mode="json")
+    data["best_speedup_vs_initial"] = data.pop("best_speedup", None)
+    return JobView.model_validate(data)
+
+
+def _job_id(ctx: ToolContext, given: str) -> str:
+    return ids.run_id(state_of(ctx).store(), given, hint=JOB_HINT, noun="job")
 
 
 class JobStarted(View):
     job_id: str
-    status: JobStatus
+    status: JobView
     next: str
     """What to call next."""
 
 
 class JobList(View):
-    jobs: list[JobStatus]
+    jobs: list[JobView]
     """Newest first."""
 
 
 class JobResultView(View):
     job_id: str
-    status: JobStatus
+    status: JobView
     best_solution_id: str | None = None
-    speedup: float | None = None
-    """Initial latency / best latency."""
+    speedup_vs_initial: float | None = None
+    """The initial kernel's latency / the best one's."""
     percent_of_peak: dict[str, float] | None = None
     """Percent of the hardware's peak, where the backend knows it."""
     cost_usd: float = 0.0
@@ -142,19 +176,39 @@ def start_optimization(
         workload=workload,
         config=config,
     )
+    _check_initial_kernel(request)
     jobs = state_of(ctx).jobs()
     job_id = jobs.start(request, check_llm=not skip_llm_check)
     return JobStarted(
         job_id=job_id,
-        status=jobs.status(job_id),
+        status=job_view(jobs.status(job_id)),
         next="wait_for_job to follow progress; job_result once it has finished",
     )
 
 
-def job_status(ctx: ToolContext, job_id: JobId) -> JobStatus:
-    """Where a job stands: state, iteration, attempts, best latency and speedup so far,
-    tokens and cost spent, elapsed time and an estimate of the time left."""
-    return state_of(ctx).jobs().status(job_id)
+def _check_initial_kernel(request: OptimizeRequest) -> None:
+    """Refuse, before a job is stored, an initial kernel that is not valid Python: the run
+    would only stop on it (profile_kernel reports such a kernel as COMPILE_ERROR)."""
+    task = load_task(Path(request.task_path).expanduser(), workload=request.workload)
+    solution = kernel_solution(
+        task,
+        kernel_path=request.kernel_path,
+        kernel_source=request.kernel_source,
+        target_hardware=list(backend_info(request.config.backend).target_hardware),
+    )
+    problem = syntax_problem(solution, request.kernel_path or SOURCE_ORIGIN)
+    if problem is not None:
+        raise ValueError(
+            f"the initial kernel is not valid Python: {problem.splitlines()[0]}; fix it "
+            "(profile_kernel shows the line) and start again"
+        )
+
+
+def job_status(ctx: ToolContext, job_id: JobId) -> JobView:
+    """Where a job stands: state, iteration, attempts, best latency and speedup over the
+    initial kernel so far, tokens and cost spent, elapsed time and an estimate of the time
+    left."""
+    return job_view(state_of(ctx).jobs().status(_job_id(ctx, job_id)))
 
 
 def job_result(
@@ -165,15 +219,16 @@ def job_result(
 ) -> JobResultView:
     """The outcome of a job (finished or not): best kernel and its source, speedup over the
     initial kernel, percent of peak where known, cost, and per-iteration summaries."""
+    job_id = _job_id(ctx, job_id)
     try:
         result = state_of(ctx).jobs().result(job_id)
     except JobNotFinished as exc:
         raise ToolError(f"{exc}; job_status shows where it stands") from exc
     return JobResultView(
         job_id=job_id,
-        status=result.status,
+        status=job_view(result.status),
         best_solution_id=result.best_solution_id,
-        speedup=result.speedup,
+        speedup_vs_initial=result.speedup,
         percent_of_peak=result.percent_of_peak,
         cost_usd=result.cost_usd,
         winning_kernel_path=(
@@ -189,14 +244,14 @@ def job_result(
     )
 
 
-def cancel_job(ctx: ToolContext, job_id: JobId) -> JobStatus:
+def cancel_job(ctx: ToolContext, job_id: JobId) -> JobView:
     """Stop a running job; what it found so far stays in the database."""
-    return state_of(ctx).jobs().cancel(job_id)
+    return job_view(state_of(ctx).jobs().cancel(_job_id(ctx, job_id)))
 
 
 def list_jobs(ctx: ToolContext, limit: Annotated[int, Field(ge=1, le=MAX_PAGE)] = 20) -> JobList:
     """The newest optimization jobs and where each stands."""
-    return JobList(jobs=state_of(ctx).jobs().list(limit=limit))
+    return JobList(jobs=[job_view(j) for j in state_of(ctx).jobs().list(limit=limit)])
 
 
 async def wait_for_job(
@@ -206,7 +261,7 @@ async def wait_for_job(
         float,
         Field(gt=0, le=3600, description="Stop waiting after this long (the job goes on)."),
     ] = 240.0,
-) -> JobStatus:
+) -> JobView:
     """Wait until a job finishes or timeout_s passes, sending progress notifications
     (iteration, best latency) meanwhile; returns its status. Call it again to keep
     waiting: the job runs on whether or not anyone waits."""
@@ -216,8 +271,9 @@ async def wait_for_job(
         text = f"iteration {event.iteration}: {event.message}{best}"
         await ctx.report_progress(event.progress, 1.0, text)
 
+    job_id = await anyio.to_thread.run_sync(_job_id, ctx, job_id)
     jobs = await anyio.to_thread.run_sync(state_of(ctx).jobs)
-    return await jobs.wait(job_id, on_progress=forward, timeout_s=timeout_s)
+    return job_view(await jobs.wait(job_id, on_progress=forward, timeout_s=timeout_s))
 
 
 TOOLS = [

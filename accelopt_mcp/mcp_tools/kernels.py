@@ -11,6 +11,8 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 
 from accelopt_mcp import transfer
+from accelopt_mcp.linking import store_kernel
+from accelopt_mcp.mcp_tools import ids
 from accelopt_mcp.mcp_tools.app import NotFoundError
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
 from accelopt_mcp.mcp_tools.views import (
@@ -85,11 +87,20 @@ class SolutionDetail(View):
     profiles_total: int
 
 
+class LineageEntry(SolutionSummary):
+    """A kernel of the lineage with its best latency (as list_solutions ranks it)."""
+
+    speedup_vs_parent: float | None = None
+    """Its parent's best latency / its own, when both have one on the same hardware."""
+    speedup_vs_initial: float | None = None
+    """The lineage root's best latency / its own, likewise."""
+
+
 class Lineage(View):
-    solution: SolutionSummary
-    ancestors: list[SolutionSummary]
-    """Parent first, up to the root."""
-    descendants: list[SolutionSummary]
+    solution: LineageEntry
+    ancestors: list[LineageEntry]
+    """Parent first, up to the root (the initial kernel)."""
+    descendants: list[LineageEntry]
     """Breadth first."""
     descendants_total: int
 
@@ -103,10 +114,10 @@ class MeasurementSummary(View):
     ci_low_ms: float | None = None
     """Lower end of the median's confidence interval (null: the backend gave none)."""
     ci_high_ms: float | None = None
-    speedup: float | None = None
-    """Speedup over the reference (null when it failed or had no reference)."""
-    speedup_ci_low: float | None = None
-    speedup_ci_high: float | None = None
+    speedup_vs_reference: float | None = None
+    """Null when it failed or had no reference."""
+    speedup_vs_reference_ci_low: float | None = None
+    speedup_vs_reference_ci_high: float | None = None
     flags: list[str] = Field(default_factory=list)
 
 
@@ -117,8 +128,8 @@ class PooledProfile(ProfileSummary):
     latency_ci_low_ms: float | None = None
     """Lower end of the pooled latency's confidence interval."""
     latency_ci_high_ms: float | None = None
-    speedup_ci_low: float | None = None
-    speedup_ci_high: float | None = None
+    speedup_vs_reference_ci_low: float | None = None
+    speedup_vs_reference_ci_high: float | None = None
     measurements_total: int
     """How many measurements the profile holds (failed ones included; only passed ones pool)."""
     measurements: list[MeasurementSummary]
@@ -136,6 +147,23 @@ class Inserted(View):
     """Key of the stored row (name, uuid or id)."""
 
 
+class SolutionInserted(View):
+    kind: str = "solution"
+    id: str
+    created: bool
+    """True: stored as a new row; false: this source was stored already (same id)."""
+    name: str
+    """The stored name."""
+    parent_id: str | None = None
+    """The stored parent."""
+    filled: list[str] = Field(default_factory=list)
+    """Fields of the stored row this call filled in (parent_id, name, author,
+    evolve_metadata)."""
+    notes: list[str] = Field(default_factory=list)
+    message: str
+    """What happened, in one line."""
+
+
 class Imported(View):
     path: str
     format: str
@@ -143,12 +171,8 @@ class Imported(View):
 
 
 def _solution(store: KernelStore, solution_id: str) -> StoredSolution:
-    found = store.get_solution(solution_id)
-    if found is None:
-        raise NotFoundError(
-            f"no solution with id {solution_id!r}; list_solutions gives the ids of a definition"
-        )
-    return found
+    """The solution an id or a unique id prefix names."""
+    return ids.solution(store, solution_id)
 
 
 def _definition(store: KernelStore, name: str) -> StoredDefinition:
@@ -244,7 +268,7 @@ def list_solutions(
         definition_name,
         hardware=hardware,
         language=language,
-        run_id=run_id,
+        run_id=ids.run_id(store, run_id) if run_id is not None else None,
         include_flagged=include_flagged,
     )
     return SolutionPage(
@@ -258,7 +282,7 @@ def list_solutions(
 
 def get_solution(
     ctx: ToolContext,
-    solution_id: Annotated[str, Field(description="Solution id.")],
+    solution_id: Annotated[str, Field(description="Solution id (or 8+ first characters).")],
     source_offset: Annotated[
         int, Field(ge=0, description="Start of the source text slice (from next_offset).")
     ] = 0,
@@ -271,7 +295,7 @@ def get_solution(
     correct profile."""
     store = state_of(ctx).store()
     stored = _solution(store, solution_id)
-    profiles = store.list_profiles(solution_id=solution_id)
+    profiles = store.list_profiles(solution_id=stored.id)
     passed = [
         p for p in profiles if p.eval_status == "PASSED" and p.latency_ms is not None and p.trusted
     ]
@@ -292,19 +316,50 @@ def get_solution(
     )
 
 
+def _ratio(slow: SolutionSummary | None, fast: SolutionSummary) -> float | None:
+    if slow is None or slow.best_latency_ms is None or fast.best_latency_ms is None:
+        return None
+    if slow.best_hardware != fast.best_hardware or fast.best_latency_ms <= 0:
+        return None
+    return slow.best_latency_ms / fast.best_latency_ms
+
+
 def solution_lineage(
     ctx: ToolContext,
-    solution_id: Annotated[str, Field(description="Solution id.")],
+    solution_id: Annotated[str, Field(description="Solution id (or 8+ first characters).")],
     descendants_limit: Annotated[int, Field(ge=0, le=MAX_PAGE)] = 50,
 ) -> Lineage:
-    """Where a kernel came from (its ancestors, parent first) and what was derived from it."""
+    """Where a kernel came from (its ancestors, parent first, up to the initial kernel) and
+    what was derived from it, each with its best latency as list_solutions ranks it and its
+    speedup over its parent and over the initial kernel."""
     store = state_of(ctx).store()
     stored = _solution(store, solution_id)
-    down = store.descendants(solution_id)
+    up = store.ancestors(stored.id)
+    down = store.descendants(stored.id)
+    shown = [stored, *up, *down[:descendants_limit]]
+    best: dict[str, StoredProfile | None] = {}
+    for name in dict.fromkeys(s.definition_name for s in shown):
+        best |= {e.solution.id: e.best_profile for e in store.ranked_solutions(name)}
+    summaries = {s.id: solution_summary(s, best.get(s.id)) for s in shown}
+    root = summaries[up[-1].id] if up else summaries[stored.id]
+
+    def entry(s: StoredSolution) -> LineageEntry:
+        summary = summaries[s.id]
+        parent = summaries.get(s.parent_id) if s.parent_id else None
+        if parent is None and s.parent_id:
+            found = store.get_solution(s.parent_id)
+            if found is not None:
+                parent = solution_summary(found, best.get(found.id))
+        return LineageEntry(
+            **summary.model_dump(),
+            speedup_vs_parent=_ratio(parent, summary),
+            speedup_vs_initial=_ratio(root, summary) if summary is not root else None,
+        )
+
     return Lineage(
-        solution=solution_summary(stored),
-        ancestors=[solution_summary(s) for s in store.ancestors(solution_id)],
-        descendants=[solution_summary(s) for s in down[:descendants_limit]],
+        solution=entry(stored),
+        ancestors=[entry(s) for s in up],
+        descendants=[entry(s) for s in down[:descendants_limit]],
         descendants_total=len(down),
     )
 
@@ -319,9 +374,9 @@ def _measurement_summary(m: StoredMeasurement) -> MeasurementSummary:
         median_ms=median,
         ci_low_ms=latency.ci_low_ms if latency else None,
         ci_high_ms=latency.ci_high_ms if latency else None,
-        speedup=perf.speedup_factor if perf and perf.speedup_factor > 0 else None,
-        speedup_ci_low=perf.speedup_ci_low if perf else None,
-        speedup_ci_high=perf.speedup_ci_high if perf else None,
+        speedup_vs_reference=perf.speedup_factor if perf and perf.speedup_factor > 0 else None,
+        speedup_vs_reference_ci_low=perf.speedup_ci_low if perf else None,
+        speedup_vs_reference_ci_high=perf.speedup_ci_high if perf else None,
         flags=list(evaluation.flags),
     )
 
@@ -334,8 +389,8 @@ def _pooled_profile(store: KernelStore, p: StoredProfile, measurements_limit: in
         **profile_summary(p).model_dump(),
         latency_ci_low_ms=latency.ci_low_ms if latency else None,
         latency_ci_high_ms=latency.ci_high_ms if latency else None,
-        speedup_ci_low=perf.speedup_ci_low if perf else None,
-        speedup_ci_high=perf.speedup_ci_high if perf else None,
+        speedup_vs_reference_ci_low=perf.speedup_ci_low if perf else None,
+        speedup_vs_reference_ci_high=perf.speedup_ci_high if perf else None,
         measurements_total=len(history),
         measurements=[_measurement_summary(m) for m in shown],
     )
@@ -343,7 +398,7 @@ def _pooled_profile(store: KernelStore, p: StoredProfile, measurements_limit: in
 
 def query_profiles(
     ctx: ToolContext,
-    solution_id: str | None = None,
+    solution_id: Annotated[str | None, Field(description="Solution id or 8+ prefix.")] = None,
     workload_uuid: str | None = None,
     run_id: Annotated[str | None, Field(description="Profiles of kernels of this run.")] = None,
     hardware: str | None = None,
@@ -368,11 +423,11 @@ def query_profiles(
     when, status, median and interval, speedup and interval, flags."""
     store = state_of(ctx).store()
     if solution_id is not None:
-        _solution(store, solution_id)
+        solution_id = _solution(store, solution_id).id
     found = store.list_profiles(
         solution_id=solution_id,
         workload_uuid=workload_uuid,
-        run_id=run_id,
+        run_id=ids.run_id(store, run_id) if run_id is not None else None,
         hardware=hardware,
         status=status,
         limit=limit + 1,
@@ -412,41 +467,59 @@ def insert_solution(
     ctx: ToolContext,
     solution: Solution,
     parent_id: Annotated[
-        str | None, Field(description="The solution this one was derived from.")
+        str | None, Field(description="The solution it was derived from (id or 8+ prefix).")
     ] = None,
     evolve_metadata: Annotated[
         dict[str, Any] | None, Field(description="Free-form notes, e.g. {'plan': ...}.")
     ] = None,
-) -> Inserted:
-    """Store a solution (kernel) of a stored definition. The same source stored twice keeps
-    one row and returns its id."""
+) -> SolutionInserted:
+    """Store a solution (kernel) of a stored definition. A source stored already keeps its
+    row and id: a missing parent, a placeholder name, the default author and absent
+    evolve_metadata keys are filled in (`filled` says which); a value that contradicts the
+    stored one is refused. profile_kernel does this and profiles in one call."""
     store = state_of(ctx).store()
     _definition(store, solution.definition)
-    if parent_id is not None:
-        _solution(store, parent_id)
-    new_id = store.upsert_solution(solution, parent_id=parent_id, evolve_metadata=evolve_metadata)
-    return Inserted(kind="solution", id=new_id)
+    parent = _solution(store, parent_id).id if parent_id is not None else None
+    linked = store_kernel(store, solution, parent_id=parent, evolve_metadata=evolve_metadata)
+    return SolutionInserted(
+        id=linked.solution_id,
+        created=linked.created,
+        name=linked.name,
+        parent_id=linked.parent_id,
+        filled=linked.filled,
+        notes=linked.notes,
+        message=linked.describe(),
+    )
 
 
 def insert_profile(
     ctx: ToolContext,
     workload_uuid: str,
-    solution_id: str,
-    evaluation: Evaluation,
+    solution_id: Annotated[str, Field(description="Solution id or 8+ prefix.")],
+    evaluation: Annotated[
+        dict[str, Any],
+        Field(
+            description="A FlashInfer-Trace evaluation: status, environment {hardware}, "
+            "timestamp, correctness {max_relative_error, max_absolute_error}, performance "
+            "{latency_ms, reference_latency_ms, speedup_factor}, log, flags."
+        ),
+    ],
     benchmark_config: Annotated[
         dict[str, Any], Field(description="How it was measured (seeds, iterations, ...).")
     ],
 ) -> Inserted:
-    """Store an evaluation of a solution on a workload. Each one is kept as a measurement; the
-    profile of that (workload, solution, config, hardware) shows their pooled figure."""
+    """Store an evaluation of a solution on a workload (profile_kernel measures and stores
+    one itself). Each is kept as a measurement; the profile of that (workload, solution,
+    config, hardware) shows their pooled figure."""
     store = state_of(ctx).store()
-    _solution(store, solution_id)
+    solution_id = _solution(store, solution_id).id
+    record = Evaluation.model_validate(evaluation)
     if store.get_workload(workload_uuid) is None:
         raise NotFoundError(
             f"no workload with uuid {workload_uuid!r}; get_definition lists the workloads of "
             "a definition and insert_workload adds one"
         )
-    profile_id = store.upsert_profile(workload_uuid, solution_id, evaluation, benchmark_config)
+    profile_id = store.upsert_profile(workload_uuid, solution_id, record, benchmark_config)
     return Inserted(kind="profile", id=profile_id)
 
 

@@ -9,6 +9,7 @@ from mcp.server.mcpserver.tools import Tool
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
+from accelopt_mcp.mcp_tools import ids
 from accelopt_mcp.mcp_tools.app import NotFoundError
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
 from accelopt_mcp.mcp_tools.views import (
@@ -91,7 +92,7 @@ class LlmCallDetail(View):
 
 def list_llm_calls(
     ctx: ToolContext,
-    run_id: Annotated[str, Field(description="Run id (list_jobs shows the runs).")],
+    run_id: Annotated[str, Field(description="Run id or 8+ prefix (list_jobs shows runs).")],
     role: Annotated[
         str | None, Field(description="Only this role: planner, executor or summarizer.")
     ] = None,
@@ -103,8 +104,7 @@ def list_llm_calls(
     """A run's LLM calls, oldest first: role, purpose, model, status, tokens, cost, latency,
     error. get_llm_call shows one call's prompt and reply."""
     store = state_of(ctx).store()
-    if store.get_run(run_id) is None:
-        raise NotFoundError(f"no run with id {run_id!r}; list_jobs shows the runs")
+    run_id = ids.run_id(store, run_id)
     totals = store.llm_totals(run_id)
     total = sum(t.calls for t in totals if role is None or t.role == role)
     found = store.list_llm_calls(run_id, role=role, limit=limit, offset=offset)

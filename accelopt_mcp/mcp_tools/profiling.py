@@ -1,9 +1,9 @@
-"""Profiling tools: which backends run here, and profile one kernel against a task."""
+"""Profiling tools: which backends run here, and profile (and link) one kernel of a task."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from mcp.server.mcpserver.tools import Tool
 from mcp_types import ToolAnnotations
@@ -12,11 +12,13 @@ from pydantic import Field
 from accelopt_mcp import profiling as profiler
 from accelopt_mcp.backends import registry as backends
 from accelopt_mcp.backends.base import Availability
-from accelopt_mcp.comparing import figures_text, shown_counters
+from accelopt_mcp.comparing import figures_text, shown_counters, speedup_text
+from accelopt_mcp.linking import short
+from accelopt_mcp.mcp_tools import ids
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
 from accelopt_mcp.mcp_tools.views import View, clip
 from accelopt_mcp.models import BenchmarkConfig, Evaluation
-from accelopt_mcp.tasks.kernels import kernel_solution
+from accelopt_mcp.tasks.kernels import SOURCE_ORIGIN, kernel_solution
 from accelopt_mcp.tasks.loader import load_task
 
 
@@ -31,40 +33,84 @@ class ProfileReport(View):
     definition_name: str
     workload_uuid: str
     backend: str
-    solution_name: str
     hardware: str
+    solution_id: str | None = None
+    """Set when stored."""
+    solution_name: str
+    parent_id: str | None = None
+    """The kernel it derives from (given, or stored with this source)."""
+    stored: str | None = None
+    """How it was stored: as a new solution, or already stored (and what was filled in)."""
+    filled: list[str] = Field(default_factory=list)
+    """Fields of an already stored row filled in by this call."""
+    notes: list[str] = Field(default_factory=list)
     latency_ms: float | None = None
     """The median latency."""
     latency_ci_low_ms: float | None = None
     latency_ci_high_ms: float | None = None
-    reference_latency_ms: float | None = None
-    speedup: float | None = None
-    """Over the task's reference: reference median / kernel median."""
-    speedup_ci_low: float | None = None
-    speedup_ci_high: float | None = None
     confidence: float | None = None
     """Level of the intervals."""
+    reference_latency_ms: float | None = None
+    speedup_vs_reference: float | None = None
+    """Reference median / this median (same rounds)."""
+    speedup_vs_reference_ci_low: float | None = None
+    speedup_vs_reference_ci_high: float | None = None
+    parent_latency_ms: float | None = None
+    speedup_vs_parent: float | None = None
+    """Parent median / this median; null when the parent has no comparable figure."""
+    speedup_vs_parent_ci_low: float | None = None
+    speedup_vs_parent_ci_high: float | None = None
+    parent_timing: str | None = None
+    """interleaved (timed in the same rounds) or stored (the parent's stored profile on the
+    same workload, settings and hardware)."""
+    initial_solution_id: str | None = None
+    """Where the lineage starts: its run's initial kernel, else the oldest ancestor."""
+    initial_latency_ms: float | None = None
+    speedup_vs_initial: float | None = None
+    initial_timing: str | None = None
     summary: str = ""
-    """E.g. '0.412 ms [0.405, 0.419] (95% CI); 1.31x [1.27, 1.35] over the reference'."""
+    """E.g. '0.412 ms [0.405, 0.419] (95% CI); 1.31x [1.27, 1.35] over the reference; 1.12x
+    [1.05, 1.19] over the parent (faster)'; for a failure, its status and first log line."""
     max_relative_error: float | None = None
     max_absolute_error: float | None = None
     hardware_counters: dict[str, float] = Field(default_factory=dict)
     flags: list[str] = Field(default_factory=list)
     log: str = ""
     """The tail of the run log (errors are here)."""
-    solution_id: str | None = None
-    """Set when stored."""
     profile_id: str | None = None
     measurements: int | None = None
-    """When stored: how many measurements of this kernel the profile pools (this one too)."""
+    """How many measurements of this kernel the stored profile pools (this one too)."""
     pooled_summary: str | None = None
-    """When stored: the pooled figure over every measurement, with its interval."""
+    """The pooled figure over every measurement, with its interval."""
 
 
 def list_backends() -> BackendList:
     """Every profiling backend and whether it can run on this host;
     when it cannot, `reason` says what is missing and where it would run."""
     return BackendList(backends=backends.list_backends())
+
+
+def _summary(outcome: profiler.ProfileOutcome) -> str:
+    ev = outcome.evaluation
+    if not ev.passed:
+        first = next((line for line in ev.log.splitlines() if line.strip()), "")
+        return f"{ev.status.value}: {first}" if first else ev.status.value
+    parts = [figures_text(ev)]
+    parent = outcome.versus_parent
+    if parent is not None and parent.timing == "stored":
+        parts.append(
+            speedup_text(parent.speedup, None, None, f"the parent {short(parent.solution_id)}")
+            + " (its stored profile)"
+        )
+    initial = outcome.versus_initial
+    if initial is not None and initial.solution_id != outcome.parent_id:
+        parts.append(
+            speedup_text(
+                initial.speedup, None, None, f"the initial kernel {short(initial.solution_id)}"
+            )
+            + " (its stored profile)"
+        )
+    return "; ".join(p for p in parts if p)
 
 
 def profile_kernel(
@@ -81,22 +127,45 @@ def profile_kernel(
         Field(description="Kernel file: a .py with `kernel`/`run`, or a solution .json."),
     ] = None,
     kernel_source: Annotated[
+        str | None, Field(description="Or the kernel's Python source itself.")
+    ] = None,
+    name: Annotated[
         str | None,
-        Field(description="Or the kernel's Python source itself (instead of kernel_path)."),
+        Field(description="Its name (default: the file's stem, or <task>-<source hash>)."),
+    ] = None,
+    parent_id: Annotated[
+        str | None,
+        Field(
+            description="The solution it was derived from: stored as its parent, and timed "
+            "beside it for speedup_vs_parent."
+        ),
+    ] = None,
+    evolve_metadata: Annotated[
+        dict[str, Any] | None,
+        Field(description="Notes stored with it, e.g. {'plan': ..., 'notes': ...}."),
     ] = None,
     workload: Annotated[
         str | None, Field(description="Workload uuid or index; default the first.")
     ] = None,
     backend: Annotated[str, Field(description=f"One of: {backends.backend_help()}.")] = "cpu",
-    store: Annotated[
-        bool, Field(description="Store the kernel and its profile in the database.")
+    store: Annotated[bool, Field(description="Store the kernel (linked) and its profile.")] = True,
+    time_parent: Annotated[
+        bool, Field(description="Time the parent in the same rounds (where the backend can).")
     ] = True,
     iterations: Annotated[int, Field(ge=1, le=1000, description="Timed runs.")] = 10,
     timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 60.0,
+    benchmark: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="Other profiling settings, e.g. {'seeds': [0, 1], 'max_timing_seconds': 5}."
+        ),
+    ] = None,
 ) -> ProfileReport:
-    """Check a kernel for correctness against the task's reference (several seeds) and time
-    it on a backend. A kernel that fails to compile, crashes or is wrong is reported in
-    `status` and `log`, not as an error."""
+    """Check a kernel against the task's reference (several seeds), time it, and store it
+    with its lineage: one call profiles and links a candidate. Speedups are labelled by what
+    they are against (reference, parent, initial kernel). A kernel that does not compile,
+    crashes or is wrong is reported in `status` and `log`, not as an error. A source already
+    stored gets a missing parent or name filled in; a contradicting one is refused."""
     if backend not in backends.backend_names():
         raise ValueError(
             f"unknown backend {backend!r}; choose one of {', '.join(backends.backend_names())} "
@@ -107,45 +176,73 @@ def profile_kernel(
         task,
         kernel_path=kernel_path,
         kernel_source=kernel_source,
+        name=name,
         target_hardware=list(backends.backend_info(backend).target_hardware),
     )
-    config = BenchmarkConfig(iterations=iterations, timeout_seconds=timeout_seconds)
+    config = BenchmarkConfig.model_validate(
+        {"iterations": iterations, "timeout_seconds": timeout_seconds, **(benchmark or {})}
+    )
+    db = state_of(ctx).store() if store or parent_id is not None else None
+    parent = ids.solution_id(db, parent_id) if db is not None and parent_id is not None else None
     outcome = profiler.profile_kernel(
         task,
         solution,
         backend=backend,
         config=config,
-        store=state_of(ctx).store() if store else None,
+        store=db,
+        save=store,
+        parent_id=parent,
+        evolve_metadata=evolve_metadata,
+        name_given=name is not None,
+        time_parent=time_parent,
+        origin=kernel_path if kernel_path is not None else SOURCE_ORIGIN,
     )
     ev = outcome.evaluation
     perf, stats = ev.performance, ev.latency_stats
+    vs_parent, vs_initial = outcome.versus_parent, outcome.versus_initial
+    linked = outcome.stored
     return ProfileReport(
         status=ev.status.value,
         correct=ev.passed,
         definition_name=outcome.definition_name,
         workload_uuid=outcome.workload_uuid,
         backend=backend,
-        solution_name=outcome.solution_name,
         hardware=ev.environment.hardware,
+        solution_id=outcome.solution_id,
+        solution_name=outcome.solution_name,
+        parent_id=outcome.parent_id,
+        stored=linked.describe() if linked is not None else None,
+        filled=linked.filled if linked is not None else [],
+        notes=linked.notes if linked is not None else [],
         latency_ms=perf.latency_ms if perf else None,
         latency_ci_low_ms=stats.ci_low_ms if stats and perf else None,
         latency_ci_high_ms=stats.ci_high_ms if stats and perf else None,
-        reference_latency_ms=perf.reference_latency_ms if perf else None,
-        speedup=perf.speedup_factor if perf else None,
-        speedup_ci_low=perf.speedup_ci_low if perf else None,
-        speedup_ci_high=perf.speedup_ci_high if perf else None,
         confidence=stats.confidence if stats and perf else None,
-        summary=figures_text(ev),
+        reference_latency_ms=perf.reference_latency_ms if perf else None,
+        speedup_vs_reference=perf.speedup_factor if perf and perf.speedup_factor > 0 else None,
+        speedup_vs_reference_ci_low=perf.speedup_ci_low if perf else None,
+        speedup_vs_reference_ci_high=perf.speedup_ci_high if perf else None,
+        parent_latency_ms=vs_parent.baseline_latency_ms if vs_parent else None,
+        speedup_vs_parent=vs_parent.speedup if vs_parent else None,
+        speedup_vs_parent_ci_low=vs_parent.ci_low if vs_parent else None,
+        speedup_vs_parent_ci_high=vs_parent.ci_high if vs_parent else None,
+        parent_timing=vs_parent.timing if vs_parent else None,
+        initial_solution_id=outcome.initial_solution_id,
+        initial_latency_ms=vs_initial.baseline_latency_ms if vs_initial else None,
+        speedup_vs_initial=vs_initial.speedup if vs_initial else None,
+        initial_timing=vs_initial.timing if vs_initial else None,
+        summary=_summary(outcome),
         max_relative_error=ev.correctness.max_relative_error if ev.correctness else None,
         max_absolute_error=ev.correctness.max_absolute_error if ev.correctness else None,
         # Harness internals are not properties of the kernel; never hand them to an agent.
         hardware_counters=shown_counters(ev),
         flags=list(ev.flags),
         log=clip(ev.log, 2000) or "",
-        solution_id=outcome.solution_id,
         profile_id=outcome.profile_id,
         measurements=pooled_count(outcome.pooled),
-        pooled_summary=figures_text(outcome.pooled) if outcome.pooled is not None else None,
+        pooled_summary=(
+            (figures_text(outcome.pooled) or None) if outcome.pooled is not None else None
+        ),
     )
 
 

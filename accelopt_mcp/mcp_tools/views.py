@@ -1,6 +1,7 @@
 """What the tools return: compact summaries of stored records, pages with the offset of the next
 page, and text cut to a size an MCP client accepts (Claude Code rejects a tool result over about
-25k tokens, and the SDK sends each result twice: as structured content and as text)."""
+25k tokens). Every speedup says what it is against: `_vs_reference` (the task's reference),
+`_vs_parent`, `_vs_initial` (where the lineage starts)."""
 
 from __future__ import annotations
 
@@ -133,7 +134,8 @@ class ProfileSummary(View):
     hardware: str
     latency_ms: float | None = None
     reference_latency_ms: float | None = None
-    speedup: float | None = None
+    speedup_vs_reference: float | None = None
+    """Reference median / this median."""
     flags: list[str] = Field(default_factory=list)
     """Warnings of the evaluation (e.g. noisy_timing, above_peak)."""
     trusted: bool = True
@@ -154,7 +156,7 @@ def profile_summary(p: StoredProfile) -> ProfileSummary:
         hardware=p.eval_hardware,
         latency_ms=p.latency_ms,
         reference_latency_ms=p.reference_latency_ms,
-        speedup=p.speedup,
+        speedup_vs_reference=p.speedup,
         flags=list(p.evaluation.flags),
         trusted=p.trusted,
         hardware_counters=shown_counters(p.evaluation),
@@ -175,7 +177,7 @@ class SolutionSummary(View):
     best_latency_ms: float | None = None
     """Fastest correct latency (trusted results only, unless flagged ones were asked for);
     null when none qualifies."""
-    best_speedup: float | None = None
+    best_speedup_vs_reference: float | None = None
     best_hardware: str | None = None
     best_flags: list[str] = Field(default_factory=list)
     """Flags of the profile behind best_latency_ms (e.g. noisy_timing)."""
@@ -196,7 +198,7 @@ def solution_summary(s: StoredSolution, best: StoredProfile | None = None) -> So
         run_id=str(run_id) if run_id is not None else None,
         description=s.solution.description,
         best_latency_ms=best.latency_ms if best else None,
-        best_speedup=best.speedup if best else None,
+        best_speedup_vs_reference=best.speedup if best else None,
         best_hardware=best.eval_hardware if best else None,
         best_flags=list(best.evaluation.flags) if best else [],
         best_trusted=best.trusted if best else None,
@@ -213,7 +215,9 @@ class MemoryItem(View):
     namespace: str
     run_id: str | None = None
     iteration: int | None = None
-    speedup: float | None = None
+    speedup_vs_slow: float | None = None
+    """The fast kernel's speedup over the slow one it was learned from (slow latency / fast
+    latency)."""
     slow_solution_id: str | None = None
     fast_solution_id: str | None = None
     removed: bool = False
@@ -230,7 +234,7 @@ def memory_item(e: ExperienceRecord) -> MemoryItem:
         namespace=e.namespace,
         run_id=e.run_id,
         iteration=e.iteration,
-        speedup=e.speedup,
+        speedup_vs_slow=e.speedup,
         slow_solution_id=e.slow_solution_id,
         fast_solution_id=e.fast_solution_id,
         removed=e.removed,

@@ -11,6 +11,7 @@ the columns of one table out of a joined row (e.g. "s_" for `s.id AS s_id`).
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import uuid
@@ -24,7 +25,9 @@ from pydantic import BaseModel
 from accelopt_mcp.models import Definition, Evaluation, LlmCallIn, LlmMessage, Solution, Workload
 from accelopt_mcp.redaction import mask_secrets, redact
 from accelopt_mcp.store.base import (
+    AmbiguousIdError,
     ExperienceRecord,
+    HardwarePeaksRecord,
     LlmCallRecord,
     RunEntry,
     RunRecord,
@@ -48,6 +51,12 @@ TABLES = (
     "llm_calls",
     "run_entries",
 )
+"""The record tables: what stats() counts and a traceset carries."""
+CACHE_TABLES = ("hardware_peaks",)
+"""Tables of figures measured on this host and kept to save measuring again; not records, so
+stats() leaves them out (a copied database would count them differently)."""
+SCHEMA_TABLES = (*TABLES, *CACHE_TABLES)
+"""Every table of the schema: what a store checks is there."""
 
 DEFINITION_COLUMNS = ("name", "definition", "created_at")
 WORKLOAD_COLUMNS = ("uuid", "definition_name", "workload", "created_at")
@@ -87,6 +96,7 @@ LLM_CALL_DETAIL_COLUMNS = (*LLM_CALL_COLUMNS, *LLM_CALL_TEXT_COLUMNS)
 LLM_CALL_KEEP_WHEN_NONE = ("purpose", "started_at", "finished_at", "messages", "reply")
 """Columns an update of a ledger row leaves as stored when the update gives None."""
 RUN_ENTRY_COLUMNS = tuple(RunEntry.model_fields)
+HARDWARE_PEAKS_COLUMNS = tuple(HardwarePeaksRecord.model_fields)
 MIN_ID_PREFIX = 8
 INTERRUPTED_ERROR = (
     "interrupted: its worker stopped before the reply came (found in flight when the run was "
@@ -176,6 +186,63 @@ def id_prefix(value: str) -> str | None:
     if MIN_ID_PREFIX <= len(lowered) <= 32 and re.fullmatch(r"[0-9a-f]+", lowered):
         return lowered
     return None
+
+
+ID_TABLES = {"solution": "solutions", "run": "runs", "experience": "experiences"}
+"""resolve_id's kinds and the tables that hold them."""
+_ID_PREFIX = re.compile(r"[0-9a-f][0-9a-f-]*")
+
+
+def id_table(kind: object) -> str:
+    if not isinstance(kind, str) or kind not in ID_TABLES:
+        raise ValueError(f"kind must be one of {', '.join(ID_TABLES)}, got {kind!r}")
+    return ID_TABLES[kind]
+
+
+def prefix_hex(value: str) -> str | None:
+    """The hexadecimal digits of an id prefix (dashes dropped, lower-cased), when `value` can
+    be one (hex digits and dashes, MIN_ID_PREFIX to 32 digits); None otherwise."""
+    lowered = value.strip().lower()
+    if not _ID_PREFIX.fullmatch(lowered):
+        return None
+    digits = lowered.replace("-", "")
+    return digits if MIN_ID_PREFIX <= len(digits) <= 32 else None
+
+
+def prefix_forms(digits: str) -> tuple[str, ...]:
+    """How stored ids that start with these hex digits begin: as a canonical uuid's text
+    (dashes after 8, 12, 16 and 20 digits) and as plain hex (runs and memory items)."""
+    cuts = (0, 8, 12, 16, 20, 32)
+    dashed = "-".join(digits[a:b] for a, b in itertools.pairwise(cuts) if digits[a:b])
+    return tuple(dict.fromkeys((dashed, digits)))
+
+
+def uuid_bounds(digits: str) -> tuple[str, str]:
+    """The lowest and highest uuid whose hex starts with these digits."""
+    low = uuid.UUID(hex=digits.ljust(32, "0"))
+    high = uuid.UUID(hex=digits.ljust(32, "f"))
+    return str(low), str(high)
+
+
+AMBIGUOUS_SHOWN = 3
+"""How many of the ids an ambiguous prefix matches its error shows."""
+
+
+def one_id(kind: str, given: str, found: list[str]) -> str | None:
+    """The one id a prefix matched (None for none); AmbiguousIdError for several. `found`
+    holds at most AMBIGUOUS_SHOWN + 1 of them, sorted."""
+    if len(found) <= 1:
+        return found[0] if found else None
+    more = len(found) > AMBIGUOUS_SHOWN
+    count = f"more than {AMBIGUOUS_SHOWN}" if more else str(len(found))
+    shown = ", ".join(found[:AMBIGUOUS_SHOWN]) + (", ..." if more else "")
+    raise AmbiguousIdError(
+        f"{kind} id prefix {given!r} matches {count} {kind}s ({shown}); give more of the id",
+        kind=kind,
+        given=given,
+        matches=tuple(found[:AMBIGUOUS_SHOWN]),
+        more=more,
+    )
 
 
 # --------------------------------------------------------------------------- llm audit trail
@@ -407,6 +474,13 @@ def run_entry_from_row(row: Mapping[str, Any]) -> RunEntry:
     r["data"] = _json(r["data"]) or {}
     r["updated_at"] = _timestamp(r["updated_at"])
     return RunEntry.model_validate(r)
+
+
+def hardware_peaks_from_row(row: Mapping[str, Any]) -> HardwarePeaksRecord:
+    r = dict(_pick(row, "", HARDWARE_PEAKS_COLUMNS))
+    r["peaks"] = _json(r["peaks"])
+    r["measured_at"] = _timestamp(r["measured_at"])
+    return HardwarePeaksRecord.model_validate(r)
 
 
 def sorted_entries(entries: list[RunEntry]) -> list[RunEntry]:

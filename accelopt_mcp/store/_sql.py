@@ -23,12 +23,14 @@ from accelopt_mcp.models import (
     Workload,
     pool_evaluations,
 )
-from accelopt_mcp.store import _rows
+from accelopt_mcp.store import _rows, _search
 from accelopt_mcp.store.base import (
     AmbiguousIdError,
     ConflictError,
     ExperienceIn,
     ExperienceRecord,
+    HardwarePeaksRecord,
+    IdKind,
     KernelStore,
     LlmCallRecord,
     LlmTotals,
@@ -80,8 +82,11 @@ class SqlKernelStore(KernelStore, abc.ABC):
         """An expression that sorts a table's rows in insertion order."""
 
     @abc.abstractmethod
-    def _contains(self, column: str) -> str:
-        """A condition: lower-cased `column` contains the (lower-cased) parameter."""
+    def _word_search(self, words: list[str]) -> tuple[str, str, str, list[Any]]:
+        """The memory items holding every word (store/_search.py): a FROM clause that names
+        them `e`, a condition to AND with the other filters, an ORDER BY list putting the best
+        match first (ties newest first), and the parameters of the FROM clause and the
+        condition, in that order."""
 
     @abc.abstractmethod
     def _lineage(self, cur: Cursor, solution_id: str, *, up: bool) -> list[Row]:
@@ -253,6 +258,50 @@ class SqlKernelStore(KernelStore, abc.ABC):
                 if row is not None:
                     return str(row["id"])
         raise ConflictError(f"solution hash {digest[:12]}... could not be stored; try again")
+
+    def update_solution_links(
+        self,
+        solution_id: str,
+        *,
+        parent_id: str | None = None,
+        name: str | None = None,
+        author: str | None = None,
+        evolve_metadata: dict[str, Any] | None = None,
+    ) -> StoredSolution:
+        canonical = _rows.canonical_uuid(solution_id)
+        with self._tx(write=True) as cur:
+            row = (
+                None
+                if canonical is None
+                else cur.one(self._solution_where("s.id = ?"), (canonical,))
+            )
+            if row is None:
+                raise UnknownReferenceError(_rows.unknown_solution(str(solution_id), "solution_id"))
+            stored = _rows.solution_from_row(row)
+            parent = self._require_solution(cur, parent_id, "parent_id")
+            solution = stored.solution
+            if name is not None or author is not None:
+                solution = solution.model_copy(
+                    update={
+                        key: value
+                        for key, value in (("name", name), ("author", author))
+                        if value is not None
+                    }
+                )
+            metadata = {**stored.evolve_metadata, **(evolve_metadata or {})}
+            cur.all(
+                "UPDATE solutions SET parent_id = ?, solution = ?j, evolve_metadata = ?j "
+                "WHERE id = ? RETURNING id",
+                (
+                    parent if parent is not None else stored.parent_id,
+                    _rows.record_json(solution),
+                    _rows.plain_json(metadata, "evolve_metadata"),
+                    stored.id,
+                ),
+            )
+            updated = cur.one(self._solution_where("s.id = ?"), (stored.id,))
+        assert updated is not None
+        return _rows.solution_from_row(updated)
 
     def _solution_where(self, where: str) -> str:
         return f"SELECT {_cols('s', _rows.SOLUTION_COLUMNS)} FROM solutions s WHERE {where}"
@@ -673,14 +722,13 @@ class SqlKernelStore(KernelStore, abc.ABC):
     ) -> list[ExperienceRecord]:
         _rows.check_limit(limit)
         _rows.check_strings(text=text, definition_name=definition_name, namespace=namespace)
+        words = _search.search_words(text)
+        source, order = "experiences e", f"{self._order('experiences', 'e')} DESC"
         where: list[str] = []
         params: list[Any] = []
-        if text:
-            needle = text.lower()
-            where.append(
-                "(" + " OR ".join(self._contains(f"e.{c}") for c in _SEARCHED_FIELDS) + ")"
-            )
-            params += [needle] * len(_SEARCHED_FIELDS)
+        if words is not None:
+            source, condition, order, params = self._word_search(words)
+            where.append(condition)
         for col, value in (("e.definition_name", definition_name), ("e.namespace", namespace)):
             if value is not None:
                 where.append(f"{col} = ?")
@@ -689,9 +737,8 @@ class SqlKernelStore(KernelStore, abc.ABC):
             where.append("e.removed = FALSE")
         with self._tx(write=False) as cur:
             rows = cur.all(
-                f"SELECT {_cols('e', _rows.EXPERIENCE_COLUMNS)} FROM experiences e "
-                f"WHERE {' AND '.join(where) or '1 = 1'} "
-                f"ORDER BY {self._order('experiences', 'e')} DESC LIMIT ?",
+                f"SELECT {_cols('e', _rows.EXPERIENCE_COLUMNS)} FROM {source} "
+                f"WHERE {' AND '.join(where) or '1 = 1'} ORDER BY {order} LIMIT ?",
                 (*params, limit),
             )
         return [_rows.experience_from_row(r) for r in rows]
@@ -841,6 +888,49 @@ class SqlKernelStore(KernelStore, abc.ABC):
             )
         return [LlmTotals.model_validate(dict(r)) for r in rows]
 
+    # ------------------------------------------------------------------ ids
+    def resolve_id(self, kind: IdKind, id_or_prefix: str) -> str | None:
+        table = _rows.id_table(kind)
+        _rows.require_str(id_or_prefix, "id_or_prefix")
+        exact = _rows.canonical_uuid(id_or_prefix) if kind == "solution" else id_or_prefix
+        digits = _rows.prefix_hex(id_or_prefix)
+        with self._tx(write=False) as cur:
+            if exact is not None and self._exists(cur, table, "id", exact):
+                return exact
+            if digits is None:
+                return None
+            forms = _rows.prefix_forms(digits)
+            # Hex digits and dashes only: nothing in a form is a LIKE wildcard.
+            rows = cur.all(
+                f"SELECT CAST(t.id AS TEXT) AS id FROM {table} t WHERE "
+                + " OR ".join("CAST(t.id AS TEXT) LIKE ?" for _ in forms)
+                + " ORDER BY 1 LIMIT ?",
+                (*(form + "%" for form in forms), _rows.AMBIGUOUS_SHOWN + 1),
+            )
+        return _rows.one_id(kind, id_or_prefix, [str(r["id"]) for r in rows])
+
+    # ------------------------------------------------------------------ hardware peaks
+    def put_hardware_peaks(self, hardware: str, peaks: dict[str, Any]) -> None:
+        _rows.require_str(hardware, "hardware")
+        doc = _rows.plain_json(peaks, "peaks")
+        with self._tx(write=True) as cur:
+            cur.one(
+                "INSERT INTO hardware_peaks (hardware, peaks) VALUES (?, ?j) "
+                "ON CONFLICT (hardware) DO UPDATE SET peaks = excluded.peaks, "
+                f"measured_at = {self.now_sql}",
+                (hardware, doc),
+            )
+
+    def get_hardware_peaks(self, hardware: str) -> HardwarePeaksRecord | None:
+        _rows.check_strings(hardware=hardware)
+        with self._tx(write=False) as cur:
+            row = cur.one(
+                f"SELECT {_cols('h', _rows.HARDWARE_PEAKS_COLUMNS)} FROM hardware_peaks h "
+                "WHERE h.hardware = ?",
+                (hardware,),
+            )
+        return None if row is None else _rows.hardware_peaks_from_row(row)
+
     # ------------------------------------------------------------------ housekeeping
     def stats(self) -> StoreStats:
         counts = ", ".join(f"(SELECT COUNT(*) FROM {t}) AS {t}" for t in _rows.TABLES)
@@ -852,6 +942,3 @@ class SqlKernelStore(KernelStore, abc.ABC):
             location=self._location(),
             counts={t: int(row[t]) for t in _rows.TABLES},
         )
-
-
-_SEARCHED_FIELDS = ("title", "strategy", "pseudocode")

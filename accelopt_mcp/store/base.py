@@ -42,7 +42,48 @@ class ConflictError(StoreError):
 
 
 class AmbiguousIdError(StoreError, LookupError):
-    """An id prefix matches more than one record; give more of the id."""
+    """An id prefix matches more than one record; give more of the id. From resolve_id it
+    also says what was looked for: `kind`, the `given` prefix and the first `matches` (sorted;
+    `more` when there are others), for a front end that words it its own way."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str | None = None,
+        given: str | None = None,
+        matches: tuple[str, ...] = (),
+        more: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.given = given
+        self.matches = matches
+        self.more = more
+
+
+class UnsearchableTextError(StoreError, ValueError):
+    """A memory search text holds no word to look for (only stop words or punctuation)."""
+
+
+# --------------------------------------------------------------------------- memory namespaces
+
+DEFAULT_BACKEND = "cpu"
+"""The backend a run uses when none is named (OptimizeConfig.backend)."""
+
+
+def default_namespace(backend: str) -> str:
+    """The memory namespace of a backend: its name ("cpu", "nki", "flashinfer"). A run files
+    its lessons there and, with seed_from_namespace, starts from there, unless it is given a
+    namespace; the memory tools and `accelopt memory` file and list there when given none.
+    The backend, not the host, since a lesson about writing kernels for a backend (vectorize
+    the row loop, stay in float32) holds on every machine it runs on, and a run's hardware is
+    in each item's profiles anyway."""
+    return backend
+
+
+DEFAULT_NAMESPACE = default_namespace(DEFAULT_BACKEND)
+"""Where an item goes that names no namespace: what a run on the default backend reads."""
 
 
 # --------------------------------------------------------------------------- rows
@@ -190,8 +231,9 @@ class ExperienceIn(Row):
     """The changed code segment, before -> after."""
     run_id: str | None = None
     """The run that learned it; none for an item added by hand."""
-    namespace: str = "default"
-    """Shared memory pool, e.g. 'cpu/x86_64'; a new run can start from a namespace's items."""
+    namespace: str = DEFAULT_NAMESPACE
+    """Shared memory pool; default: the backend's name ("cpu"), which a run on that backend
+    files into and seeds from unless started with another namespace."""
     slow_solution_id: str | None = None
     """The slower kernel of the pair it was learned from."""
     fast_solution_id: str | None = None
@@ -272,6 +314,22 @@ class RunEntry(Row):
     updated_at: datetime | None = None
 
 
+class HardwarePeaksRecord(Row):
+    """The measured peak rates of one hardware id (a cache: measured once, read by every
+    profile on it)."""
+
+    hardware: str
+    """The hardware id, as an evaluation's environment.hardware names it."""
+    peaks: dict[str, Any]
+    """The figures, e.g. {"fp32_gflops": 150.2, "dram_gbps": 18.5}; JSON values only."""
+    measured_at: datetime
+    """When they were stored (the database's clock), UTC."""
+
+
+IdKind = Literal["solution", "run", "experience"]
+"""The records resolve_id finds by id prefix."""
+
+
 class StoreStats(Row):
     backend: str
     location: str
@@ -327,6 +385,23 @@ class KernelStore(abc.ABC):
 
     @abc.abstractmethod
     def get_solution(self, solution_id: str) -> StoredSolution | None: ...
+
+    @abc.abstractmethod
+    def update_solution_links(
+        self,
+        solution_id: str,
+        *,
+        parent_id: str | None = None,
+        name: str | None = None,
+        author: str | None = None,
+        evolve_metadata: dict[str, Any] | None = None,
+    ) -> StoredSolution:
+        """Set what is given (not None) on a stored solution, in one write, and return it:
+        its parent (UnknownReferenceError when that is not stored), the name and author in its
+        Solution document (the source, and so its hash, stay), and evolve_metadata merged into
+        the stored one (the given keys set, the others kept). No policy here: the caller
+        (accelopt_mcp.linking) decides what may be filled. UnknownReferenceError for an
+        unknown solution id."""
 
     @abc.abstractmethod
     def find_solution(self, solution_hash: str, hash_version: int = 1) -> StoredSolution | None: ...
@@ -487,7 +562,11 @@ class KernelStore(abc.ABC):
         include_removed: bool = False,
         limit: int = 50,
     ) -> list[ExperienceRecord]:
-        """Case-insensitive substring match on title, strategy and pseudocode; newest first."""
+        """Items whose title, strategy and pseudocode hold every word of `text`, in any order,
+        each as the start of a word after English stemming; stop words and punctuation in
+        `text` are ignored (store/_search.py). Ranked best first (title words count most,
+        then strategy, then pseudocode), ties newest first. No text: every item, newest
+        first. Raises UnsearchableTextError for a text with no word left to look for."""
 
     @abc.abstractmethod
     def remove_experience(self, experience_id: str) -> bool:
@@ -533,9 +612,29 @@ class KernelStore(abc.ABC):
         """One row per role, sorted by role; every status counts (in-flight and interrupted
         calls with their estimates)."""
 
+    # ids -----------------------------------------------------------------
+    @abc.abstractmethod
+    def resolve_id(self, kind: IdKind, id_or_prefix: str) -> str | None:
+        """The full id of the stored solution, run or experience (memory item) that
+        `id_or_prefix` names: its whole id, or a prefix of it of at least 8 hexadecimal digits
+        (any case, dashes optional: "1a2b3c4d", "1A2B3C4D-5e" and "1a2b3c4d5e" alike); None
+        when nothing matches. Raises AmbiguousIdError when a prefix matches more than one
+        (the message shows a few), ValueError for an unknown kind."""
+
+    # hardware peaks ------------------------------------------------------
+    @abc.abstractmethod
+    def put_hardware_peaks(self, hardware: str, peaks: dict[str, Any]) -> None:
+        """Store (or replace) the peaks of a hardware id; measured_at becomes now. `peaks`
+        must hold JSON values only (no NaN or infinity)."""
+
+    @abc.abstractmethod
+    def get_hardware_peaks(self, hardware: str) -> HardwarePeaksRecord | None:
+        """The stored peaks of a hardware id, or None."""
+
     # housekeeping --------------------------------------------------------
     @abc.abstractmethod
-    def stats(self) -> StoreStats: ...
+    def stats(self) -> StoreStats:
+        """Row counts of the record tables (the hardware-peaks cache is not counted)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""

@@ -23,14 +23,20 @@ import psycopg
 from pydantic import BaseModel, Field
 
 from accelopt_mcp.redaction import redact, redacted_url
-from accelopt_mcp.store._rows import TABLES
+from accelopt_mcp.store._rows import SCHEMA_TABLES, TABLES
 from accelopt_mcp.store.base import StoreError
 from accelopt_mcp.store.postgres import dsn_password, mask_dsn
 from accelopt_mcp.store.url import describe_store_url
 
 SUPABASE_URL_ENV = "SUPABASE_URL"
 SUPABASE_KEY_ENV = "SUPABASE_KEY"
-LINEAGE_FUNCTIONS = ("solution_ancestors", "solution_descendants")
+_NO_UUID = "00000000-0000-0000-0000-000000000000"
+FUNCTIONS: dict[str, tuple[str, dict[str, Any]]] = {
+    "solution_ancestors": ("uuid", {"sid": _NO_UUID}),
+    "solution_descendants": ("uuid", {"sid": _NO_UUID}),
+    "search_experiences": ("text[]", {"words": []}),
+}
+"""The schema's functions: name -> (argument type, arguments of a call that finds nothing)."""
 VIEWS = ("solution_profiles",)
 
 Kind = Literal["sqlite", "postgres", "supabase", "unknown"]
@@ -258,13 +264,15 @@ def check_postgres(dsn: str, *, timeout_s: float = 5) -> StoreCheck:
 def _inspect_postgres(dsn: str, timeout_s: float) -> tuple[list[str], dict[str, int]]:
     # libpq rounds connect_timeout to whole seconds and treats 1 as 2.
     with psycopg.connect(dsn, connect_timeout=max(2, round(timeout_s)), autocommit=True) as conn:
-        expected = [*TABLES, *VIEWS]
+        expected = [*SCHEMA_TABLES, *VIEWS]
         present = conn.execute(
             "SELECT " + ", ".join("to_regclass(%s) IS NOT NULL" for _ in expected), expected
         ).fetchone()
         missing = [name for name, ok in zip(expected, present or (), strict=True) if not ok]
-        for function in LINEAGE_FUNCTIONS:
-            row = conn.execute("SELECT to_regprocedure(%s) IS NOT NULL", (f"{function}(uuid)",))
+        for function, (argument_type, _) in FUNCTIONS.items():
+            row = conn.execute(
+                "SELECT to_regprocedure(%s) IS NOT NULL", (f"{function}({argument_type})",)
+            )
             if not _scalar(row):
                 missing.append(f"{function}()")
         if missing:
@@ -503,7 +511,7 @@ class _SupabaseProbe:
         counts: dict[str, int] = {}
         missing: list[str] = []
         prefer = {"Prefer": "count=exact"} if count_rows else {}
-        for relation in [*TABLES, *VIEWS]:
+        for relation in [*SCHEMA_TABLES, *VIEWS]:
             response = self.client.get(
                 f"{self.rest}/{relation}", params={"select": "*", "limit": 0}, headers=prefer
             )
@@ -512,10 +520,8 @@ class _SupabaseProbe:
             elif relation in TABLES:
                 total = response.headers.get("content-range", "*/0").rpartition("/")[2]
                 counts[relation] = int(total) if total.isdigit() else 0
-        for function in LINEAGE_FUNCTIONS:
-            response = self.client.post(
-                f"{self.rest}/rpc/{function}", json={"sid": "00000000-0000-0000-0000-000000000000"}
-            )
+        for function, (_, arguments) in FUNCTIONS.items():
+            response = self.client.post(f"{self.rest}/rpc/{function}", json=arguments)
             if not response.is_success:
                 missing.append(f"{function}()")
         return counts, missing

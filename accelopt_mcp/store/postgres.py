@@ -50,9 +50,12 @@ _ADDED_COLUMNS = (
         ("llm_calls", column)
         for column in ("status", "purpose", "started_at", "finished_at", "messages", "reply")
     ),
+    ("experiences", "search_vector"),
 )
 # Tables it gained the same way (CREATE TABLE IF NOT EXISTS, applied again).
-_ADDED_TABLES = ("measurements", "run_entries")
+_ADDED_TABLES = ("measurements", "run_entries", "hardware_peaks")
+# Functions it gained the same way (CREATE OR REPLACE FUNCTION): shown name -> signature.
+_ADDED_FUNCTIONS = {"search_experiences()": "search_experiences(text[])"}
 
 INIT_HINT = (
     "run `accelopt db init --store <dsn>` or `psql -v ON_ERROR_STOP=1 -f schema_v2.txt <dsn>`"
@@ -202,6 +205,7 @@ class PostgresStore(SqlKernelStore):
 
     def _check_schema(self) -> None:
         added = [f"{t}.{c}" for t, c in _ADDED_COLUMNS] + list(_ADDED_TABLES)
+        added += list(_ADDED_FUNCTIONS)
         with self._tx(write=False) as cur:
             row = cur.one(
                 "SELECT "
@@ -209,6 +213,10 @@ class PostgresStore(SqlKernelStore):
                     f"to_regclass('{t}') IS NOT NULL AS {t}" for t in (*_REQUIRED, *_ADDED_TABLES)
                 )
                 + ", to_regprocedure('solution_ancestors(uuid)') IS NOT NULL AS lineage"
+                + "".join(
+                    f", to_regprocedure('{signature}') IS NOT NULL AS \"{name}\""
+                    for name, signature in _ADDED_FUNCTIONS.items()
+                )
                 + "".join(
                     ", EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = "
                     f"current_schema() AND table_name = '{t}' AND column_name = '{c}') "
@@ -276,7 +284,8 @@ class PostgresStore(SqlKernelStore):
         if isinstance(exc, pg_errors.UniqueViolation):
             return ConflictError(f"the record collides with a stored one ({message})")
         if isinstance(exc, pg_errors.UndefinedTable | pg_errors.UndefinedColumn) or (
-            isinstance(exc, pg_errors.UndefinedFunction) and "solution_" in message
+            isinstance(exc, pg_errors.UndefinedFunction)
+            and ("solution_" in message or "search_experiences" in message)
         ):
             return StoreUnavailableError(
                 f"the kernel database schema is incomplete in {self.location} ({message}); "
@@ -297,8 +306,14 @@ class PostgresStore(SqlKernelStore):
             return f"{alias}.seq"
         return f"{alias}.created_at"
 
-    def _contains(self, column: str) -> str:
-        return f"strpos(lower({column}), ?) > 0"
+    def _word_search(self, words: list[str]) -> tuple[str, str, str, list[Any]]:
+        # The schema's function, which the Supabase store calls through PostgREST too.
+        return (
+            "search_experiences(?::text[]) e",
+            "1 = 1",
+            "e.search_rank DESC, e.seq DESC",
+            [words],
+        )
 
     def _for_update(self) -> str:
         return " FOR UPDATE"

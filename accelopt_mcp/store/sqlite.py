@@ -18,6 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from accelopt_mcp.store import _search
 from accelopt_mcp.store._rows import SOLUTION_COLUMNS, new_uuid, timestamp_text
 from accelopt_mcp.store._sql import LINEAGE_DEPTH_CAP, Cursor, Row, SqlKernelStore
 from accelopt_mcp.store.base import (
@@ -27,14 +28,17 @@ from accelopt_mcp.store.base import (
     UnknownReferenceError,
 )
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """2 -> 3: the measurements table (a profile's history). An older accelopt refuses a version-3
 file: it would overwrite profiles without recording the measurement, and the pooled figure
 would then disagree with the history.
 3 -> 4: the LLM audit trail (llm_calls gains status, purpose, started_at, finished_at,
 messages, reply; a stored failed call becomes status 'failed') and the run_entries table. An
 older accelopt refuses a version-4 file: its ledger rows would carry no status, prompt or
-reply."""
+reply.
+4 -> 5: word search over the memory (the experiences_fts table and the triggers that keep it
+in step; the store indexes the items already there) and the hardware_peaks cache. An older
+accelopt refuses a version-5 file, as it refuses any newer one."""
 BUSY_TIMEOUT_MS = 30_000
 _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 
@@ -94,9 +98,13 @@ def _backfill_measurements(conn: sqlite3.Connection) -> None:
     )
 
 
-def _lower(value: Any) -> Any:
-    # SQLite's own lower() folds ASCII only; PostgreSQL's folds all of Unicode.
-    return value.lower() if isinstance(value, str) else value
+def _index_experiences(conn: sqlite3.Connection) -> None:
+    """A file from before word search: index every stored item (the triggers index new ones)."""
+    conn.execute("DELETE FROM experiences_fts")
+    conn.execute(
+        "INSERT INTO experiences_fts (id, title, strategy, pseudocode) "
+        "SELECT id, title, strategy, pseudocode FROM experiences ORDER BY rowid"
+    )
 
 
 class _SqliteCursor:
@@ -152,7 +160,6 @@ class SqliteStore(SqlKernelStore):
             if not self.memory:
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("PRAGMA synchronous = NORMAL")
-            conn.create_function("lower_unicode", 1, _lower, deterministic=True)
         except sqlite3.DatabaseError as exc:
             raise StoreUnavailableError(
                 f"cannot open the SQLite database {self.path}: {exc}; check that the path is a "
@@ -202,11 +209,20 @@ class SqliteStore(SqlKernelStore):
                 if version < 4:
                     # Rows from before `status`: a failed call said so with ok = 0 only.
                     conn.execute("UPDATE llm_calls SET status = 'failed' WHERE ok = 0")
+                if version < 5:
+                    _index_experiences(conn)
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 conn.execute("COMMIT")
             except sqlite3.DatabaseError as exc:
                 if conn.in_transaction:
                     conn.rollback()
+                if "fts5" in str(exc).lower():
+                    raise StoreUnavailableError(
+                        f"cannot set up the SQLite database {self.path}: this Python's SQLite "
+                        f"({sqlite3.sqlite_version}) lacks the FTS5 extension that memory search "
+                        "uses; use a Python whose sqlite3 has it (python.org, Debian, Ubuntu, "
+                        "Homebrew and conda builds do), or a PostgreSQL store"
+                    ) from exc
                 raise StoreUnavailableError(
                     f"cannot set up the SQLite database {self.path}: {exc}; is it a SQLite file "
                     "written by accelopt?"
@@ -249,8 +265,15 @@ class SqliteStore(SqlKernelStore):
     def _order(self, table: str, alias: str) -> str:
         return f"{alias}.rowid"
 
-    def _contains(self, column: str) -> str:
-        return f"instr(lower_unicode({column}), ?) > 0"
+    def _word_search(self, words: list[str]) -> tuple[str, str, str, list[Any]]:
+        weights = ", ".join(f"{w:g}" for w in _search.FTS5_WEIGHTS)
+        return (
+            "experiences_fts JOIN experiences e ON e.id = experiences_fts.id",
+            "experiences_fts MATCH ?",
+            # bm25 is lower for a better match; the id column's weight is unused.
+            f"bm25(experiences_fts, 0, {weights}), e.rowid DESC",
+            [_search.fts5_query(words)],
+        )
 
     def _no_limit(self) -> int:
         return -1

@@ -126,6 +126,29 @@ CREATE TABLE IF NOT EXISTS experiences (
 CREATE INDEX IF NOT EXISTS experiences_run_idx ON experiences (run_id);
 CREATE INDEX IF NOT EXISTS experiences_namespace_idx ON experiences (namespace);
 
+-- Word search over the memory (store/_search.py): an FTS5 index of each item's title, strategy
+-- and pseudocode, keyed by the item's id, kept in step by the triggers below. It holds its
+-- own copy of the text (not an external-content table on experiences' rowid, which VACUUM may
+-- renumber). Porter stemming over unicode61 words, diacritics kept, as PostgreSQL's english
+-- configuration sees them. Came with schema version 5; the store fills it for an older file.
+CREATE VIRTUAL TABLE IF NOT EXISTS experiences_fts USING fts5 (
+    id UNINDEXED, title, strategy, pseudocode,
+    tokenize = 'porter unicode61 remove_diacritics 0'
+);
+CREATE TRIGGER IF NOT EXISTS experiences_fts_insert AFTER INSERT ON experiences BEGIN
+    INSERT INTO experiences_fts (id, title, strategy, pseudocode)
+    VALUES (new.id, new.title, new.strategy, new.pseudocode);
+END;
+CREATE TRIGGER IF NOT EXISTS experiences_fts_delete AFTER DELETE ON experiences BEGIN
+    DELETE FROM experiences_fts WHERE id = old.id;
+END;
+CREATE TRIGGER IF NOT EXISTS experiences_fts_update
+AFTER UPDATE OF id, title, strategy, pseudocode ON experiences BEGIN
+    UPDATE experiences_fts
+    SET id = new.id, title = new.title, strategy = new.strategy, pseudocode = new.pseudocode
+    WHERE id = old.id;
+END;
+
 -- The LLM ledger and audit trail: one row per attempt, written before the request is sent
 -- (status in_flight, the prompt, tokens_in and cost_usd estimated from the prompt) and updated
 -- when it ends (ok or failed, the real figures, the reply). `messages` (the prompt as a JSON
@@ -162,4 +185,12 @@ CREATE TABLE IF NOT EXISTS run_entries (
     data        TEXT NOT NULL DEFAULT '{}',
     updated_at  TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
     PRIMARY KEY (run_id, kind, key)
+);
+
+-- Peak rates measured on a host (FLOP/s, bandwidth, ...), one row per hardware id, so they
+-- are measured once: a cache, not a record (stats() does not count it). Version 5.
+CREATE TABLE IF NOT EXISTS hardware_peaks (
+    hardware     TEXT PRIMARY KEY,
+    peaks        TEXT NOT NULL DEFAULT '{}',
+    measured_at  TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
 );

@@ -34,12 +34,14 @@ from accelopt_mcp.models import (
     pool_evaluations,
 )
 from accelopt_mcp.redaction import redact
-from accelopt_mcp.store import _rows
+from accelopt_mcp.store import _rows, _search
 from accelopt_mcp.store.base import (
     AmbiguousIdError,
     ConflictError,
     ExperienceIn,
     ExperienceRecord,
+    HardwarePeaksRecord,
+    IdKind,
     KernelStore,
     LlmCallRecord,
     LlmTotals,
@@ -79,17 +81,6 @@ _DATABASE_DOWN_CODES = {"PGRST000", "PGRST001", "PGRST002", "503"}
 def _doc(record: BaseModel) -> Any:
     """A record as the JSON value stored in a JSONB column (every field, defaults included)."""
     return json.loads(_rows.record_json(record))
-
-
-def _regex_literal(text: str) -> str:
-    """`text` as a PostgreSQL regular expression matching it literally: a backslash before a
-    non-alphanumeric character makes it literal (before a letter it would be an escape)."""
-    return "".join(c if c.isalnum() else "\\" + c for c in text)
-
-
-def _quoted(value: str) -> str:
-    """A value inside PostgREST's `or=(...)`: double-quoted, with `\\` and `"` escaped."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 class SupabaseStore(KernelStore):
@@ -164,7 +155,9 @@ class SupabaseStore(KernelStore):
         if code == "23505":
             return ConflictError(f"the record collides with a stored one ({text})")
         # 42883 is also "operator does not exist" (a type mismatch), not only a missing function.
-        if code in _SCHEMA_CODES or (code == "42883" and "solution_" in text):
+        if code in _SCHEMA_CODES or (
+            code == "42883" and ("solution_" in text or "search_experiences" in text)
+        ):
             return StoreUnavailableError(
                 f"the kernel database schema is incomplete in Supabase at {self.location} "
                 f"({code}: {text}); apply schema_v2.txt in the project's SQL editor, then run "
@@ -353,6 +346,46 @@ class SupabaseStore(KernelStore):
             self._table("solutions").select(",".join(_rows.SOLUTION_COLUMNS)).eq("id", canonical)
         )
         return None if row is None else _rows.solution_from_row(row)
+
+    def update_solution_links(
+        self,
+        solution_id: str,
+        *,
+        parent_id: str | None = None,
+        name: str | None = None,
+        author: str | None = None,
+        evolve_metadata: dict[str, Any] | None = None,
+    ) -> StoredSolution:
+        stored = self.get_solution(solution_id)
+        if stored is None:
+            raise UnknownReferenceError(_rows.unknown_solution(str(solution_id), "solution_id"))
+        changes: dict[str, Any] = {}
+        if parent_id is not None:
+            changes["parent_id"] = self._canonical_solution(parent_id, "parent_id")
+        if name is not None or author is not None:
+            solution = stored.solution.model_copy(
+                update={
+                    key: value
+                    for key, value in (("name", name), ("author", author))
+                    if value is not None
+                }
+            )
+            changes["solution"] = _doc(solution)
+        if evolve_metadata:
+            merged = {**stored.evolve_metadata, **evolve_metadata}
+            changes["evolve_metadata"] = json.loads(_rows.plain_json(merged, "evolve_metadata"))
+        if changes:
+
+            def missing(detail: str) -> str:
+                return _rows.unknown_solution(str(parent_id), "parent_id")
+
+            self._rows(
+                self._table("solutions").update(changes).eq("id", stored.id),
+                on_missing_reference=missing,
+            )
+        updated = self.get_solution(stored.id)
+        assert updated is not None
+        return updated
 
     def find_solution(self, solution_hash: str, hash_version: int = 1) -> StoredSolution | None:
         _rows.check_strings(solution_hash=solution_hash)
@@ -802,18 +835,24 @@ class SupabaseStore(KernelStore):
         _rows.check_limit(limit)
         _rows.check_strings(text=text, definition_name=definition_name, namespace=namespace)
 
+        words = _search.search_words(text)
+        columns = ",".join(_rows.EXPERIENCE_COLUMNS)
+
         def query() -> Query:
-            q = self._table("experiences").select(",".join(_rows.EXPERIENCE_COLUMNS))
-            if text:
-                # imatch with a literal pattern: ilike would read `*`, `%` and `_` as wildcards.
-                pattern = _quoted(_regex_literal(text))
-                q = q.or_(",".join(f"{c}.imatch.{pattern}" for c in _SEARCHED_FIELDS))
+            if words is None:
+                q = self._table("experiences").select(columns)
+            else:
+                # The schema's function: the same ranking as the PostgreSQL store.
+                arguments: dict[str, Any] = {"words": words}  # a JSON array: text[]
+                q = self._postgrest.rpc("search_experiences", arguments).select(columns)
             if definition_name is not None:
                 q = q.eq("definition_name", definition_name)
             if namespace is not None:
                 q = q.eq("namespace", namespace)
             if not include_removed:
                 q = q.eq("removed", False)
+            if words is not None:
+                q = q.order("search_rank", desc=True)
             return q.order("seq", desc=True)
 
         return [_rows.experience_from_row(r) for r in self._paged(query, limit)]
@@ -975,6 +1014,49 @@ class SupabaseStore(KernelStore):
                 total[row["status"]] += 1
         return [LlmTotals(role=role, **totals[role]) for role in sorted(totals)]
 
+    # ------------------------------------------------------------------ ids
+    def resolve_id(self, kind: IdKind, id_or_prefix: str) -> str | None:
+        table = _rows.id_table(kind)
+        _rows.require_str(id_or_prefix, "id_or_prefix")
+        exact = _rows.canonical_uuid(id_or_prefix) if kind == "solution" else id_or_prefix
+        if exact is not None and self._first(self._table(table).select("id").eq("id", exact)):
+            return exact
+        digits = _rows.prefix_hex(id_or_prefix)
+        if digits is None:
+            return None
+        query = self._table(table).select("id")
+        if kind == "solution":
+            # A uuid column has no LIKE; the ids starting with the digits are a range.
+            low, high = _rows.uuid_bounds(digits)
+            query = query.gte("id", low).lte("id", high)
+        else:
+            forms = _rows.prefix_forms(digits)  # hex and dashes: plain inside or=(...)
+            query = query.or_(",".join(f"id.like.{form}*" for form in forms))
+        rows = self._rows(query.order("id").limit(_rows.AMBIGUOUS_SHOWN + 1))
+        return _rows.one_id(kind, id_or_prefix, [str(r["id"]) for r in rows])
+
+    # ------------------------------------------------------------------ hardware peaks
+    def put_hardware_peaks(self, hardware: str, peaks: dict[str, Any]) -> None:
+        _rows.require_str(hardware, "hardware")
+        doc = json.loads(_rows.plain_json(peaks, "peaks"))
+        # The row's trigger stamps measured_at when an upsert replaces it.
+        self._run(
+            self._table("hardware_peaks").upsert(
+                {"hardware": hardware, "peaks": doc},
+                on_conflict="hardware",
+                returning="minimal",
+            )
+        )
+
+    def get_hardware_peaks(self, hardware: str) -> HardwarePeaksRecord | None:
+        _rows.check_strings(hardware=hardware)
+        row = self._first(
+            self._table("hardware_peaks")
+            .select(",".join(_rows.HARDWARE_PEAKS_COLUMNS))
+            .eq("hardware", hardware)
+        )
+        return None if row is None else _rows.hardware_peaks_from_row(row)
+
     # ------------------------------------------------------------------ housekeeping
     def stats(self) -> StoreStats:
         counts: dict[str, int] = {}
@@ -985,9 +1067,6 @@ class SupabaseStore(KernelStore):
 
     def close(self) -> None:
         self._http.close()
-
-
-_SEARCHED_FIELDS = ("title", "strategy", "pseudocode")
 
 
 def _cut(best: dict[str, Row], limit: int) -> float:

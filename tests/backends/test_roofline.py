@@ -5,12 +5,14 @@ import math
 import pytest
 
 from accelopt_mcp.backends.roofline import (
+    PERCENT_COUNTERS,
     TRN1,
     TRN2,
     HardwarePeak,
     is_above_peak,
     peak_counters,
     peak_for,
+    percent_counters,
     percent_of_peak,
 )
 from accelopt_mcp.models import Roofline
@@ -53,6 +55,19 @@ def test_above_peak_is_flagged_and_counters_are_numeric() -> None:
     counters = peak_counters(report)
     assert counters["peak_roofline_fraction"] == report["roofline_fraction"]
     assert "peak_bound" not in counters and all(isinstance(v, float) for v in counters.values())
+
+
+def test_every_backend_reports_percent_of_peak_under_the_same_names() -> None:
+    moved = 410 * 1024**3 * 1e-3 / 4  # a quarter of what trn1 moves in 1 ms
+    report = percent_of_peak(1.0, Roofline(flops=23.75e9 / 10, bytes_moved=moved), "trn1")
+    counters = peak_counters(report)
+    assert set(PERCENT_COUNTERS) <= set(counters)
+    assert counters["bandwidth_pct_of_peak"] == pytest.approx(25.0)
+    assert counters["flops_pct_of_peak"] == pytest.approx(10.0)
+    assert counters["roofline_pct_of_peak"] == pytest.approx(25.0)
+    assert counters["memory_bound"] == 1.0
+    compute = percent_counters(percent_of_peak(1.0, Roofline(flops=23.75e9, bytes_moved=0), TRN1))
+    assert compute["memory_bound"] == 0.0 and compute["roofline_pct_of_peak"] == pytest.approx(100)
 
 
 def test_gpu_names_resolve_and_unknown_hardware_is_a_clear_error() -> None:

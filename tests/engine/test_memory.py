@@ -1,12 +1,23 @@
-"""Optimization memory on a real store: FIFO cap, seeding from a namespace, removal."""
+"""Optimization memory on a real store: FIFO cap, seeding from a namespace, removal, and the
+one namespace default that runs and the memory tools share."""
 
 from __future__ import annotations
 
+import pytest
+
+from accelopt_mcp.backends.registry import backend_names
 from accelopt_mcp.engine.config import OptimizeConfig
-from accelopt_mcp.engine.memory import OptimizationMemory
+from accelopt_mcp.engine.memory import (
+    OptimizationMemory,
+    add_experience,
+    default_namespace,
+    memory_namespace_of,
+    namespace_note,
+    run_namespace,
+)
 from accelopt_mcp.engine.runs import prepare_run
 from accelopt_mcp.models import Solution, Task
-from accelopt_mcp.store.base import ExperienceIn, KernelStore
+from accelopt_mcp.store.base import DEFAULT_BACKEND, DEFAULT_NAMESPACE, ExperienceIn, KernelStore
 
 
 def _item(task: Task, title: str) -> ExperienceIn:
@@ -104,3 +115,48 @@ def test_fifo_as_an_iteration_started(
     assert [i.title for i in memory.working_set()] == ["it1-2", "it2-0", "it2-1"]
     assert [i.title for i in memory.working_set(3)] == ["it1-2", "it2-0", "it2-1"]
     assert [i.title for i in memory.working_set(2)] == ["it1-0", "it1-1", "it1-2"]
+
+
+# --------------------------------------------------------------------------- namespaces
+
+
+def test_runs_and_hand_added_items_share_one_default_namespace() -> None:
+    assert OptimizeConfig().backend == DEFAULT_BACKEND == "cpu"
+    assert OptimizeConfig().memory_namespace() == DEFAULT_NAMESPACE == "cpu"
+    for backend in backend_names():
+        config = OptimizeConfig(backend=backend)
+        assert config.memory_namespace() == default_namespace(backend) == backend
+        assert memory_namespace_of(None, backend) == config.memory_namespace()
+    assert OptimizeConfig(backend="nki", namespace="pool").memory_namespace() == "pool"
+    assert memory_namespace_of("pool", "nki") == "pool"
+    assert memory_namespace_of() == "cpu"
+    # An item that names no namespace lands where a default run reads.
+    assert ExperienceIn(definition_name="d", title="t", strategy="s").namespace == "cpu"
+    with pytest.raises(ValueError, match="unknown backend 'gpu'; choose one of cpu"):
+        memory_namespace_of(None, "gpu")
+
+
+def test_a_hand_added_item_seeds_the_next_default_run(
+    store: KernelStore, silu_task: Task, silu_baseline: Solution
+) -> None:
+    store.upsert_definition(silu_task.definition)
+    item = add_experience(store, _item(silu_task, "by hand"))  # no namespace given
+    config = OptimizeConfig(seed_from_namespace=True)
+    seeds = OptimizationMemory.seeds_from_namespace(store, config.memory_namespace(), 16)
+    assert seeds == [item.id]
+
+
+def test_the_note_says_when_no_job_reads_a_namespace(
+    store: KernelStore, silu_task: Task, silu_baseline: Solution
+) -> None:
+    for backend in backend_names():
+        assert namespace_note(store, default_namespace(backend)) is None
+    note = namespace_note(store, "cpu/x86_64")
+    assert note is not None
+    assert "no run has used namespace 'cpu/x86_64'" in note
+    assert "jobs read 'cpu' (backend cpu) unless started with namespace='cpu/x86_64'" in note
+    assert "'nki' (backend nki)" in (namespace_note(store, "mine", "nki") or "")
+    run = prepare_run(store, silu_task, silu_baseline, OptimizeConfig(namespace="cpu/x86_64"))
+    assert run_namespace(store.get_run(run)) == "cpu/x86_64"  # type: ignore[arg-type]
+    assert namespace_note(store, "cpu/x86_64") is None  # a stored run used it
+    assert namespace_note(store, "mine") is not None

@@ -138,7 +138,10 @@ class StandinHandler(BaseHTTPRequestHandler):
             return
         if role is None:
             entry["outcome"] = "unrouted"
-            self._send_error_body(400, f"stand-in: no scripted role for model {body.get('model')}")
+            # As vLLM answers a model it does not serve.
+            self._send_error_body(
+                404, f"stand-in: no scripted role: the model `{body.get('model')}` does not exist"
+            )
             return
         reply = self.state.take_reply(role)
         if reply is None:

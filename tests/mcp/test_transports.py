@@ -14,7 +14,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.mcp.conftest import TRACE_DIR
-from tests.mcp.helpers import fails, ok
+from tests.mcp.helpers import TOOLS_LIST_BYTES, fails, ok
 from tests.mcp.processes import REPO_ROOT, HttpServer, console_script, server_env
 
 pytestmark = pytest.mark.anyio
@@ -82,11 +82,13 @@ def test_stdio_stdout_holds_only_protocol(tmp_path: Path) -> None:
     process.stdin.write("".join(json.dumps(r) + "\n" for r in requests).encode())
     process.stdin.flush()
     messages = []
+    sizes: dict[object, int] = {}
     # Stdin stays open until the last answer is in: EOF ends the session.
     while not any(m.get("id") == 3 for m in messages):
         line = process.stdout.readline()
         assert line, "the server closed stdout early"
         messages.append(json.loads(line))  # every line must be JSON-RPC
+        sizes[messages[-1].get("id")] = len(line)
     process.stdin.close()
     process.wait(timeout=30)
     log.close()
@@ -97,6 +99,9 @@ def test_stdio_stdout_holds_only_protocol(tmp_path: Path) -> None:
     by_id = {m["id"]: m for m in messages if "id" in m}
     assert by_id[1]["result"]["serverInfo"]["name"] == "accelopt"
     assert len(by_id[2]["result"]["tools"]) >= 18
+    # tools/list, as sent: every tool's schema lands in each session's context.
+    assert sizes[2] < TOOLS_LIST_BYTES, sizes[2]
+    assert all("outputSchema" not in t for t in by_id[2]["result"]["tools"])
     assert by_id[3]["result"]["isError"] is True
     # The failure was logged, on stderr.
     assert "nope" in stderr.decode()

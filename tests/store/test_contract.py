@@ -12,6 +12,7 @@ from accelopt_mcp import hashing
 from accelopt_mcp.models import Evaluation, LlmCallIn
 from accelopt_mcp.models.evaluation import UNTRUSTED_FLAGS, flags_trusted
 from accelopt_mcp.store.base import (
+    AmbiguousIdError,
     ConflictError,
     ExperienceIn,
     KernelStore,
@@ -143,6 +144,37 @@ def test_same_source_returns_first_row_unchanged(seeded: KernelStore) -> None:
     assert stored.parent_id is None
     assert stored.evolve_metadata == {"run_id": "a"}
     assert seeded.stats().counts["solutions"] == 2
+
+
+def test_update_solution_links_sets_what_is_given_and_keeps_the_source(
+    seeded: KernelStore,
+) -> None:
+    root = seeded.upsert_solution(make_solution(DEF, "# root\n"))
+    sid = seeded.upsert_solution(
+        make_solution(DEF, "# pasted\n", name="d_user"), evolve_metadata={"run_id": "r"}
+    )
+    before = seeded.get_solution(sid)
+    assert before is not None
+    updated = seeded.update_solution_links(
+        sid[:8] + sid[8:], parent_id=root, name="tiled", author="agent",
+        evolve_metadata={"plan": "tile rows"},
+    )  # fmt: skip
+    assert updated.id == sid and updated.parent_id == root
+    assert (updated.solution.name, updated.author) == ("tiled", "agent")
+    assert updated.evolve_metadata == {"run_id": "r", "plan": "tile rows"}
+    assert updated.solution_hash == before.solution_hash  # the source did not change
+    assert updated.solution.sources == before.solution.sources
+    assert seeded.get_solution(sid) == updated
+    # Only what is given changes.
+    again = seeded.update_solution_links(sid, evolve_metadata={"note": "x"})
+    assert again.parent_id == root and again.solution.name == "tiled"
+    assert again.evolve_metadata == {"run_id": "r", "plan": "tile rows", "note": "x"}
+    missing = "00000000-0000-4000-8000-000000000000"
+    with pytest.raises(UnknownReferenceError, match=missing):
+        seeded.update_solution_links(sid, parent_id=missing)
+    with pytest.raises(UnknownReferenceError):
+        seeded.update_solution_links(missing, name="nobody")
+    assert seeded.get_solution(sid) == again
 
 
 def test_same_source_under_another_definition_conflicts(seeded: KernelStore) -> None:
@@ -561,26 +593,22 @@ def test_recent_experiences_is_a_queue(seeded: KernelStore) -> None:
     assert seeded.stats().counts["experiences"] == 6
 
 
-def test_search_experiences(seeded: KernelStore) -> None:
-    a = seeded.add_experience(
-        ExperienceIn(definition_name=DEF, title="Vectorize the EXP", strategy="use SIMD")
-    )
-    b = seeded.add_experience(
-        ExperienceIn(definition_name=DEF, title="Tile", strategy="blocks of 128", pseudocode="exp")
-    )
+def test_search_experiences_filters_and_orders(seeded: KernelStore) -> None:
+    """Filters and order without text; the word search: tests/store/test_memory_search.py."""
+    a = seeded.add_experience(_experience(1))
+    b = seeded.add_experience(_experience(2, namespace="n2"))
+    seeded.upsert_definition(make_definition("other"))
     c = seeded.add_experience(
-        ExperienceIn(definition_name="other", title="t", strategy="Exponent trick", namespace="n2")
+        ExperienceIn(definition_name="other", title="t", strategy="s", namespace="n2")
     )
-    seeded.add_experience(ExperienceIn(definition_name=DEF, title="unrelated", strategy="x"))
-    assert [e.id for e in seeded.search_experiences(text="eXp")] == [c, b, a]
-    assert [e.id for e in seeded.search_experiences(text="exp", definition_name=DEF)] == [b, a]
-    assert [e.id for e in seeded.search_experiences(text="exp", namespace="n2")] == [c]
-    assert [e.id for e in seeded.search_experiences(text="exp", limit=1)] == [c]
-    assert seeded.search_experiences(text="50%_") == []
-    seeded.remove_experience(b)
-    assert [e.id for e in seeded.search_experiences(text="exp")] == [c, a]
-    assert [e.id for e in seeded.search_experiences(text="exp", include_removed=True)] == [c, b, a]
-    assert len(seeded.search_experiences()) == 3
+    assert [e.id for e in seeded.search_experiences()] == [c, b, a]
+    assert [e.id for e in seeded.search_experiences(definition_name=DEF)] == [b, a]
+    assert [e.id for e in seeded.search_experiences(namespace="n2")] == [c, b]
+    assert [e.id for e in seeded.search_experiences(limit=1)] == [c]
+    assert seeded.remove_experience(b)
+    assert [e.id for e in seeded.search_experiences()] == [c, a]
+    assert [e.id for e in seeded.search_experiences(include_removed=True)] == [c, b, a]
+    assert seeded.get_experience(a).namespace == "cpu"  # the default backend's namespace
 
 
 def test_experience_with_unknown_references_is_refused(seeded: KernelStore) -> None:
@@ -589,6 +617,70 @@ def test_experience_with_unknown_references_is_refused(seeded: KernelStore) -> N
     with pytest.raises(UnknownReferenceError, match="fast_solution_id"):
         seeded.add_experience(_experience(1, fast_solution_id="nope"))
     assert seeded.stats().counts["experiences"] == 0
+
+
+# --------------------------------------------------------------------------- id prefixes
+
+
+def test_resolve_id_takes_a_unique_prefix(seeded: KernelStore) -> None:
+    sid = seeded.upsert_solution(make_solution(DEF, "# prefix\n"))
+    for given in (sid, sid.upper(), sid[:8], sid[:13], sid.replace("-", "")[:12].upper()):
+        assert seeded.resolve_id("solution", given) == sid, given
+    assert seeded.resolve_id("solution", sid[:7]) is None  # too short to be a prefix
+    assert seeded.resolve_id("solution", ("e" if sid[0] == "f" else "f") * 8) is None
+    eid = seeded.add_experience(_experience(1))
+    assert seeded.resolve_id("experience", eid[:8]) == eid
+    assert seeded.resolve_id("experience", eid[:8].upper() + "-" + eid[8:10]) == eid
+    assert seeded.resolve_id("run", eid[:8]) is None  # kinds are apart
+
+    twins = [f"deadbeef-0000-4000-8000-00000000000{i}" for i in range(5)]
+    for run_id in [*twins[:2], "r1", "cafebabe12345678"]:
+        seeded.create_run(RunRecord(id=run_id, definition_name=DEF))
+    assert seeded.resolve_id("run", "r1") == "r1"  # any id, whole
+    assert seeded.resolve_id("run", "cafebabe") == "cafebabe12345678"
+    assert seeded.resolve_id("run", "deadbeef0000400080000000000000001") is None  # 33 digits
+    assert seeded.resolve_id("run", "deadbeef000040008000000000000001") == twins[1]
+    with pytest.raises(AmbiguousIdError, match=r"run id prefix 'DEADBEEF' matches 2 runs") as err:
+        seeded.resolve_id("run", "DEADBEEF")
+    assert twins[0] in str(err.value) and "give more of the id" in str(err.value)
+    assert (err.value.kind, err.value.given) == ("run", "DEADBEEF")
+    assert (err.value.matches, err.value.more) == (tuple(twins[:2]), False)
+    for run_id in twins[2:]:
+        seeded.create_run(RunRecord(id=run_id, definition_name=DEF))
+    with pytest.raises(AmbiguousIdError, match=r"matches more than 3 runs \(.*, \.\.\.\)"):
+        seeded.resolve_id("run", "deadbeef-0000")
+    with pytest.raises(ValueError, match="kind must be one of solution, run, experience"):
+        seeded.resolve_id("profile", sid)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- hardware peaks
+
+
+def test_hardware_peaks_are_a_cache_of_one_row_per_hardware(store: KernelStore) -> None:
+    assert store.get_hardware_peaks("cpu/x86_64/Example") is None
+    before = datetime.now(UTC).timestamp()
+    store.put_hardware_peaks("cpu/x86_64/Example", {"fp32_gflops": 150.5, "cores": 8})
+    first = store.get_hardware_peaks("cpu/x86_64/Example")
+    assert first is not None
+    assert first.hardware == "cpu/x86_64/Example"
+    assert first.peaks == {"fp32_gflops": 150.5, "cores": 8}
+    assert _is_utc(first.measured_at) and abs(first.measured_at.timestamp() - before) < 60
+    nested = {"fp64_gflops": 70.25, "bandwidth": {"dram_gbps": 18.5, "note": "stream triad"}}
+    store.put_hardware_peaks("cpu/x86_64/Example", nested)  # replaces, stamps again
+    second = store.get_hardware_peaks("cpu/x86_64/Example")
+    assert second is not None and second.peaks == nested
+    assert second.measured_at >= first.measured_at
+    store.put_hardware_peaks("cpu/other", {})
+    assert store.get_hardware_peaks("cpu/other").peaks == {}
+    assert store.get_hardware_peaks("cpu/x86_64/Example").peaks == nested
+    with pytest.raises(TypeError, match="peaks"):
+        store.put_hardware_peaks("cpu/x", {"fp32_gflops": math.inf})
+    with pytest.raises(TypeError, match="peaks"):
+        store.put_hardware_peaks("cpu/x", [1.0])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="hardware"):
+        store.put_hardware_peaks("", {})
+    assert store.get_hardware_peaks("cpu/x") is None
+    assert "hardware_peaks" not in store.stats().counts  # a cache, not a record
 
 
 # --------------------------------------------------------------------------- llm ledger

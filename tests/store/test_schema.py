@@ -46,7 +46,10 @@ TABLES = {
     "experiences",
     "llm_calls",
     "run_entries",
+    "hardware_peaks",
 }
+RECORD_TABLES = TABLES - {"hardware_peaks"}
+"""What stats() counts (hardware_peaks is a cache)."""
 
 
 def _psql() -> str:
@@ -85,12 +88,14 @@ def test_psql_applies_schema_twice(pg_dsn: str) -> None:
             r[0]
             for r in conn.execute("SELECT proname FROM pg_proc WHERE proname LIKE 'solution_%'")
         }
+        search = conn.execute("SELECT to_regprocedure('search_experiences(text[])')").fetchone()
     assert tables == TABLES
     assert "solution_profiles" in views
     assert {"solution_ancestors", "solution_descendants"} <= functions
+    assert search is not None and search[0] is not None
     # A store opened without init finds the schema psql applied.
     with PostgresStore(pg_dsn) as store:
-        assert store.stats().counts == dict.fromkeys(TABLES, 0)
+        assert store.stats().counts == dict.fromkeys(RECORD_TABLES, 0)
 
 
 @pytest.mark.postgres
@@ -477,7 +482,7 @@ def test_sqlite_brings_a_version_3_file_up_to_date(tmp_path: Path) -> None:
     try:
         columns = [r[1] for r in conn.execute("PRAGMA table_xinfo(llm_calls)")]
         assert columns.count("messages") == 1 and "status" in columns
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     finally:
         conn.close()
 
@@ -541,3 +546,122 @@ def test_reapplying_the_schema_adds_the_audit_trail(
         call = remote.get_llm_call(remote.list_llm_calls("r")[-1].id)
         assert call is not None and call.messages is not None
         assert [e.key for e in remote.run_entries("r")] == ["1/0/0/0", "1/0/0/1"]
+
+
+# --------------------------------------------------------------------------- word search, peaks
+
+_OLD_ITEMS = (
+    ("e-far", "Tile the matrix", "each thread owns a band of rows; later the GEMM panel fits"),
+    ("e-gemm", "GEMM in float32", "avoid float64 temporaries"),
+)
+
+
+def _v4_sqlite() -> str:
+    """sqlite_schema.sql as it was at version 4: no word search, no hardware_peaks."""
+    schema = sqlite_schema()
+    old = re.sub(
+        r"\n-- Word search over the memory.*?experiences_fts_update.*?END;\n",
+        "\n",
+        schema,
+        flags=re.S,
+    )
+    old = re.sub(r"\n-- Peak rates measured on a host.*?\n\);\n", "\n", old, flags=re.S)
+    assert "experiences_fts" not in old and "hardware_peaks" not in old
+    return old
+
+
+def _check_search_migrated(store: KernelStore) -> None:
+    assert [e.id for e in store.search_experiences(text="GEMM thread")] == ["e-far"]
+    assert [e.id for e in store.search_experiences(text="float32")] == ["e-gemm"]
+    store.put_hardware_peaks("cpu/x", {"fp32_gflops": 1.0})
+    assert store.get_hardware_peaks("cpu/x").peaks == {"fp32_gflops": 1.0}  # type: ignore[union-attr]
+
+
+def test_sqlite_brings_a_version_4_file_up_to_date(tmp_path: Path) -> None:
+    path = tmp_path / "v4.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(_v4_sqlite() + "\nPRAGMA user_version = 4;")
+    conn.executemany(
+        "INSERT INTO experiences (id, definition_name, title, strategy) VALUES (?, 'd', ?, ?)",
+        _OLD_ITEMS,
+    )
+    conn.commit()
+    conn.close()
+    with SqliteStore(path) as store:
+        _check_search_migrated(store)
+    with SqliteStore(path) as store:  # reopening indexes nothing twice
+        assert [e.id for e in store.search_experiences(text="gemm")] == ["e-gemm", "e-far"]
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert conn.execute("SELECT count(*) FROM experiences_fts").fetchone() == (2,)
+        # The triggers keep the index in step with edits made outside the store too.
+        conn.execute("UPDATE experiences SET title = 'Vectorize' WHERE id = 'e-gemm'")
+        conn.execute("DELETE FROM experiences WHERE id = 'e-far'")
+        conn.commit()
+        assert conn.execute("SELECT id, title FROM experiences_fts").fetchall() == [
+            ("e-gemm", "Vectorize")
+        ]
+    finally:
+        conn.close()
+    with SqliteStore(path) as store:
+        assert [e.id for e in store.search_experiences(text="vectorize temporaries")] == ["e-gemm"]
+        assert store.search_experiences(text="GEMM") == []
+
+
+def _before_search_pg() -> str:
+    """schema_v2.txt as it was before word search and hardware_peaks."""
+    schema = SCHEMA.read_text("utf-8")
+    old = re.sub(r"\n-- Word search \(accelopt_mcp.*?\$\$;\n", "\n", schema, flags=re.S)
+    old = re.sub(
+        r"\n-- -+ hardware_peaks\n.*?EXECUTE FUNCTION hardware_peaks_touch_measured_at\(\);\n",
+        "\n",
+        old,
+        flags=re.S,
+    )
+    assert "search" not in old and "hardware_peaks" not in old and "tsvector" not in old
+    return old
+
+
+@pytest.mark.postgres
+def test_reapplying_the_schema_adds_word_search_and_peaks(
+    pg_dsn: str, request: pytest.FixtureRequest
+) -> None:
+    from accelopt_mcp.store.supabase import SupabaseStore
+    from tests.store.supabase_fixture import serve
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(_before_search_pg())
+        for item_id, title, strategy in _OLD_ITEMS:
+            conn.execute(
+                "INSERT INTO experiences (id, definition_name, title, strategy) "
+                "VALUES (%s, 'd', %s, %s)",
+                (item_id, title, strategy),
+            )
+    running = serve(pg_dsn, request)  # its schema cache predates the new objects
+    with pytest.raises(StoreUnavailableError, match=r"older than this accelopt") as caught:
+        PostgresStore(pg_dsn)
+    for name in ("experiences.search_vector", "hardware_peaks", "search_experiences()"):
+        assert name in str(caught.value)
+    with PostgresStore(pg_dsn, init_schema=True) as store:
+        _check_search_migrated(store)
+    with SupabaseStore(running.url, key=running.key) as remote:
+        assert [e.id for e in remote.search_experiences(text="thread GEMM")] == ["e-far"]
+        assert remote.get_hardware_peaks("cpu/x").peaks == {"fp32_gflops": 1.0}  # type: ignore[union-attr]
+
+
+@pytest.mark.postgres
+def test_the_stop_words_are_postgresqls_english_ones(pg_admin_dsn: str) -> None:
+    """A word PostgreSQL drops but SQLite's FTS5 kept would make the stores disagree."""
+    from accelopt_mcp.store._search import STOP_WORDS
+
+    with psycopg.connect(pg_admin_dsn) as conn:
+        dropped = conn.execute(
+            "SELECT w FROM unnest(%s::text[]) AS u (w) WHERE ts_lexize('english_stem', w) = '{}'",
+            (sorted(STOP_WORDS),),
+        ).fetchall()
+        share = conn.execute("SELECT setting FROM pg_config WHERE name = 'SHAREDIR'").fetchone()
+    assert {r[0] for r in dropped} == STOP_WORDS
+    listed = Path(share[0]) / "tsearch_data" / "english.stop" if share else None
+    if listed is not None and listed.exists():  # a server on this machine: the whole list
+        assert set(listed.read_text().split()) == STOP_WORDS

@@ -1,6 +1,7 @@
 """What the Supabase store does beyond the shared contract (tests/store/test_contract.py):
 opening fails fast with set-up steps, secrets stay out of messages, reads page past the
-project's row cap, and memory search matches text literally.
+project's row cap, and rows written through PostgREST are plain rows (memory search, the same
+in every store: tests/store/test_memory_search.py).
 
 Everything runs through the real supabase client against the PostgREST stand-in for tests.
 """
@@ -14,7 +15,7 @@ import psycopg
 import pytest
 
 from accelopt_mcp.store import open_store
-from accelopt_mcp.store.base import ExperienceIn, StoreUnavailableError
+from accelopt_mcp.store.base import StoreUnavailableError
 from accelopt_mcp.store.supabase import SupabaseStore
 from tests.postgrest_standin.launcher import RunningStandIn, free_port
 from tests.store.samples import (
@@ -159,51 +160,6 @@ def test_best_solutions_ranks_across_pages_with_ties(store: SupabaseStore) -> No
     # 0.5 and 1.0, then the first stored of the three tied at 3.0.
     assert [r.solution.id for r in best] == [ids[5], ids[1], ids[2]]
     assert [r.profile.latency_ms for r in best] == [0.5, 1.0, 3.0]
-
-
-# --------------------------------------------------------------------------- memory search
-
-
-@pytest.mark.parametrize(
-    ("needle", "expected"),
-    [
-        ("a*b", ["literal a*b here"]),
-        ("%", ["100% vectorised"]),
-        ("_x", ["under_x score"]),
-        ('"quoted", (paren)', ['say "quoted", (paren) twice']),
-        ("back\\slash", ["back\\slash path"]),
-        ("VECTORISED", ["100% vectorised"]),
-        ("émoji ✓", ["Émoji ✓ unicode"]),
-    ],
-)
-def test_memory_search_matches_text_literally(
-    store: SupabaseStore, needle: str, expected: list[str]
-) -> None:
-    store.upsert_definition(make_definition("d"))
-    titles = [
-        "literal a*b here",
-        "aXXb wildcard bait",
-        "100% vectorised",
-        "under_x score",
-        "underYx bait",
-        'say "quoted", (paren) twice',
-        "back\\slash path",
-        "Émoji ✓ unicode",
-    ]
-    for title in titles:
-        store.add_experience(ExperienceIn(definition_name="d", title=title, strategy="s"))
-    found = store.search_experiences(text=needle)
-    assert [e.title for e in found] == expected
-
-
-def test_search_also_reads_strategy_and_pseudocode(store: SupabaseStore) -> None:
-    store.upsert_definition(make_definition("d"))
-    store.add_experience(ExperienceIn(definition_name="d", title="t1", strategy="tile the loop"))
-    store.add_experience(
-        ExperienceIn(definition_name="d", title="t2", strategy="s", pseudocode="for i: TILE")
-    )
-    store.add_experience(ExperienceIn(definition_name="d", title="t3", strategy="fuse"))
-    assert [e.title for e in store.search_experiences(text="tile")] == ["t2", "t1"]
 
 
 def test_rows_written_through_postgrest_are_plain_rows_in_postgres(

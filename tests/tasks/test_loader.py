@@ -8,7 +8,14 @@ import pytest
 
 from accelopt_mcp.models import Language
 from accelopt_mcp.tasks.flashinfer_format import TaskFileError
-from accelopt_mcp.tasks.kernels import load_solution
+from accelopt_mcp.tasks.kernels import (
+    SOURCE_ORIGIN,
+    default_kernel_name,
+    is_placeholder_name,
+    kernel_solution,
+    load_solution,
+    syntax_problem,
+)
 from accelopt_mcp.tasks.loader import load_task
 
 ROOT = Path(__file__).resolve().parents[2] / "examples" / "cpu"
@@ -86,3 +93,38 @@ def test_solution_json_must_match_the_task(tmp_path: Path) -> None:
     wrong.write_text(json.dumps(data))
     with pytest.raises(TaskFileError, match="is for definition 'other'"):
         load_solution(wrong, task)
+
+
+def test_a_kernel_that_is_not_python_still_becomes_a_solution(tmp_path: Path) -> None:
+    """Profiling reports it (COMPILE_ERROR, at its line); loading does not refuse it."""
+    task = load_task(FI / "definitions" / "silu_n1024.json")
+    broken = "import neuronxcc.nki as nki\n\ndef helper(x):\n    pass\n\ndef run(x):\n  return (x\n"
+    solution = kernel_solution(task, kernel_source=broken)
+    assert solution.spec.entry_point == "kernel.py::run"
+    assert solution.spec.language == Language.NKI
+    assert syntax_problem(solution, SOURCE_ORIGIN) == (
+        "kernel_source line 7: '(' was never closed\n    return (x\n           ^"
+    )
+    path = tmp_path / "mine.py"
+    path.write_text("def kernel(x):\n    return x +\n")
+    from_file = load_solution(path, task)
+    assert from_file.spec.entry_point == "mine.py::kernel"
+    problem = syntax_problem(from_file, str(path))
+    assert problem is not None and problem.startswith(f"{path} line 2: invalid syntax")
+    assert (syntax_problem(from_file) or "").startswith("mine.py line 2")
+    assert syntax_problem(load_solution(NK / "kernels" / "silu_M512_N1024_fast.py", task)) is None
+
+
+def test_pasted_kernels_are_named_by_their_source() -> None:
+    task = load_task(FI / "definitions" / "silu_n1024.json")
+    one = kernel_solution(task, kernel_source="def run(x):\n    return x\n")
+    two = kernel_solution(task, kernel_source="def run(x):\n    return x * 1\n")
+    assert one.name.startswith("silu_n1024-") and len(one.name) == len("silu_n1024-") + 8
+    assert one.name != two.name
+    assert one.name == default_kernel_name("silu_n1024", "def run(x):\n    return x\n")
+    assert is_placeholder_name(one)
+    assert is_placeholder_name(one.model_copy(update={"name": "silu_n1024_user"}))
+    assert not is_placeholder_name(one.model_copy(update={"name": "vectorized"}))
+    assert not is_placeholder_name(one.model_copy(update={"name": two.name}))
+    named = kernel_solution(task, kernel_source="def run(x):\n    return x\n", name="mine")
+    assert named.name == "mine" and not is_placeholder_name(named)

@@ -1,0 +1,155 @@
+"""Percent of peak on the cpu backend: real profiles of the example tasks, pinned to one core,
+held against this host's peaks (measured for real with tiny sizes, kept in a real store)."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from accelopt_mcp.backends.cpu import CpuBackend
+from accelopt_mcp.backends.cpu_peaks import CpuPeaks, PeakSizes, PeakSource, forget_peaks
+from accelopt_mcp.comparing import figures_text, roofline_text, shown_counters
+from accelopt_mcp.engine.prompts import describe_profile
+from accelopt_mcp.models import BenchmarkConfig, Evaluation, Roofline, Task
+from accelopt_mcp.store.sqlite import SqliteStore
+from accelopt_mcp.tasks.kernels import load_solution
+from accelopt_mcp.tasks.loader import load_task
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cpu" / "nkibench"
+RMSNORM = EXAMPLES / "reference" / "rmsnorm_M256_N1024_numpy_0.py"
+RMSNORM_KERNEL = EXAMPLES / "kernels" / "rmsnorm_M256_N1024_fast.py"
+MATMUL = EXAMPLES / "reference" / "matmul_bias_M128_K256_N256_numpy_0.py"
+MATMUL_KERNEL = EXAMPLES / "kernels" / "matmul_bias_M128_K256_N256_0.py"
+# The evaluations run on one core: the every-core figures are not needed.
+ONE_CORE = PeakSizes.tiny(all_cores=False)
+# What is checked is how the figures are reported, not how precisely they are timed.
+QUICK = BenchmarkConfig(
+    seeds=[0],
+    warmup_runs=1,
+    iterations=5,
+    min_processes=1,
+    max_processes=1,
+    max_timing_seconds=1,
+    target_ci=0.2,
+    timeout_seconds=30,
+)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SqliteStore]:
+    with SqliteStore(str(tmp_path_factory.mktemp("roofline") / "kernels.db")) as db:
+        yield db
+
+
+@pytest.fixture(scope="module")
+def backend(store: SqliteStore) -> Iterator[CpuBackend]:
+    forget_peaks()
+    # Pinned to one core, as the engine's pool pins every evaluation.
+    core = max(os.sched_getaffinity(0))
+    yield CpuBackend(cpus={core}, peaks=PeakSource(store, sizes=ONE_CORE, peaks_file=None))
+    forget_peaks()
+
+
+@pytest.fixture(scope="module")
+def rmsnorm() -> Task:
+    task = load_task(RMSNORM)
+    assert task.roofline is not None and task.roofline.compute_unit == "vector"
+    return task
+
+
+def _profile(backend: CpuBackend, task: Task, kernel: Path) -> Evaluation:
+    solution = load_solution(kernel, task, target_hardware=["cpu"])
+    evaluation = backend.evaluate(task, solution, QUICK)
+    assert evaluation.passed, evaluation.log
+    return evaluation
+
+
+def test_percent_of_peak_is_latency_times_the_stored_peaks(
+    backend: CpuBackend, store: SqliteStore, rmsnorm: Task
+) -> None:
+    evaluation = _profile(backend, rmsnorm, RMSNORM_KERNEL)
+    counters = evaluation.hardware_counters
+    assert 0 < counters["roofline_pct_of_peak"] < 100
+    assert "above_peak" not in evaluation.flags and evaluation.trusted
+
+    # Recomputed from what the store keeps: one core's peaks, the task's work, the latency.
+    record = store.get_hardware_peaks(backend.hardware)
+    assert record is not None
+    peaks = CpuPeaks.model_validate(record.peaks).for_cores(1)
+    roofline = rmsnorm.roofline
+    assert roofline is not None and evaluation.performance is not None
+    seconds = evaluation.performance.latency_ms / 1e3
+    memory_peak, point = peaks.bandwidth_at(roofline.bytes_moved)
+    flops_pct = 100 * roofline.flops / seconds / peaks.vector_fp32_flops_per_s
+    bytes_pct = 100 * roofline.bytes_moved / seconds / memory_peak
+    assert counters["flops_pct_of_peak"] == pytest.approx(flops_pct, rel=1e-9)
+    assert counters["bandwidth_pct_of_peak"] == pytest.approx(bytes_pct, rel=1e-9)
+    assert counters["roofline_pct_of_peak"] == pytest.approx(max(flops_pct, bytes_pct), rel=1e-9)
+    assert counters["memory_bound"] == (1.0 if bytes_pct > flops_pct else 0.0)
+    assert counters["gflops"] == pytest.approx(roofline.flops / seconds / 1e9, rel=1e-9)
+    assert counters["gbytes_per_s"] == pytest.approx(roofline.bytes_moved / seconds / 1e9)
+    assert counters["peak_gflops"] == pytest.approx(peaks.vector_fp32_flops_per_s / 1e9)
+    assert counters["peak_gbytes_per_s"] == pytest.approx(memory_peak / 1e9)
+    assert counters["peak_cores"] == 1.0
+    # A 2 MiB working set: more than the tiny sizes' L2 stand-in holds, so the memory figure.
+    assert point is not None and point.level == "memory"
+
+    line = next(x for x in evaluation.log.splitlines() if x.startswith("roofline: "))
+    assert "peak of one core" in line
+    assert f"at {counters['roofline_pct_of_peak']:.1f}% of its roofline" in line
+
+    # What people, agents and the planner are shown: the figures, no harness internals.
+    shown = shown_counters(evaluation)
+    assert "roofline_pct_of_peak" in shown and "gflops" in shown
+    assert not {"max_rss_mb", "measurement_rounds", "latency_ms", "relative_spread"} & set(shown)
+    assert evaluation.measurement["max_rss_mb"] > 0
+    text = roofline_text(evaluation)
+    assert text is not None and text.startswith(f"{counters['roofline_pct_of_peak']:.3g}% of")
+    assert text.endswith(", one core)")
+    assert f"{text.split(' (')[0]} (" in figures_text(evaluation)
+    assert f"roofline_pct_of_peak: {counters['roofline_pct_of_peak']:.6g}" in describe_profile(
+        evaluation, random.Random(0)
+    )
+
+    # The second profile finds the figures kept: nothing is measured or stored again.
+    _profile(backend, rmsnorm, RMSNORM_KERNEL)
+    again = store.get_hardware_peaks(backend.hardware)
+    assert again is not None and again.measured_at == record.measured_at
+
+
+def test_a_roofline_that_overstates_the_work_is_flagged_above_peak(
+    backend: CpuBackend, rmsnorm: Task
+) -> None:
+    declared = rmsnorm.roofline
+    assert declared is not None
+    overstated = rmsnorm.model_copy(
+        update={
+            "roofline": Roofline(
+                flops=declared.flops * 1e4,
+                bytes_moved=declared.bytes_moved,
+                compute_unit="vector",
+            )
+        }
+    )
+    evaluation = _profile(backend, overstated, RMSNORM_KERNEL)
+    assert evaluation.hardware_counters["roofline_pct_of_peak"] > 100
+    assert evaluation.hardware_counters["memory_bound"] == 0.0
+    assert "above_peak" in evaluation.flags and not evaluation.trusted
+    assert "above this host's measured peak" in evaluation.log
+
+
+def test_a_task_without_a_roofline_says_so_and_how_to_declare_one(backend: CpuBackend) -> None:
+    task = load_task(MATMUL)
+    assert task.roofline is None
+    evaluation = _profile(backend, task, MATMUL_KERNEL)
+    assert not {"roofline_pct_of_peak", "gflops"} & set(evaluation.hardware_counters)
+    assert "above_peak" not in evaluation.flags
+    text = roofline_text(evaluation)
+    assert text is not None and text.startswith("no roofline declared")
+    assert "def roofline()" in text and "bytes_moved" in text
+    assert text in evaluation.log
+    assert "no roofline declared: add roofline() to the task" in figures_text(evaluation)
