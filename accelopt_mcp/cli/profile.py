@@ -26,6 +26,7 @@ from accelopt_mcp.comparing import (
     interval_text,
     latency_text,
     reference_speedup_text,
+    roofline_text,
     shown_counters,
     shown_evaluation,
 )
@@ -150,6 +151,9 @@ def _print_evaluation(outcome: ProfileOutcome) -> None:
             f"  spread (IQR / median) {s.relative_spread:.1%} over {s.runs} samples in "
             f"{s.measurement_rounds} sets of fresh processes{busy}"
         )
+    roofline = roofline_text(ev)
+    if roofline is not None:
+        say(f"  roofline {roofline}")
     if ev.correctness is not None:
         say(
             f"  max abs error {ev.correctness.max_absolute_error:.3g}   "

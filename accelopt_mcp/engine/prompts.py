@@ -29,6 +29,7 @@ from accelopt_mcp.comparing import (
     latency_text,
     level_text,
     reference_speedup_text,
+    roofline_text,
     shown_counters,
     speedup_text,
 )
@@ -115,6 +116,10 @@ def describe_profile(evaluation: Evaluation | None, rng: random.Random) -> str:
     if over_reference is not None:
         lines.append(f"speedup: {over_reference}")
     lines += [f"speedup: {comparison_text(c)}" for c in evaluation.comparisons]
+    roofline = roofline_text(evaluation, short=True)
+    if roofline is not None:
+        # How much room is left: the figure that tells a plan worth making from one that is not.
+        lines.append(f"roofline: {roofline}")
     # The latency is shown above, with its interval.
     counters = [(k, v) for k, v in shown_counters(evaluation).items() if k != "latency_ms"]
     rng.shuffle(counters)

@@ -5,7 +5,7 @@ that started them; the server resumes interrupted ones when it starts."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import anyio.to_thread
 from mcp.server.mcpserver.exceptions import ToolError
@@ -131,6 +131,20 @@ def start_optimization(
         bool, Field(description="Start from the namespace's newest experiences.")
     ] = False,
     workers: Annotated[int | None, Field(ge=1, description="Profiling slots.")] = None,
+    plan_mode: Annotated[
+        Literal["distinct", "independent"] | None,
+        Field(description="distinct: one call asks for N different plans; independent: N samples."),
+    ] = None,
+    repair_tries: Annotated[
+        int | None, Field(ge=0, le=5, description="Repair calls after a failed attempt.")
+    ] = None,
+    memory_policy: Annotated[
+        Literal["sample", "fifo"] | None,
+        Field(description="Newest iteration's items + a sample of older ones, or the newest."),
+    ] = None,
+    max_consecutive_llm_failures: Annotated[
+        int | None, Field(ge=0, description="Stop as llm_unavailable after this many (0: never).")
+    ] = None,
     benchmark: Annotated[
         dict[str, Any] | None,
         Field(description="Profiling settings: seeds, iterations, timeout_seconds, ..."),
@@ -166,6 +180,10 @@ def start_optimization(
             "namespace": namespace,
             "seed_from_namespace": seed_memory or None,
             "workers": workers,
+            "plan_mode": plan_mode,
+            "repair_tries": repair_tries,
+            "memory_policy": memory_policy,
+            "max_consecutive_llm_failures": max_consecutive_llm_failures,
             "benchmark": benchmark,
         },
     )

@@ -348,3 +348,14 @@ def test_the_summarizer_sees_the_plan_both_profiles_and_the_noise(
     )
     assert "it produced the slow one (the plan made things worse" in negative.content
     assert "(no interval known)" in negative.content and "(not profiled)" in negative.content
+
+
+def test_the_planner_sees_how_far_the_kernel_is_from_its_roofline(
+    silu_task: Task, silu_baseline: Solution
+) -> None:
+    measured = _measured()
+    measured.hardware_counters.update(
+        {"roofline_pct_of_peak": 9.8, "memory_bound": 1.0, "gbytes_per_s": 2.1}
+    )
+    _, user = planner_messages("cpu", silu_task, silu_baseline, measured, [], random.Random(0))
+    assert "roofline: 9.8% of the roofline (memory-bound)" in user.content
