@@ -36,6 +36,7 @@ import json
 import logging
 import math
 import os
+import select
 import subprocess
 import sys
 import tempfile
@@ -335,6 +336,8 @@ class PeakSource:
             or found.sizes != self.sizes
             or found.numpy != facts.numpy
             or found.blas != facts.blas
+            # The same CPU model on a host with other cores (a shared store): not these peaks.
+            or (found.sizes.all_cores and found.all_cores.cores != len(os.sched_getaffinity(0)))
         ):
             return None
         return found
@@ -510,7 +513,11 @@ def _run_streams(cores: list[int], job: dict[str, Any]) -> list[dict[str, Any]]:
             )
         for child in children:
             assert child.stdout is not None
-            if child.stdout.readline().strip() != "ready":
+            # A child that never says "ready" must not hold the host's measurement lock (and
+            # every evaluation waiting on the peaks) for ever.
+            ready, _, _ = select.select([child.stdout], [], [], CHILD_TIMEOUT_S)
+            if not ready or child.stdout.readline().strip() != "ready":
+                child.kill()
                 child.wait(timeout=CHILD_TIMEOUT_S)
                 assert child.stderr is not None
                 raise PeakMeasurementError(

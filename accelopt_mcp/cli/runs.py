@@ -66,7 +66,7 @@ def list_runs(
         print_json(rows)
         return
     table = Table(title="runs")
-    for column in ("id", "definition", "state", "iter", "best ms", "speedup", "cost $"):
+    for column in ("id", "definition", "state", "iter", "best ms", "vs initial", "cost $"):
         table.add_column(column)
     for row in rows:
         table.add_row(
@@ -211,7 +211,7 @@ def show(
             say(tie.describe())
         for item in experiences:
             if item.iteration == iteration:
-                say(f"experience: {item.title} ({item.speedup or 0:.2f}x)")
+                say(f"experience: {item.title} ({item.speedup or 0:.2f}x fast over slow)")
 
 
 def _slot_note(slot: AttemptRecord) -> str:
