@@ -170,7 +170,7 @@ def _print_evaluation(outcome: ProfileOutcome) -> None:
     for flag in ev.flags:
         say(("  flag:", "yellow"), f" {flag}")
     if ev.log and not ev.passed:
-        console.print(ev.log[-4000:], highlight=False, markup=False)
+        console.print(ev.log[-4000:], highlight=False, markup=False, soft_wrap=True)
     if outcome.solution_id:
         say(f"  stored: solution {outcome.solution_id}, profile {outcome.profile_id}")
 

@@ -38,7 +38,13 @@ async def summarize_pairs(
     done = {(item.slow_solution_id, item.fast_solution_id) for item in existing}
     # A resumed iteration may select other pairs than before the stop (its LLM_FAILED
     # attempts were tried again); what it already stored still counts against TopK.
-    todo = [pair for pair in pairs if slow_fast(pair) not in done]
+    todo = []
+    seen = set(done)
+    for pair in pairs:
+        # Each slow -> fast pair once: against what is stored and within the batch.
+        if slow_fast(pair) not in seen:
+            seen.add(slow_fast(pair))
+            todo.append(pair)
     todo = todo[: max(0, ctx.cfg.topk - len(done))]
     tasks = [control.spawn(_summarize_one(ctx, control, iteration, pair)) for pair in todo]
     results = await asyncio.gather(*tasks, return_exceptions=True)

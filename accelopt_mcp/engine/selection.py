@@ -310,12 +310,20 @@ def select_pairs(
             key=lambda a: (-_lower(a), -(a.speedup or 0.0), a.key),
         )
     )[: topk // 2]
-    negatives = _distinct(
-        sorted(
-            (a for a in representatives if _upper(a) <= negative_threshold),
-            key=lambda a: (_upper(a), a.speedup or 0.0, a.key),
+    # A negative pair is (attempt -> its parent) read slow -> fast: one whose two kernels are
+    # a positive pair's, the other way round (B's plan gave back A's source in the next
+    # iteration), is the same lesson and is not summarized twice.
+    taken = {(a.parent_id, a.solution_id) for a in positives}
+    negatives = [
+        a
+        for a in _distinct(
+            sorted(
+                (a for a in representatives if _upper(a) <= negative_threshold),
+                key=lambda a: (_upper(a), a.speedup or 0.0, a.key),
+            )
         )
-    )[: max(0, topk - len(positives))]
+        if (a.solution_id, a.parent_id) not in taken
+    ][: max(0, topk - len(positives))]
     return [Pair(attempt=a, speedup=a.speedup or 0.0, positive=True) for a in positives] + [
         Pair(attempt=a, speedup=a.speedup or 0.0, positive=False) for a in negatives
     ]

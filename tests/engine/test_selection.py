@@ -200,3 +200,30 @@ def test_old_checkpoint_slots_without_flags_load_as_trusted() -> None:
     again = Checkpoint.model_validate(checkpoint.model_dump(mode="json"))
     assert again.slots["1/0/0/1"].flags == ["above_peak"]
     assert LiveRun(again).fastest_so_far().solution_id == "s"
+
+
+def test_a_negative_pair_that_is_a_positive_pair_reversed_is_not_taken_twice() -> None:
+    """B's plan gave back A's source (slower): slow -> fast is A -> B both ways."""
+    from accelopt_mcp.engine.selection import AttemptRecord, select_pairs
+
+    def attempt(parent: str, solution: str, speedup: float, key: int) -> AttemptRecord:
+        return AttemptRecord(
+            iteration=2,
+            beam_index=key,
+            plan_index=0,
+            attempt_index=0,
+            parent_id=parent,
+            parent_latency_ms=1.0,
+            status="PASSED",
+            solution_id=solution,
+            source_hash=solution,
+            latency_ms=1.0 / speedup,
+        )
+
+    forward = attempt("A", "B", 2.0, 0)  # A's plan gave B: 2x faster
+    backward = attempt("B", "A", 0.5, 1)  # B's plan gave back A: 2x slower
+    other = attempt("B", "C", 0.5, 2)
+    pairs = select_pairs([forward, backward, other], topk=4, positive_threshold=1.04,
+                         negative_threshold=0.87)  # fmt: skip
+    kinds = [(p.attempt.solution_id, p.positive) for p in pairs]
+    assert kinds == [("B", True), ("C", False)]
