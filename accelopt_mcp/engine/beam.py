@@ -83,6 +83,7 @@ from accelopt_mcp.hashing import solution_hash
 from accelopt_mcp.llm import (
     Budget,
     BudgetExceeded,
+    ChatMessage,
     LlmCallFailed,
     LlmClient,
     MalformedReply,
@@ -536,19 +537,11 @@ class _Iterations:
         ctx, checkpoint = self.ctx, self.state.checkpoint
         cfg = ctx.cfg
         plans = checkpoint.plans[f"{iteration}/{b}"]
-        rng = random.Random(f"{cfg.shuffle_seed}/{iteration}/{b}")
-        messages = planner_messages(
-            ctx.family,
-            ctx.task,
-            kernel.solution,
-            kernel.profile,
-            memory,
-            rng,
-            hardware=kernel.hardware,
-            history=history,
-            n_plans=len(missing),
+        messages = self._planner_messages(
+            kernel, memory, history, f"{iteration}/{b}", n_plans=len(missing)
         )
         error: str | None = None
+        status = NO_PLAN
         try:
             made = await propose_plans(
                 ctx.client,
@@ -562,13 +555,8 @@ class _Iterations:
             return False
         except (LlmCallFailed, MalformedReply) as exc:
             made, error = [], f"planner: {exc}"
-            failed_call = isinstance(exc, LlmCallFailed)
-            if isinstance(exc, LlmCallFailed):
-                self._llm_failed("planner", exc)
-            else:
-                self.health.succeeded()  # the service answered, if not with plans
+            status = self._planner_failed(exc)
         else:
-            failed_call = False
             self.health.succeeded()
         for p, plan in zip(missing, made, strict=False):
             plans[p] = plan
@@ -582,7 +570,6 @@ class _Iterations:
                 key = slot_key(iteration, b, p, a)
                 done = checkpoint.slots.get(key)
                 if done is None or done.status not in FINAL_SLOT_STATES:
-                    status = LLM_FAILED if failed_call else NO_PLAN
                     await self._record(
                         self._slot(iteration, b, p, a, kernel.entry, status, error=reason)
                     )
@@ -601,21 +588,10 @@ class _Iterations:
         """One plan sample: its plan (in "independent" mode, one planner call of its own
         unless the checkpoint has it), then its unfinished attempts."""
         ctx, checkpoint = self.ctx, self.state.checkpoint
-        cfg = ctx.cfg
         plans = checkpoint.plans[f"{iteration}/{b}"]
         plan = plans[p]
         if plan is None:
-            rng = random.Random(f"{cfg.shuffle_seed}/{iteration}/{b}/{p}")
-            messages = planner_messages(
-                ctx.family,
-                ctx.task,
-                kernel.solution,
-                kernel.profile,
-                memory,
-                rng,
-                hardware=kernel.hardware,
-                history=history,
-            )
+            messages = self._planner_messages(kernel, memory, history, f"{iteration}/{b}/{p}")
             try:
                 plan, _ = await propose_plan(
                     ctx.client, messages, purpose=f"plan {iteration}/{b}/{p}"
@@ -631,15 +607,45 @@ class _Iterations:
                             iteration, b, p, a, kernel.entry, status, error=f"planner: {exc}"
                         )
                     )
-                if isinstance(exc, LlmCallFailed):
-                    self._llm_failed("planner", exc)
-                else:
-                    self.health.succeeded()  # the service answered, if not with a plan
+                self._planner_failed(exc)
                 return
             self.health.succeeded()
             plans[p] = plan
             await self._save_plans(iteration, b)
         await asyncio.gather(*(self._attempt(iteration, b, kernel, p, a, plan) for a in attempts))
+
+    def _planner_messages(
+        self,
+        kernel: _Kernel,
+        memory: list[ExperienceRecord],
+        history: str,
+        sample: str,
+        n_plans: int = 1,
+    ) -> list[ChatMessage]:
+        """The planner's prompt for a beam kernel; `sample` ("iteration/beam[/plan]") seeds
+        the order its counters are shown in."""
+        ctx = self.ctx
+        return planner_messages(
+            ctx.family,
+            ctx.task,
+            kernel.solution,
+            kernel.profile,
+            memory,
+            random.Random(f"{ctx.cfg.shuffle_seed}/{sample}"),
+            hardware=kernel.hardware,
+            history=history,
+            n_plans=n_plans,
+        )
+
+    def _planner_failed(self, exc: LlmCallFailed | MalformedReply) -> str:
+        """Count a planner call that gave no plan; the status of the samples left without
+        one: LLM_FAILED when the call failed (perhaps the stop of the run), NO_PLAN when the
+        service answered, if not with a plan."""
+        if isinstance(exc, LlmCallFailed):
+            self._llm_failed("planner", exc)
+            return LLM_FAILED
+        self.health.succeeded()
+        return NO_PLAN
 
     async def _save_plans(self, iteration: int, b: int) -> None:
         await self.ctx.checkpoints.save_entry(self.ctx.budget, "plans", f"{iteration}/{b}")

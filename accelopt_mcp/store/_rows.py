@@ -16,7 +16,7 @@ import json
 import re
 import uuid
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -278,6 +278,37 @@ def stored_messages(call: LlmCallIn, secrets: tuple[str | None, ...]) -> bytes |
 
 def stored_reply(call: LlmCallIn, secrets: tuple[str | None, ...]) -> bytes | None:
     return pack_text(None if call.reply is None else mask_secrets(call.reply, secrets))
+
+
+def llm_call_values(
+    call: LlmCallIn,
+    call_id: str,
+    secrets: tuple[str | None, ...],
+    *,
+    timestamp: Callable[[datetime | None], Any],
+    blob: Callable[[bytes | None], Any],
+) -> dict[str, Any]:
+    """A ledger row's columns as every store writes them: error redacted, prompt and reply
+    masked and compressed. timestamp/blob: how the store's driver takes a timestamp and the
+    compressed bytes (a parameter as is, ISO text, PostgREST's hex)."""
+    return {
+        "id": call_id,
+        "run_id": call.run_id,
+        "role": call.role,
+        "model": call.model,
+        "tokens_in": call.tokens_in,
+        "tokens_out": call.tokens_out,
+        "latency_s": call.latency_s,
+        "cost_usd": call.cost_usd,
+        "ok": call.ok,
+        "error": redacted_text(call.error, secrets),
+        "status": call.status,
+        "purpose": call.purpose,
+        "started_at": timestamp(call.started_at),
+        "finished_at": timestamp(call.finished_at),
+        "messages": blob(stored_messages(call, secrets)),
+        "reply": blob(stored_reply(call, secrets)),
+    }
 
 
 def messages_from_column(value: Any) -> list[LlmMessage] | None:

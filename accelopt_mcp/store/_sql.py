@@ -786,24 +786,9 @@ class SqlKernelStore(KernelStore, abc.ABC):
         call = _rows.require(call, LlmCallIn, "llm call")
         secrets = self._secrets()
         call_id = call.id or _rows.new_text_id()
-        values = {
-            "id": call_id,
-            "run_id": call.run_id,
-            "role": call.role,
-            "model": call.model,
-            "tokens_in": call.tokens_in,
-            "tokens_out": call.tokens_out,
-            "latency_s": call.latency_s,
-            "cost_usd": call.cost_usd,
-            "ok": call.ok,
-            "error": _rows.redacted_text(call.error, secrets),
-            "status": call.status,
-            "purpose": call.purpose,
-            "started_at": self._timestamp(call.started_at),
-            "finished_at": self._timestamp(call.finished_at),
-            "messages": _rows.stored_messages(call, secrets),
-            "reply": _rows.stored_reply(call, secrets),
-        }
+        values = _rows.llm_call_values(
+            call, call_id, secrets, timestamp=self._timestamp, blob=lambda data: data
+        )
         updates = ", ".join(
             f"{c} = COALESCE(excluded.{c}, llm_calls.{c})"
             if c in _rows.LLM_CALL_KEEP_WHEN_NONE

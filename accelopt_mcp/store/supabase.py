@@ -902,24 +902,9 @@ class SupabaseStore(KernelStore):
         call = _rows.require(call, LlmCallIn, "llm call")
         secrets = (self._key,)
         call_id = call.id or _rows.new_text_id()
-        row: Row = {
-            "id": call_id,
-            "run_id": call.run_id,
-            "role": call.role,
-            "model": call.model,
-            "tokens_in": call.tokens_in,
-            "tokens_out": call.tokens_out,
-            "latency_s": call.latency_s,
-            "cost_usd": call.cost_usd,
-            "ok": call.ok,
-            "error": _rows.redacted_text(call.error, secrets),
-            "status": call.status,
-            "purpose": call.purpose,
-            "started_at": _rows.timestamp_text(call.started_at),
-            "finished_at": _rows.timestamp_text(call.finished_at),
-            "messages": _rows.bytea_text(_rows.stored_messages(call, secrets)),
-            "reply": _rows.bytea_text(_rows.stored_reply(call, secrets)),
-        }
+        row: Row = _rows.llm_call_values(
+            call, call_id, secrets, timestamp=_rows.timestamp_text, blob=_rows.bytea_text
+        )
         # An upsert updates the columns its body names, so a column left None is left out:
         # an update keeps what is stored there, an insert takes the column's default (NULL).
         for column in _rows.LLM_CALL_KEEP_WHEN_NONE:
