@@ -145,6 +145,19 @@ def build_script(
     }
 
 
+def one_plan_script(plan: str, executor: list[dict[str, Any]]) -> dict[str, Any]:
+    """A script whose planner always answers `plan`, whose executor plays `executor` (its last
+    reply over and over) and whose summarizer finds nothing to learn."""
+    return {
+        "api_key": KEY,
+        "roles": {
+            "planner": {"replies": [text(plan)], "when_exhausted": "repeat_last"},
+            "executor": {"replies": executor, "when_exhausted": "repeat_last"},
+            "summarizer": {"replies": [text("{}")], "when_exhausted": "repeat_last"},
+        },
+    }
+
+
 def models_config(base_url: str, path: Path, **role_overrides: Any) -> Path:
     config = {
         "default": {

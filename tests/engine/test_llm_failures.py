@@ -10,21 +10,14 @@ from typing import Any
 from accelopt_mcp.engine.runs import load_run
 from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.store.sqlite import SqliteStore
-from tests.engine.conftest import KEY, models_config, run_engine, settings, text
+from tests.engine.conftest import KEY, models_config, one_plan_script, run_engine, settings, text
 from tests.llm_standin.process import StandinProcess
 
 StartStandin = Callable[[dict[str, Any]], StandinProcess]
 
 
 def _script(executor: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "api_key": KEY,
-        "roles": {
-            "planner": {"replies": [text("Vectorize the rows.")], "when_exhausted": "repeat_last"},
-            "executor": {"replies": executor, "when_exhausted": "repeat_last"},
-            "summarizer": {"replies": [text("{}")], "when_exhausted": "repeat_last"},
-        },
-    }
+    return one_plan_script("Vectorize the rows.", executor)
 
 
 def _executor_calls(standin: StandinProcess) -> int:

@@ -12,7 +12,7 @@ from accelopt_mcp.engine.runs import load_run
 from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.store.sqlite import SqliteStore
 from tests.engine import kernels
-from tests.engine.conftest import KEY, models_config, run_engine, settings, text
+from tests.engine.conftest import models_config, one_plan_script, run_engine, settings, text
 from tests.llm_standin.process import StandinProcess
 
 StartStandin = Callable[[dict[str, Any]], StandinProcess]
@@ -27,17 +27,7 @@ def kernel(x):
 
 
 def _script(executor: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "api_key": KEY,
-        "roles": {
-            "planner": {
-                "replies": [text(json.dumps(["Compute silu in place, in float32."]))],
-                "when_exhausted": "repeat_last",
-            },
-            "executor": {"replies": executor, "when_exhausted": "repeat_last"},
-            "summarizer": {"replies": [text("{}")], "when_exhausted": "repeat_last"},
-        },
-    }
+    return one_plan_script(json.dumps(["Compute silu in place, in float32."]), executor)
 
 
 def _executor_prompts(standin: StandinProcess) -> list[str]:
