@@ -80,7 +80,9 @@ def test_full_loop_invariants(
     llm_key: str,
     tmp_path: Path,
 ) -> None:
-    standin = start_standin(build_script(executor=executor_with_hang()))
+    # Every reply takes 0.15 s, so executor calls the engine issues together overlap at the
+    # stand-in whatever the host's speed (the concurrency check below counts overlaps).
+    standin = start_standin(build_script(executor=executor_with_hang(), latency_s=0.15))
     config = settings(
         models_config(standin.base_url, tmp_path / "models.json"),
         iterations=3,
