@@ -1,7 +1,9 @@
 """Storing a kernel with its lineage, for every caller that links one (profile_kernel, the
 insert_solution tool): a new source becomes a row with its parent, name, author and notes; a
 source already stored gets what its row lacks filled in, and a link that contradicts the stored
-one is refused with a one-line ConflictError. Nothing given is ever dropped without a word.
+one is refused with a one-line ConflictError. Nothing given is ever dropped without a word. A
+row is one (definition, source) pair: the same source stored for another definition is a row of
+its own.
 
 What may be filled in on a stored row: a missing parent; a name where the stored one is a
 placeholder (tasks.kernels.is_placeholder_name); an author where the stored one is the default;
@@ -111,8 +113,8 @@ def plan_links(
     name was chosen by the caller (a derived one, a file's stem or a pasted kernel's default,
     only replaces a placeholder and never conflicts); author_given likewise (default: unless
     it is the default author). Raises ConflictError when a given value contradicts the
-    stored row (or the source is stored under another definition), UnknownReferenceError
-    for an unknown parent, StoreError when a fill is due and the store cannot write it."""
+    stored row of this source for this definition, UnknownReferenceError for an unknown
+    parent, StoreError when a fill is due and the store cannot write it."""
     if author_given is None:
         author_given = solution.author != DEFAULT_AUTHOR
     parent = None
@@ -122,15 +124,13 @@ def plan_links(
             raise UnknownReferenceError(
                 f"no solution with id {parent_id!r} to be the parent; list_solutions gives ids"
             )
-    existing = store.find_solution(solution_hash(solution), CURRENT_HASH_VERSION)
+    # The row of this (definition, source) pair: under another definition the same source is
+    # another solution, with links of its own.
+    existing = store.find_solution(
+        solution.definition, solution_hash(solution), CURRENT_HASH_VERSION
+    )
     if existing is None:
         return LinkPlan(parent_id=parent_id)
-    if existing.definition_name != solution.definition:
-        raise ConflictError(
-            f"this source is stored already as solution {short(existing.id)} of definition "
-            f"{existing.definition_name!r}, not {solution.definition!r}; one source belongs "
-            "to one definition"
-        )
     plan = LinkPlan(existing=existing, parent_id=existing.parent_id)
     if parent is not None and parent.id != existing.parent_id:
         if existing.parent_id is not None:

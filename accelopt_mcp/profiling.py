@@ -177,7 +177,9 @@ def _parent(
     elif parent_id is not None:
         effective = parent_id
     else:
-        existing = store.find_solution(solution_hash(solution), CURRENT_HASH_VERSION)
+        existing = store.find_solution(
+            solution.definition, solution_hash(solution), CURRENT_HASH_VERSION
+        )
         effective = existing.parent_id if existing is not None else None
     if effective is None:
         return None

@@ -2,7 +2,8 @@
 
 Uses Debian's PostgreSQL binaries (`postgresql-15`, installed by .ci/run). Root may not run the
 server, so as root the cluster is created and started as the `postgres` user. Set
-ACCELOPT_TEST_PG_DSN to use a server you already run instead.
+ACCELOPT_TEST_PG_DSN to use a server you already run instead. A test that stops and restarts
+a server starts one of its own (PostgresServer: halt, resume, restart), never the session's.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
+import pytest
 
 
 def _pg_bin() -> Path:
@@ -40,7 +44,11 @@ def _free_port() -> int:
 
 
 class PostgresServer:
-    def __init__(self) -> None:
+    """durable: commits survive a crash (`halt("immediate")`), as on a real server; the
+    session's server trades that for speed (synchronous_commit=off)."""
+
+    def __init__(self, *, durable: bool = False) -> None:
+        self.durable = durable
         self.bin = _pg_bin()
         self.root = Path(tempfile.mkdtemp(prefix="accelopt-pg-"))
         self.data = self.root / "data"
@@ -68,9 +76,29 @@ class PostgresServer:
             "-E",
             "UTF8",
         )
+        self.resume()
+        return self.dsn
+
+    @property
+    def dsn(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def halt(self, mode: str = "immediate") -> None:
+        """Stop the server and keep its data (`immediate`: as a crash, no client told)."""
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def restart(self, *, down_s: float = 0.0, mode: str = "immediate") -> None:
+        """Stop the server, leave it down for `down_s` seconds, start it again."""
+        self.halt(mode)
+        time.sleep(down_s)
+        self.resume()
+
+    def resume(self) -> None:
+        """Start the (initialised) server on its port and wait until it takes connections."""
         options = (
             f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+            f"-c synchronous_commit={'on' if self.durable else 'off'} -c full_page_writes=off "
+            "-c max_connections=200"
         )
         self._run(
             str(self.bin / "pg_ctl"),
@@ -83,12 +111,12 @@ class PostgresServer:
             "-w",
             "start",
         )
-        dsn = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        dsn = self.dsn
         deadline = time.monotonic() + 30
         while True:
             try:
                 with psycopg.connect(dsn, connect_timeout=2):
-                    return dsn
+                    return
             except psycopg.OperationalError:
                 if time.monotonic() > deadline:
                     raise
@@ -97,8 +125,28 @@ class PostgresServer:
     def stop(self) -> None:
         try:
             self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")
+        except subprocess.CalledProcessError:
+            pass  # not running (halted by a test)
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextmanager
+def private_server() -> Iterator[PostgresServer]:
+    """A durable server of the caller's own, to stop and restart at will (never the session's,
+    which other tests share); removed afterwards. Needs the server binaries even where
+    ACCELOPT_TEST_PG_DSN names a server (pytest.skip there if they are missing)."""
+    try:
+        server = PostgresServer(durable=True)
+    except RuntimeError as exc:
+        if os.environ.get("ACCELOPT_TEST_PG_DSN"):
+            pytest.skip(f"restart tests need a server of their own: {exc}")
+        raise
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def create_database(admin_dsn: str, name: str) -> str:

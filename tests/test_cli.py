@@ -208,3 +208,39 @@ def test_profile_masks_secrets_in_the_log_it_returns_and_stores(
     for log in (returned, profile.evaluation.log, done.stdout, done.stderr):
         assert secret not in log and "pw-in-url-31" not in log
     assert profile.evaluation.log == returned
+
+
+def test_profile_one_kernel_against_two_definitions(sqlite_url: str, tmp_path: Path) -> None:
+    """A shape-generic kernel profiled for the same op at another shape (as NKIBench lays out
+    its cases): a solution per definition, each with its own profile."""
+    other_task = tmp_path / "rmsnorm_M64_N512_numpy_0.py"
+    other_task.write_text(
+        TASK.read_text().replace("M = 256", "M = 64").replace("N = 1024", "N = 512")
+    )
+    outputs = []
+    for task in (TASK, other_task, TASK):
+        done = accelopt(
+            "profile", str(FAST), "--task", str(task), "--store", sqlite_url, "--json", *QUICK
+        )
+        assert done.returncode == 0, done.stderr
+        outputs.append(json.loads(done.stdout))
+    first, second, again = outputs
+    assert (first["definition_name"], second["definition_name"]) == (
+        "rmsnorm_M256_N1024",
+        "rmsnorm_M64_N512",
+    )
+    assert first["solution_id"] != second["solution_id"]
+    assert again["solution_id"] == first["solution_id"]  # stored once per definition
+    assert first["profile_id"] != second["profile_id"]
+
+    stats = json.loads(accelopt("db", "stats", "--store", sqlite_url, "--json").stdout)
+    assert stats["counts"]["solutions"] == 2 and stats["counts"]["profiles"] == 2
+    for out in (first, second):
+        best = accelopt("db", "best", out["definition_name"], "--store", sqlite_url, "--json")
+        assert [r["solution"]["id"] for r in json.loads(best.stdout)] == [out["solution_id"]]
+
+    from accelopt_mcp.store.sqlite import SqliteStore
+
+    with SqliteStore(sqlite_url) as store:
+        a, b = store.get_solution(first["solution_id"]), store.get_solution(second["solution_id"])
+    assert a is not None and b is not None and a.solution_hash == b.solution_hash

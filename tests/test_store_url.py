@@ -1,12 +1,24 @@
-"""Which store a URL names, and that no password in it reaches an error message (the masking
-itself: tests/test_redaction.py)."""
+"""Which store a URL names (SQLite URLs by SQLAlchemy's convention), that no password in it
+reaches an error message (the masking itself: tests/test_redaction.py), and that creating a new
+SQLite file is said once, by the library's log and the real `accelopt` command."""
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
+from accelopt_mcp.mcp_tools.state import ServerState
+from accelopt_mcp.store import open_store
 from accelopt_mcp.store.base import StoreError
-from accelopt_mcp.store.url import describe_store_url
+from accelopt_mcp.store.sqlite import SqliteStore
+from accelopt_mcp.store.url import describe_store_url, new_sqlite_notice
+from tests.store.samples import make_definition
 
 
 @pytest.mark.parametrize(
@@ -32,3 +44,126 @@ def test_an_unknown_url_is_refused_without_its_secret(url: str) -> None:
     with pytest.raises(StoreError, match="cannot tell which database") as raised:
         describe_store_url(url)
     assert "hunter22" not in str(raised.value)
+
+
+# --------------------------------------------------------------------------- SQLite URLs
+
+
+@pytest.mark.parametrize(
+    ("url", "location"),
+    [
+        # SQLAlchemy's convention: three slashes end the (empty) host part of the URL.
+        ("sqlite:///relative/kernels.db", "relative/kernels.db"),
+        ("sqlite:////abs/kernels.db", "/abs/kernels.db"),
+        ("sqlite:///~/kernels.db", "~/kernels.db"),
+        ("sqlite:///:memory:", ":memory:"),
+        ("sqlite://", ":memory:"),
+        ("kernels.db", "kernels.db"),
+        ("~/x.db", "~/x.db"),
+        ("/abs/x.db", "/abs/x.db"),
+        (":memory:", ":memory:"),
+    ],
+)
+def test_each_sqlite_form_names_one_path(url: str, location: str) -> None:
+    assert describe_store_url(url) == ("sqlite", location)
+
+
+@pytest.mark.parametrize("url", ["sqlite://host/kernels.db", "sqlite:kernels.db"])
+def test_a_sqlite_url_with_a_host_or_no_slashes_is_refused(url: str) -> None:
+    with pytest.raises(StoreError, match=r"sqlite:////absolute/kernels\.db"):
+        describe_store_url(url)
+
+
+def test_the_notice_for_a_relative_sqlite_url_says_how_to_write_an_absolute_one() -> None:
+    relative = new_sqlite_notice("sqlite:///var/k.db", "var/k.db")
+    assert relative.startswith(f"creating a new SQLite database at {Path.cwd() / 'var/k.db'} ")
+    assert "for /var/k.db write sqlite:////var/k.db" in relative
+    for url, path in [("sqlite:////var/k.db", "/var/k.db"), ("var/k.db", "var/k.db")]:
+        assert "sqlite:////" not in new_sqlite_notice(url, path)
+
+
+def test_open_store_logs_creating_a_new_file_only(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "new.db"
+    with caplog.at_level(logging.WARNING, logger="accelopt_mcp.store"):
+        open_store(str(path)).close()
+        assert [r.getMessage() for r in caplog.records] == [
+            f"creating a new SQLite database at {path} (no file there yet)"
+        ]
+        caplog.clear()
+        open_store(str(path)).close()
+        open_store(f"sqlite:///{path}").close()  # sqlite:/// + "/..." is the absolute form
+        open_store(":memory:").close()
+    assert caplog.records == []
+
+
+ACCELOPT = str(Path(sys.executable).parent / "accelopt")
+
+
+def _accelopt(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "ACCELOPT_STORE"}
+    return subprocess.run(
+        [ACCELOPT, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env={**env, "COLUMNS": "200"},
+    )
+
+
+def test_the_cli_opens_an_absolute_sqlite_url_from_another_directory(tmp_path: Path) -> None:
+    db = tmp_path / "data" / "kernels.db"
+    db.parent.mkdir()
+    with SqliteStore(db) as store:
+        store.upsert_definition(make_definition("stored_before"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    shown = _accelopt("db", "stats", "--store", f"sqlite:///{db}", "--json", cwd=elsewhere)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["counts"]["definitions"] == 1
+    assert "creating a new" not in shown.stderr
+    assert list(elsewhere.iterdir()) == []  # no relative copy of the path was created
+
+
+def test_the_cli_says_once_that_it_creates_a_new_database(tmp_path: Path) -> None:
+    first = _accelopt("db", "stats", "--store", "sqlite:///tmp/new.db", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    created = tmp_path / "tmp" / "new.db"
+    assert created.is_file()
+    (note,) = [line for line in first.stderr.splitlines() if "creating a new" in line]
+    assert note == (
+        f"note: creating a new SQLite database at {created} (no file there yet); "
+        "sqlite:///tmp/new.db is relative to the working directory: for /tmp/new.db write "
+        "sqlite:////tmp/new.db (four slashes)"
+    )
+    again = _accelopt("db", "stats", "--store", "sqlite:///tmp/new.db", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "creating a new" not in again.stderr
+
+    plain = _accelopt("db", "stats", "--store", "plain.db", cwd=tmp_path)
+    assert plain.returncode == 0, plain.stderr
+    assert f"note: creating a new SQLite database at {tmp_path / 'plain.db'}" in plain.stderr
+    assert "four slashes" not in plain.stderr
+
+
+def test_the_mcp_server_logs_creating_a_new_database(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = "sqlite:///server/new.db"
+    monkeypatch.chdir(tmp_path)
+    state = ServerState(url)
+    try:
+        with caplog.at_level(logging.WARNING):
+            state.store()
+            state.store()  # opened once: said once
+    finally:
+        state.close()
+    notes = [r.getMessage() for r in caplog.records if "creating a new" in r.getMessage()]
+    assert notes == [
+        f"creating a new SQLite database at {tmp_path / 'server/new.db'} (no file there yet); "
+        "sqlite:///server/new.db is relative to the working directory: for /server/new.db "
+        "write sqlite:////server/new.db (four slashes)"
+    ]

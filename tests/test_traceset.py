@@ -119,7 +119,7 @@ def test_export_then_import_moves_everything_between_stores(
 
     # Lineage and evolve metadata survive, although ids differ between stores.
     src_leaf = sqlite_store.get_solution(ids["gen3"])
-    dst_leaf = pg_store.find_solution(src_leaf.solution_hash)
+    dst_leaf = pg_store.find_solution("rmsnorm_h128", src_leaf.solution_hash)
     assert dst_leaf is not None and dst_leaf.evolve_metadata == src_leaf.evolve_metadata
     assert [a.solution.name for a in pg_store.ancestors(dst_leaf.id)] == [
         a.solution.name for a in sqlite_store.ancestors(ids["gen3"])
@@ -185,3 +185,101 @@ def test_bad_directories_get_clear_errors(sqlite_store: SqliteStore, tmp_path: P
     (orphan / "solutions" / "s.json").write_text(json.dumps(data))
     with pytest.raises(TraceSetError, match="definition 'rmsnorm_h128'"):
         import_traceset(sqlite_store, orphan)
+
+
+def _second_definition(store: KernelStore) -> str:
+    """rmsnorm_h128's definition again as rmsnorm_h256 (another shape of the same op)."""
+    stored = store.get_definition("rmsnorm_h128")
+    assert stored is not None
+    data = {**stored.definition.model_dump(mode="json"), "name": "rmsnorm_h256"}
+    return store.upsert_definition(type(stored.definition).model_validate(data))
+
+
+def test_a_source_serving_two_definitions_moves_with_its_references(tmp_path: Path) -> None:
+    src = SqliteStore(tmp_path / "src.db")
+    import_traceset(src, TRACESET)
+    other = _second_definition(src)
+    root = src.list_solutions(definition_name="rmsnorm_h128")[0]
+    # The same source under the second definition, derived from the first one's row.
+    shared = src.upsert_solution(
+        Solution.model_validate({**root.solution.model_dump(), "definition": other}),
+        parent_id=root.id,
+    )
+    source = root.solution.sources[0].content + "\n# tuned for h256\n"
+    tuned = Solution.model_validate(
+        {
+            **root.solution.model_dump(),
+            "definition": other,
+            "name": "tuned",
+            "sources": [{**root.solution.sources[0].model_dump(), "content": source}],
+        }
+    )
+    child = src.upsert_solution(tuned, parent_id=shared)
+    src.create_run(RunRecord(id="run-h256", definition_name=other, initial_solution_id=shared))
+    src.update_run("run-h256", RunUpdate(best_solution_id=child))
+    src.add_experience(
+        ExperienceIn(
+            definition_name=other,
+            run_id="run-h256",
+            title="tune",
+            strategy="for h256",
+            slow_solution_id=shared,
+            fast_solution_id=child,
+        )
+    )
+    out = tmp_path / "export"
+    export_traceset(src, out)
+
+    dst = SqliteStore(tmp_path / "dst.db")
+    import_traceset(dst, out)
+    assert dst.stats().counts == src.stats().counts
+    first = dst.find_solution("rmsnorm_h128", root.solution_hash)
+    second = dst.find_solution(other, root.solution_hash)
+    assert first is not None and second is not None and first.id != second.id
+    assert second.parent_id == first.id  # across definitions, by the definition it names
+    assert [a.id for a in dst.ancestors(dst.list_solutions(definition_name=other)[-1].id)] == [
+        second.id,
+        first.id,
+    ]
+    run = dst.get_run("run-h256")
+    assert run is not None and run.initial_solution_id == second.id
+    [item] = dst.recent_experiences(run_id="run-h256", limit=5)
+    assert item.slow_solution_id == second.id
+    assert item.fast_solution_id == run.best_solution_id != second.id
+    before = dst.stats().counts
+    import_traceset(dst, out)
+    assert dst.stats().counts == before
+
+
+def test_an_export_without_definitions_in_its_references_still_imports(
+    sqlite_store: SqliteStore, tmp_path: Path
+) -> None:
+    """Exports from before a source could serve several definitions name a solution by its
+    source hash alone."""
+    ids = _fill_engine_records(sqlite_store)
+    out = tmp_path / "export"
+    export_traceset(sqlite_store, out)
+    for path in (out / "solutions").rglob("*.json"):
+        data = json.loads(path.read_text())
+        assert "parent_definition" in data["accelopt"]
+        del data["accelopt"]["parent_definition"]
+        path.write_text(json.dumps(data))
+    for name in ("runs.jsonl", "experiences.jsonl"):
+        path = out / "accelopt" / name
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        old = [{k: v for k, v in r.items() if not k.endswith("_solution_definition")} for r in rows]
+        assert old != rows
+        path.write_text("".join(json.dumps(r) + "\n" for r in old))
+
+    dst = SqliteStore(tmp_path / "dst.db")
+    import_traceset(dst, out)
+    leaf = sqlite_store.get_solution(ids["gen3"])
+    assert leaf is not None
+    found = dst.find_solution("rmsnorm_h128", leaf.solution_hash)
+    assert found is not None
+    assert [a.solution.name for a in dst.ancestors(found.id)] == [
+        a.solution.name for a in sqlite_store.ancestors(ids["gen3"])
+    ]
+    run = dst.get_run("run-1")
+    assert run is not None and run.best_solution_id == found.id
+    assert dst.recent_experiences(run_id="run-1", limit=10)[0].fast_solution_id == found.id

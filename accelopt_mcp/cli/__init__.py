@@ -53,5 +53,8 @@ def _register() -> None:
 
 
 def main() -> None:
+    from accelopt_mcp.cli.common import show_store_notices
+
+    show_store_notices()
     _register()
     app()

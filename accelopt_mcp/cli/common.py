@@ -7,6 +7,7 @@ markup string. Lines are not wrapped, so a path or id stays whole under a pipe t
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any, NoReturn
@@ -28,8 +29,9 @@ StoreOption = Annotated[
         "--store",
         envvar=STORE_ENV,
         help=(
-            "Kernel database: a SQLite path (default: the per-user kernels.db), "
-            "postgresql://... or a Supabase project URL (key in SUPABASE_KEY)."
+            "Kernel database: a SQLite path (default: the per-user kernels.db; "
+            "sqlite:///relative.db or sqlite:////absolute.db), postgresql://... or a Supabase "
+            "project URL (key in SUPABASE_KEY)."
         ),
         show_default=False,
     ),
@@ -54,6 +56,21 @@ def fail(message: str, code: int = 2) -> NoReturn:
     """Print `error: message` on stderr (verbatim, one line) and exit with `code`."""
     say(("error:", "bold red"), " ", message, err=True)
     raise typer.Exit(code)
+
+
+class _NoteHandler(logging.Handler):
+    """A store's notices (e.g. that it created a new SQLite file) as `note:` lines on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        say(("note:", "yellow"), " ", record.getMessage(), err=True)
+
+
+def show_store_notices() -> None:
+    """Print what open_store logs (it never prints itself: the MCP server keeps it in its log
+    instead); called once by the `accelopt` entry point."""
+    logger = logging.getLogger("accelopt_mcp.store")
+    if not any(isinstance(h, _NoteHandler) for h in logger.handlers):
+        logger.addHandler(_NoteHandler(logging.WARNING))
 
 
 @contextmanager

@@ -30,7 +30,8 @@ app = typer.Typer(
 
 @app.command()
 def init(store: StoreOption = None) -> None:
-    """Create the schema (SQLite file, or schema_v2.txt applied to PostgreSQL)."""
+    """Create the schema (SQLite file, or schema_v2.txt applied to PostgreSQL), or bring an
+    older one up to date, keeping every row; says what it changed."""
     try:
         kind, location = describe_store_url(store)
     except StoreError as exc:
@@ -42,17 +43,21 @@ def init(store: StoreOption = None) -> None:
             "postgresql://...` with the project's direct connection string (Project Settings -> "
             "Database), then `accelopt db check` to confirm."
         )
+    changes: list[str] = []
     if kind == "postgres":
         from accelopt_mcp.store.postgres import PostgresStore
 
         try:
-            PostgresStore(location, init_schema=True).close()
+            with PostgresStore(location, init_schema=True) as pg:
+                changes = list(pg.schema_changes)
         except StoreError as exc:
             fail(str(exc))
     else:
-        with opened_store(store):
-            pass
-    say(("schema ready", "green"), f" ({kind})")
+        with opened_store(store) as db:
+            changes = list(db.schema_changes)
+    for change in changes:
+        say(f"  {change}")
+    say(("schema ready", "green"), f" ({kind})", "" if changes else "; it was up to date")
 
 
 @app.command()

@@ -20,7 +20,7 @@ from rich.text import Text
 from accelopt_mcp.backends.base import BackendUnavailableError
 from accelopt_mcp.backends.registry import backend_help, backend_info, require_backend
 from accelopt_mcp.cli.common import StoreOption, console, fail, opened_store, plain, say
-from accelopt_mcp.engine.beam import BeamSearch, InitialKernelFailed, RunBusy
+from accelopt_mcp.engine.beam import BeamSearch, InitialKernelFailed, RunNotRunnable
 from accelopt_mcp.engine.checkpoint import Checkpoint
 from accelopt_mcp.engine.config import resolve_optimize_config
 from accelopt_mcp.engine.events import Activity, ActivitySource, EngineEvent
@@ -30,14 +30,14 @@ from accelopt_mcp.engine.runs import (
     RunNotFound,
     change_settings,
     default_output_dir,
+    holder_alive,
     load_run,
     prepare_run,
     result_text,
     speedup,
-    worker_alive,
 )
 from accelopt_mcp.llm import LlmConfigError, load_role_configs, model_config_names
-from accelopt_mcp.store.base import KernelStore, RunRecord, RunUpdate
+from accelopt_mcp.store.base import KernelStore, RunRecord, RunUpdate, StoreOutageError
 from accelopt_mcp.tasks.flashinfer_format import TaskFileError
 from accelopt_mcp.tasks.kernels import load_solution
 from accelopt_mcp.tasks.loader import load_task
@@ -210,10 +210,10 @@ def resume(
                 f"run {run_id} is already completed; see `accelopt runs show {run_id}` (or "
                 "continue it with a larger --iterations)"
             )
-        if run.status == "running" and worker_alive(checkpoint):
+        if run.status in ("running", "pending") and holder_alive(run, checkpoint):
             fail(
-                f"run {run_id} is still being run by process {checkpoint.worker_pid}; stop it "
-                "first or wait for it"
+                f"run {run_id} is still being run by worker {run.worker_id or '?'}; stop "
+                "it first (Ctrl-C where it runs, or cancel_job over MCP) or wait for it"
             )
         _check_backend(spec.optimize.backend)
         if not skip_llm_check:
@@ -271,10 +271,18 @@ def _drive(db: KernelStore, run_id: str, output_dir: Path, quiet: bool) -> None:
             lines = EventLines(sys.stdout)
             engine = BeamSearch(db, run_id, on_event=lines, output_dir=output_dir)
             asyncio.run(engine.run_with_signals())
-    except (InitialKernelFailed, RunBusy, LlmConfigError) as exc:
+    except (InitialKernelFailed, RunNotRunnable, LlmConfigError) as exc:
+        # RunNotRunnable: another worker holds the run (or took it over): nothing more to do.
         fail(str(exc))
     except KeyboardInterrupt:
         fail(f"interrupted; continue with `accelopt resume {run_id}`", code=130)
+    except StoreOutageError as exc:
+        # Nothing is lost and the run is not failed: it goes on from its checkpoint.
+        fail(
+            f"run {run_id} interrupted: {exc}; once the database is back, continue with "
+            f"`accelopt resume {run_id}`",
+            code=75,
+        )
     except Exception as exc:  # recorded on the run as failed; said in the last line
         log.debug("run %s raised", run_id, exc_info=True)
         crash = f"{type(exc).__name__}: {exc}"

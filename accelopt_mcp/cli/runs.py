@@ -142,6 +142,12 @@ def show(
         f"{cfg.backend}, plans {cfg.plan_mode}, repair_tries {cfg.repair_tries}, memory "
         f"{cfg.memory_policy})",
     )
+    state = run_state(run, checkpoint)
+    if state in ("running", "pending") and run.worker_id and run.lease_expires_at:
+        until = run.lease_expires_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+        say(f"held by worker {run.worker_id} (lease until {until})")
+    elif state == "interrupted":
+        say(f"interrupted: nobody holds it; continue with `accelopt resume {run.id}`")
     if checkpoint.initial:
         say(f"initial {checkpoint.initial.solution_id} {checkpoint.initial.latency_ms:.4g} ms")
     if run.best_latency_ms:

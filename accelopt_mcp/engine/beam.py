@@ -18,6 +18,7 @@ The best kernel found during an iteration is provisional (lowest median) until t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import signal
@@ -38,11 +39,13 @@ from accelopt_mcp.engine.checkpoint import (
 )
 from accelopt_mcp.engine.checkpoint_writer import CheckpointWriter
 from accelopt_mcp.engine.claim import (
+    LeaseKeeper,
     RunBusy,
     RunNotRunnable,
-    ensure_runnable,
-    record_worker,
-    worker_lock,
+    RunTakenOver,
+    claim,
+    lease_seconds,
+    this_worker,
 )
 from accelopt_mcp.engine.context import RunContext, make_budget
 from accelopt_mcp.engine.events import EventSink
@@ -93,9 +96,16 @@ from accelopt_mcp.llm import (
 from accelopt_mcp.models import Evaluation, LlmCallIn, Solution
 from accelopt_mcp.models.evaluation import untrusted_flags
 from accelopt_mcp.redaction import redact
-from accelopt_mcp.store.base import ConflictError, ExperienceRecord, KernelStore, RunRecord
+from accelopt_mcp.store.base import (
+    ConflictError,
+    ExperienceRecord,
+    KernelStore,
+    LeaseLostError,
+    RunRecord,
+    StoreError,
+)
 
-__all__ = ["BeamSearch", "InitialKernelFailed", "RunBusy", "RunNotRunnable"]
+__all__ = ["BeamSearch", "InitialKernelFailed", "RunBusy", "RunNotRunnable", "RunTakenOver"]
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +129,11 @@ class BeamSearch:
         pool: DevicePool | None = None,
         role_configs: RoleConfigs | None = None,
         statuses: frozenset[str] | None = None,
+        handed_over_by: str | None = None,
     ) -> None:
         """statuses: run only a run in one of these states (checked under the run's lock), else
-        raise RunNotRunnable; None: any run not yet completed."""
+        raise RunNotRunnable; None: any run not yet completed. handed_over_by: the job
+        manager that queued the run for this worker (claim.claim)."""
         self.store = store
         self.run_id = run_id
         self.on_event = on_event
@@ -129,6 +141,7 @@ class BeamSearch:
         self._given_pool = pool
         self._role_configs = role_configs
         self._statuses = statuses
+        self._handed_over_by = handed_over_by
         self._control = RunControl(run_id)
 
     # ------------------------------------------------------------------ control
@@ -155,26 +168,70 @@ class BeamSearch:
         # A stored run, before its folder. Stores are synchronous: their calls run in threads.
         _, _, checkpoint = await asyncio.to_thread(load_run, self.store, self.run_id)
         if self.output_dir is None and checkpoint.output_dir:
-            # Resumed without one: the folder the run was started with (its winner, plot and
-            # lock live there).
+            # Resumed without one: the folder the run was started with (its winner and plot
+            # live there).
             self.output_dir = Path(checkpoint.output_dir)
-        with worker_lock(self.output_dir, self.run_id):
-            return await self._run()
+        worker, lease_s = this_worker(), lease_seconds()
+        await asyncio.to_thread(
+            claim,
+            self.store,
+            self.run_id,
+            worker,
+            statuses=self._statuses,
+            lease_s=lease_s,
+            handed_over_by=self._handed_over_by,
+        )
+        try:
+            async with LeaseKeeper(self.store, self.run_id, worker, lease_s) as keeper:
+                return await self._while_held(worker, keeper)
+        except LeaseLostError as exc:
+            # A fenced write found the run taken over (or ended elsewhere) before the keeper did.
+            raise RunTakenOver(str(exc)) from None
+        finally:
+            with contextlib.suppress(StoreError):
+                await asyncio.to_thread(self.store.release_run, self.run_id, worker)
 
-    async def _run(self) -> RunRecord:
+    async def _while_held(self, worker: str, keeper: LeaseKeeper) -> RunRecord:
+        """_run, abandoned (nothing more written) as soon as the lease is lost."""
+        work = asyncio.ensure_future(self._run(worker, keeper))
+        either: set[asyncio.Future[Any]] = {work, keeper.lost}
+        try:
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            work.cancel()
+            with contextlib.suppress(BaseException):
+                await work
+            raise
+        if work.done():
+            return work.result()
+        # Lost: the work is cancelled and records nothing (the writer sees the keeper lost).
+        work.cancel()
+        with contextlib.suppress(BaseException):
+            await work
+        raise RunTakenOver(
+            f"run {self.run_id} given up: {keeper.lost.result()}", outage=keeper.lost_to_outage
+        )
+
+    async def _run(self, worker: str, keeper: LeaseKeeper) -> RunRecord:
         run, spec, checkpoint = await asyncio.to_thread(load_run, self.store, self.run_id)
-        ensure_runnable(run, checkpoint, self._statuses)
         if run.status == "completed":
             return run
         cfg = spec.optimize
         family = family_for(cfg.backend)
-        record_worker(checkpoint)
         if self.output_dir is not None:
             checkpoint.output_dir = str(self.output_dir.resolve())
         checkpoint.start_clock()
         checkpoint.stop_reason = None
         state = LiveRun(checkpoint)
-        writer = CheckpointWriter(self.store, self.run_id, spec, state)
+        writer = CheckpointWriter(
+            self.store,
+            self.run_id,
+            spec,
+            state,
+            holder=worker,
+            on_final=keeper.stand_down,
+            lost=keeper.lost.done,
+        )
         budget: Budget | None = None
         pool: DevicePool | None = None
         # From here on any failure is recorded on the run, so that no run is left "running"

@@ -11,7 +11,7 @@ from typing import Any
 from accelopt_mcp.engine.checkpoint import EntryKind, RunSpec, run_config
 from accelopt_mcp.engine.live_run import LiveRun
 from accelopt_mcp.llm import Budget
-from accelopt_mcp.store.base import KernelStore, RunUpdate
+from accelopt_mcp.store.base import KernelStore, LeaseLostError, RunUpdate, StoreOutageError
 
 log = logging.getLogger(__name__)
 
@@ -22,22 +22,41 @@ class CheckpointWriter:
     kernel so far along. Writes are serialized, so the row always ends with the newest
     snapshot."""
 
-    def __init__(self, store: KernelStore, run_id: str, spec: RunSpec, state: LiveRun) -> None:
+    def __init__(
+        self,
+        store: KernelStore,
+        run_id: str,
+        spec: RunSpec,
+        state: LiveRun,
+        *,
+        holder: str | None = None,
+        on_final: Callable[[], None] | None = None,
+        lost: Callable[[], bool] = lambda: False,
+    ) -> None:
+        """holder: the worker holding the run; its writes of the run's row are fenced by it
+        (LeaseLostError once another worker has the run)."""
         self.store = store
         self.run_id = run_id
         self.spec = spec
         self.state = state
+        self.holder = holder
+        # Told before a final status is written (the lease keeper stops renewing then).
+        self._on_final = on_final
+        # True once the worker has lost the run: nothing more is written to it.
+        self._lost = lost
         self._lock = asyncio.Lock()
 
     async def save(self, budget: Budget | None, **fields: Any) -> None:
         """fields: RunUpdate fields to write along. budget: the run's, once it has one (None:
         the row keeps its spending figures)."""
+        if fields.get("status") not in (None, "pending", "running") and self._on_final:
+            self._on_final()
         checkpoint = self.state.checkpoint
         checkpoint.saved_at = time.time()
         update = RunUpdate(
             config=run_config(self.spec, checkpoint), **self._figures(budget, fields)
         )
-        await self._submit(lambda: self.store.update_run(self.run_id, update))
+        await self._submit(lambda: self.store.update_run(self.run_id, update, holder=self.holder))
 
     async def save_entry(
         self, budget: Budget | None, kind: EntryKind, key: str, **fields: Any
@@ -49,8 +68,10 @@ class CheckpointWriter:
         update = RunUpdate(**self._figures(budget, fields))
 
         def write() -> None:
+            # The fenced row update first: a worker that lost the run stops there, before it
+            # can replace an entry its successor wrote.
+            self.store.update_run(self.run_id, update, holder=self.holder)
             self.store.put_run_entry(self.run_id, kind, key, data)
-            self.store.update_run(self.run_id, update)
 
         await self._submit(write)
 
@@ -100,6 +121,12 @@ class CheckpointWriter:
 
     async def record_failure(self, exc: BaseException, budget: Budget | None) -> None:
         """The run ended with exc: record it as cancelled or failed, with the reason."""
+        if self._lost() or isinstance(exc, StoreOutageError | LeaseLostError):
+            # The database did not answer for the whole retry window (writing now would wait
+            # as long again), or another worker has the run: the run stays as stored, to be
+            # resumed (interrupted), and this worker writes nothing more.
+            log.warning("run %s: not recording the end (%s)", self.run_id, exc)
+            return
         if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt):
             status, message = "cancelled", "cancelled"
         else:

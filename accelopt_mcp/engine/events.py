@@ -19,6 +19,7 @@ EventKind = Literal[
     "tie_decided",
     "iteration_finished",
     "run_finished",
+    "run_interrupted",
 ]
 
 

@@ -3,9 +3,14 @@
 Each job runs in a child process of its own (`python -m accelopt_mcp.engine.worker RUN_ID`,
 started in a new session), so it outlives the request that started it and a crash of the job
 cannot take the server down. All state lives in the store (the run row and its checkpoint);
-progress events are appended by the worker to <output_dir>/<run>/events.jsonl. A manager that
-starts after a crash finds runs still marked running whose worker is gone ("interrupted") and
-`resume_interrupted()` restarts them from their last checkpoint.
+progress events are appended by the worker to <output_dir>/<run>/events.jsonl.
+
+Exactly one process holds a run at a time, across servers and hosts (engine/claim.py): the
+manager holds the runs it has queued under a lease it renews, and hands each to the worker it
+starts. A run whose holder is gone is "interrupted"; `resume_interrupted()` (at start, and
+every half lease while the manager runs) takes over the ones this server can serve: jobs, not
+runs a user drives with `accelopt optimize` in a terminal, whose backend runs here and whose
+LLM settings resolve here. The others are listed with the command that resumes them.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import asyncio
 import builtins
 import contextlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -28,32 +34,39 @@ from pydantic import BaseModel, Field, model_validator
 
 from accelopt_mcp.backends.registry import backend_info, require_backend
 from accelopt_mcp.engine.checkpoint import Checkpoint, IterationSummary, RunSpec
+from accelopt_mcp.engine.claim import lease_seconds
 from accelopt_mcp.engine.config import OptimizeConfig
 from accelopt_mcp.engine.runs import (
     RunNotFound,
     RunState,
     default_output_dir,
     load_run,
+    local_worker_gone,
+    local_worker_pid,
     prepare_run,
     result_text,
     run_progress,
     run_state,
     speedup,
     worker_alive,
+    worker_id_of,
 )
-from accelopt_mcp.engine.worker import events_path
-from accelopt_mcp.llm import load_role_configs
+from accelopt_mcp.engine.worker import STORE_OUTAGE_EXIT, events_path
+from accelopt_mcp.llm import LlmConfigError, load_role_configs
 from accelopt_mcp.llm.preflight import check_endpoints_now, roles_used
 from accelopt_mcp.redaction import redact
 from accelopt_mcp.store import STORE_ENV, open_store
-from accelopt_mcp.store.base import RunRecord, RunUpdate
+from accelopt_mcp.store.base import LeaseLostError, RunRecord, RunUpdate, StoreError
 from accelopt_mcp.tasks.kernels import kernel_solution
 from accelopt_mcp.tasks.loader import load_task
+
+log = logging.getLogger(__name__)
 
 FINAL_STATES = frozenset(
     {"completed", "failed", "cancelled", "budget_exhausted", "llm_unavailable"}
 )
 _POLL_S = 0.25
+_OUTAGE_RETRY_S = 5.0
 
 
 class JobNotFound(KeyError):
@@ -116,6 +129,12 @@ class JobStatus(BaseModel):
     """Once the job has ended: what it found, in one line ("best 0.41 ms (1.52x over the
     initial kernel, ...)", or "but no attempt passed: the initial kernel ... is still the
     best (18 attempts failed: ...)"); None while it runs."""
+    resume_hint: str | None = None
+    """For an interrupted job: why this server does not resume it by itself, and the command
+    that does (or that it will once its lease ends / the database is back)."""
+    worker_id: str | None = None
+    """The worker holding the job (host|pid|start token), or the server holding it queued
+    (...|queue); None when nobody does."""
 
 
 class JobResult(BaseModel):
@@ -152,7 +171,10 @@ class JobManager:
         *,
         output_dir: Path | None = None,
         max_parallel_jobs: int = 1,
+        auto_resume: bool = False,
     ) -> None:
+        """auto_resume: every half lease, take over interrupted runs this server can serve
+        (resume_interrupted); the MCP server turns it on."""
         if max_parallel_jobs < 1:
             raise ValueError(f"max_parallel_jobs must be at least 1, got {max_parallel_jobs}")
         self.store_url = store_url or os.environ.get(STORE_ENV)
@@ -163,6 +185,18 @@ class JobManager:
         self._queue: deque[str] = deque()
         self._lock = threading.RLock()
         self._closed = threading.Event()
+        self.auto_resume = auto_resume
+        self.lease_s = lease_seconds()
+        # The id this manager holds its queued runs under until their worker takes them.
+        self.holder_id = worker_id_of(os.getpid(), queue=True)
+        self._left: dict[str, str] = {}
+        """Interrupted runs this manager does not resume, and why (with the command)."""
+        self._outages: dict[str, str] = {}
+        """Runs whose worker stopped because the database was unreachable: resumed once it
+        answers again."""
+        self._last_scan = time.monotonic()
+        self._last_outage_try = time.monotonic()
+        self._last_renewal = time.monotonic()
         self._pumper = threading.Thread(target=self._pump_forever, daemon=True, name="jobs-pump")
         self._pumper.start()
 
@@ -192,10 +226,13 @@ class JobManager:
             task,
             solution,
             request.config,
-            request=request.model_dump(mode="json", exclude={"config"}),
+            request={
+                **request.model_dump(mode="json", exclude={"config"}),
+                "origin": "job",
+            },
         )
-        with self._lock:
-            self._queue.append(run_id)
+        if not self._hold_and_queue(run_id, ("pending",), steal_from=None):
+            raise RuntimeError(f"job {run_id} was taken by another process as soon as stored")
         self._pump()
         return run_id
 
@@ -251,15 +288,26 @@ class JobManager:
                 child.kill()
                 child.wait()
         else:
-            _, _, checkpoint = load_run(self.store, job_id)
-            if worker_alive(checkpoint) and checkpoint.worker_pid is not None:
+            run, _, checkpoint = load_run(self.store, job_id)
+            pid = local_worker_pid(run.worker_id)
+            if pid is None and run.worker_id is None and worker_alive(checkpoint):
+                pid = checkpoint.worker_pid  # a run from before leases
+            if pid is not None and not local_worker_gone(run.worker_id):
+                # A worker of this host: it stops cleanly on SIGTERM and records the status.
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(checkpoint.worker_pid, signal.SIGTERM)
+                    os.kill(pid, signal.SIGTERM)
                 self._wait_final(job_id, 30)
         if self.status(job_id).state not in FINAL_STATES:
-            self.store.update_run(
-                job_id, RunUpdate(status="cancelled", error="cancelled on request")
-            )
+            # Nobody here to ask (queued, or held on another host): the status is written
+            # directly, and a remote holder stops at its next lease renewal, writing nothing.
+            # Fenced by the holder seen, so a run that finished meanwhile stays as it ended.
+            seen = self.store.get_run(job_id)
+            with contextlib.suppress(LeaseLostError):
+                self.store.update_run(
+                    job_id,
+                    RunUpdate(status="cancelled", error="cancelled on request"),
+                    holder=seen.worker_id if seen is not None else None,
+                )
         return self.status(job_id)
 
     def list(self, limit: int = 50) -> list[JobStatus]:
@@ -273,20 +321,40 @@ class JobManager:
         return found
 
     def resume_interrupted(self) -> builtins.list[str]:
-        """Queue every run left running or pending by a process that is gone."""
+        """Take over every interrupted run (left running or pending by a process that is gone)
+        that this server can serve, and queue it; returns their ids. The others are left for
+        whoever can (see `left_alone()`): runs started with `accelopt optimize`, and runs whose
+        backend or LLM settings this server lacks."""
         resumed = []
         for state in ("running", "pending"):
             for run in self.store.list_runs(status=state, limit=10_000):
+                with self._lock:
+                    if run.id in self._queue or run.id in self._children:
+                        continue
                 try:
                     status = self.status(run.id)
+                    _, spec, _ = load_run(self.store, run.id)
                 except ValueError:
+                    continue  # not a run made by the engine
+                if status.state != "interrupted":
                     continue
-                if status.state == "interrupted":
-                    with self._lock:
-                        self._queue.append(run.id)
+                reason = why_not_here(run.id, spec)
+                if reason is not None:
+                    if self._left.get(run.id) != reason:
+                        log.info("interrupted run %s left alone: %s", run.id, reason)
+                    self._left[run.id] = reason
+                    continue
+                dead = run.worker_id if local_worker_gone(run.worker_id) else None
+                if self._hold_and_queue(run.id, ("pending", "running"), steal_from=dead):
+                    self._left.pop(run.id, None)
                     resumed.append(run.id)
         self._pump()
         return resumed
+
+    def left_alone(self) -> dict[str, str]:
+        """Interrupted runs the last resume_interrupted() did not take, and why (with the
+        command that resumes them)."""
+        return dict(self._left)
 
     async def wait(
         self,
@@ -310,9 +378,15 @@ class JobManager:
             await asyncio.sleep(_POLL_S)
 
     def close(self) -> None:
-        """Stop managing; running jobs go on in their own processes."""
+        """Stop managing; running jobs go on in their own processes. Runs still queued are
+        released, so another server takes them at once rather than after the lease."""
         self._closed.set()
         self._pumper.join(timeout=5)
+        with self._lock:
+            queued, self._queue = list(self._queue), deque()
+        for run_id in queued:
+            with contextlib.suppress(StoreError):
+                self.store.release_run(run_id, self.holder_id)
         self.store.close()
 
     def __enter__(self) -> JobManager:
@@ -328,7 +402,15 @@ class JobManager:
             child = self._children.get(run.id)
             queued = run.id in self._queue
         ours_alive = child is not None and child.poll() is None
-        state = run_state(run, checkpoint, ours_alive=ours_alive, queued=queued)
+        state = run_state(run, checkpoint, ours_alive=ours_alive or queued, queued=queued)
+        hint = None
+        if state == "interrupted":
+            hint = self._outages.get(run.id) or self._left.get(run.id)
+            if hint is None:
+                hint = (
+                    f"resume it with `accelopt resume {run.id}`, or restart an MCP server on "
+                    "this database"
+                )
         running = state == "running"
         progress = run_progress(spec, checkpoint, running=running)
         eta = None
@@ -359,6 +441,8 @@ class JobManager:
             error=redact(run.error) if run.error else None,
             outcome=result_text(run, checkpoint) if state in FINAL_STATES else None,
             progress=1.0 if state == "completed" else progress.progress,
+            resume_hint=hint,
+            worker_id=run.worker_id if state in ("pending", "running") else None,
         )
 
     def _percent_of_peak(self, solution_id: str) -> dict[str, float]:
@@ -373,17 +457,87 @@ class JobManager:
         while not self._closed.wait(1.0):
             try:
                 self._pump()
-            except Exception:  # the pump must survive a store hiccup
+                self._keep_holds()
+                self._retry_outages()
+                if self.auto_resume and time.monotonic() - self._last_scan >= self.lease_s / 2:
+                    self._last_scan = time.monotonic()
+                    self.resume_interrupted()
+            except Exception as exc:  # the pump must survive a store hiccup
+                log.debug("job pump: %s", exc)
                 continue
+
+    def _hold_and_queue(
+        self, run_id: str, statuses: tuple[str, ...], *, steal_from: str | None
+    ) -> bool:
+        """Claim the run for this manager (held queued until its worker takes it) and queue
+        it; False, queuing nothing, when another process got it first or it is queued or
+        running here already."""
+        with self._lock:
+            if run_id in self._queue or run_id in self._children:
+                return False
+        held = self.store.claim_run(
+            run_id, self.holder_id, lease_s=self.lease_s, statuses=statuses, steal_from=steal_from
+        )
+        if held is None:
+            return False
+        with self._lock:
+            if run_id in self._queue or run_id in self._children:
+                return False
+            self._queue.append(run_id)
+            self._outages.pop(run_id, None)
+        return True
+
+    def _retry_outages(self) -> None:
+        """Every few seconds, queue again the runs whose worker stopped for a database outage,
+        once the database answers (a failing read just waits for the next round)."""
+        if not self._outages or time.monotonic() - self._last_outage_try < _OUTAGE_RETRY_S:
+            return
+        self._last_outage_try = time.monotonic()
+        for run_id in list(self._outages):
+            try:
+                run = self.store.get_run(run_id)
+                if run is None or run.status not in ("pending", "running"):
+                    self._outages.pop(run_id, None)
+                    continue
+                dead = run.worker_id if local_worker_gone(run.worker_id) else None
+                if self._hold_and_queue(run_id, ("pending", "running"), steal_from=dead):
+                    log.info("run %s: the database answers again; resuming it", run_id)
+                else:
+                    self._outages.pop(run_id, None)  # another process has it now
+            except StoreError as exc:
+                log.info("run %s: the database is still unreachable (%s)", run_id, exc)
+                return
+
+    def _keep_holds(self) -> None:
+        """Renew the leases of the runs queued here; drop one that was cancelled or taken
+        elsewhere meanwhile."""
+        if time.monotonic() - self._last_renewal < self.lease_s / 4:
+            return
+        self._last_renewal = time.monotonic()
+        with self._lock:
+            queued = list(self._queue)
+        for run_id in queued:
+            if not self.store.renew_run_lease(run_id, self.holder_id, lease_s=self.lease_s):
+                log.info("queued run %s was ended or taken elsewhere; not starting it", run_id)
+                with self._lock, contextlib.suppress(ValueError):
+                    self._queue.remove(run_id)
 
     def _pump(self) -> None:
         """Reap finished workers and start queued ones while there is room."""
         with self._lock:
             for run_id, child in list(self._children.items()):
-                if child.poll() is not None:
-                    del self._children[run_id]
+                code = child.poll()
+                if code is None:
+                    continue
+                del self._children[run_id]
+                if code == STORE_OUTAGE_EXIT:
+                    self._outages[run_id] = (
+                        "its worker stopped because the database did not answer; this server "
+                        f"resumes it when the database is back (or `accelopt resume {run_id}`)"
+                    )
             while self._queue and len(self._children) < self.max_parallel_jobs:
                 run_id = self._queue.popleft()
+                self._outages.pop(run_id, None)
                 self._children[run_id] = self._spawn(run_id)
 
     def _spawn(self, run_id: str) -> subprocess.Popen[bytes]:
@@ -401,6 +555,8 @@ class JobManager:
                     run_id,
                     "--output-dir",
                     str(self.output_dir),
+                    "--handed-over-by",
+                    self.holder_id,
                 ],
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -443,3 +599,35 @@ class JobManager:
                 )
             )
         return offset + len(complete)
+
+
+def why_not_here(run_id: str, spec: RunSpec) -> str | None:
+    """Why this server should not take over an interrupted run (with the command that
+    resumes it), or None when it can: a job whose backend runs here and whose LLM settings
+    resolve in this environment."""
+    command = f"`accelopt resume {run_id}`"
+    request = spec.request
+    # Runs from before `origin`: a job's request lists kernel_source, the CLI's does not.
+    origin = request.get("origin") or ("job" if "kernel_source" in request else "cli")
+    if origin != "job":
+        return (
+            f"started with `accelopt optimize`, so it is resumed where its user runs it: "
+            f"{command} (in an environment with its LLM settings)"
+        )
+    cfg = spec.optimize
+    try:
+        require_backend(cfg.backend)
+    except Exception as exc:
+        return f"its backend cannot run on this server ({exc}); resume it where it can: {command}"
+    try:
+        configs = load_role_configs(Path(cfg.models_config) if cfg.models_config else None)
+        for role in roles_used(cfg.summarize):
+            config = configs.for_role(role)
+            if not config.is_local() and not os.environ.get(config.api_key_env):
+                return (
+                    f"the {role}'s key variable {config.api_key_env} is not set in this "
+                    f"server's environment; set it and restart the server, or run {command}"
+                )
+    except (LlmConfigError, OSError, ValueError) as exc:
+        return f"its LLM settings do not resolve here ({exc}); fix them, or run {command}"
+    return None

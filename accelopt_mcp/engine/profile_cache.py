@@ -28,7 +28,7 @@ from accelopt_mcp.hashing import benchmark_config_hash, solution_hash
 from accelopt_mcp.models import BenchmarkConfig, Evaluation, KernelComparison, Solution, Task
 from accelopt_mcp.models.evaluation import Comparison
 from accelopt_mcp.redaction import redact
-from accelopt_mcp.store.base import ConflictError, KernelStore
+from accelopt_mcp.store.base import KernelStore
 
 
 class ProfiledSolution(NamedTuple):
@@ -83,16 +83,14 @@ class ProfileCache:
     async def store_solution(
         self, solution: Solution, parent_id: str | None, meta: dict[str, Any]
     ) -> str:
-        """The solution's id, stored now unless the same source already is. An `error` text in
-        meta is stored redacted."""
+        """The solution's id, stored now unless the same source already is for its definition.
+        An `error` text in meta is stored redacted."""
         if isinstance(meta.get("error"), str):
             meta = {**meta, "error": redact(meta["error"])}
-        found = await asyncio.to_thread(self.store.find_solution, solution_hash(solution))
+        found = await asyncio.to_thread(
+            self.store.find_solution, solution.definition, solution_hash(solution)
+        )
         if found is not None:
-            if found.definition_name != solution.definition:
-                raise ConflictError(
-                    f"this source is already stored for definition {found.definition_name!r}"
-                )
             return found.id
         return await asyncio.to_thread(
             self.store.upsert_solution, solution, parent_id=parent_id, evolve_metadata=meta

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 import uuid
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -80,8 +82,76 @@ def process_start_token(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
+WORKER_HOST_ENV = "ACCELOPT_WORKER_HOST"
+"""The host name a worker gives in its id (default: the machine's); two containers sharing a
+host name must set distinct ones."""
+
+
+def local_host() -> str:
+    return os.environ.get(WORKER_HOST_ENV) or socket.gethostname()
+
+
+QUEUE_HOLD = "queue"
+"""The last part of the id under which a job manager holds the runs it has queued (their
+worker is not started yet): host|pid|start token|queue-<random>."""
+
+
+def worker_id_of(pid: int, *, queue: bool = False) -> str:
+    """The id a process claims runs under: host|pid|start token, which a process on the same
+    host can check (a recycled pid has another start token); with queue, a job manager's hold
+    on the runs it queued (one per manager, even with several in one process)."""
+    found = f"{local_host()}|{pid}|{process_start_token(pid) or ''}"
+    return f"{found}|{QUEUE_HOLD}-{uuid.uuid4().hex[:8]}" if queue else found
+
+
+def _parts(worker_id: str | None) -> list[str]:
+    return (worker_id or "").split("|")
+
+
+def local_worker_pid(worker_id: str | None) -> int | None:
+    """The pid of a worker process of this host that the id names; None for another host's,
+    a job manager's queue hold, or a malformed id."""
+    parts = _parts(worker_id)
+    if len(parts) != 3 or parts[0] != local_host() or not parts[1].isdigit():
+        return None
+    return int(parts[1])
+
+
+def local_worker_gone(worker_id: str | None) -> bool:
+    """True when the id names a process of this host (a worker, or a job manager holding it
+    queued) that is no longer running."""
+    parts = _parts(worker_id)
+    if len(parts) < 3 or parts[0] != local_host() or not parts[1].isdigit():
+        return False
+    pid = int(parts[1])
+    if not parts[2]:
+        # No start token (a host without /proc, e.g. macOS): the pid's existence says.
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+    return process_start_token(pid) != parts[2]
+
+
+def holder_alive(run: RunRecord, checkpoint: Checkpoint, now: datetime | None = None) -> bool:
+    """Does a live worker hold this run? By its lease; a holder on this host also by its
+    process, so a killed local worker frees its run at once rather than when its lease ends
+    (another host's cannot be checked: its lease says). A run from before leases: by the
+    worker its checkpoint names."""
+    if run.worker_id is None:
+        return worker_alive(checkpoint)
+    now = now or datetime.now(UTC)
+    if run.lease_expires_at is None or run.lease_expires_at <= now:
+        return False
+    return not local_worker_gone(run.worker_id)
+
+
 def worker_alive(checkpoint: Checkpoint) -> bool:
-    """Is the process that last ran this run still running (on this host)?"""
+    """Is the process that last ran this run still running (on this host)? For runs from
+    before leases, whose checkpoint named their worker."""
     if checkpoint.worker_pid is None or checkpoint.worker_host is None:
         return False
     host, _, start = checkpoint.worker_host.partition("|")
@@ -111,7 +181,7 @@ def run_state(
     gone, and that no one here is about to start, is "interrupted" (resume it)."""
     if run.status not in ("running", "pending"):
         return run.status
-    if ours_alive or worker_alive(checkpoint):
+    if ours_alive or holder_alive(run, checkpoint):
         return run.status
     if run.status == "pending" and queued:
         return run.status

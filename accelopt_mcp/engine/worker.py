@@ -14,12 +14,16 @@ import logging
 import sys
 from pathlib import Path
 
-from accelopt_mcp.engine.beam import BeamSearch, RunNotRunnable
+from accelopt_mcp.engine.beam import BeamSearch, RunNotRunnable, RunTakenOver
 from accelopt_mcp.engine.events import EngineEvent
 from accelopt_mcp.engine.runs import default_output_dir
 from accelopt_mcp.store import open_store
+from accelopt_mcp.store.base import StoreOutageError
 
 EVENTS_FILE = "events.jsonl"
+STORE_OUTAGE_EXIT = 75
+"""The exit status of a worker that stopped because the database stayed unreachable
+(EX_TEMPFAIL): the run is interrupted, not failed, and is resumed once the database answers."""
 
 
 def events_path(output_dir: Path, run_id: str) -> Path:
@@ -41,7 +45,7 @@ class EventLog:
         self._file.close()
 
 
-async def run_worker(run_id: str, output_dir: Path) -> int:
+async def run_worker(run_id: str, output_dir: Path, handed_over_by: str | None = None) -> int:
     store = open_store(None)
     log = EventLog(events_path(output_dir, run_id))
     # A job's worker is started for a new or interrupted run. By the time it holds the run's lock
@@ -53,12 +57,23 @@ async def run_worker(run_id: str, output_dir: Path) -> int:
         on_event=log,
         output_dir=output_dir,
         statuses=frozenset({"pending", "running"}),
+        handed_over_by=handed_over_by,
     )
     try:
         run = await engine.run_with_signals()
+    except RunTakenOver as exc:
+        print(f"run {run_id} given up: {exc}", file=sys.stderr)
+        # Lost to an outage: interrupted, resumed by its manager once the database answers.
+        return STORE_OUTAGE_EXIT if exc.outage else 0
     except RunNotRunnable as exc:
         print(f"run {run_id} left alone: {exc}", file=sys.stderr)
         return 0
+    except StoreOutageError as exc:
+        # Not a failure of the run: it stays interrupted and its manager resumes it once the
+        # database answers again.
+        log(EngineEvent(run_id=run_id, kind="run_interrupted", iteration=0, message=str(exc)))
+        print(f"run {run_id} interrupted: {exc}", file=sys.stderr)
+        return STORE_OUTAGE_EXIT
     except Exception as exc:
         print(f"run {run_id} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
@@ -73,12 +88,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m accelopt_mcp.engine.worker")
     parser.add_argument("run_id")
     parser.add_argument("--output-dir", type=Path, default=None)
+    parser.add_argument(
+        "--handed-over-by", default=None, help="the job manager's id that holds the run queued"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     output_dir = args.output_dir or default_output_dir()
-    sys.exit(asyncio.run(run_worker(args.run_id, output_dir)))
+    sys.exit(asyncio.run(run_worker(args.run_id, output_dir, args.handed_over_by)))
 
 
 if __name__ == "__main__":

@@ -62,6 +62,9 @@ class ServerState:
                     self.store_url,
                     output_dir=self.jobs_output_dir,
                     max_parallel_jobs=self.max_parallel_jobs,
+                    # A team's servers share the database: a job whose server vanished is
+                    # taken over by one that can run it once its lease ends.
+                    auto_resume=True,
                 )
             return self._jobs
 

@@ -9,8 +9,9 @@ that names it instead of a bare foreign-key failure.
 from __future__ import annotations
 
 import abc
+import threading
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -23,7 +24,7 @@ from accelopt_mcp.models import (
     Workload,
     pool_evaluations,
 )
-from accelopt_mcp.store import _rows, _search
+from accelopt_mcp.store import _retry, _rows, _search
 from accelopt_mcp.store.base import (
     AmbiguousIdError,
     ConflictError,
@@ -32,17 +33,20 @@ from accelopt_mcp.store.base import (
     HardwarePeaksRecord,
     IdKind,
     KernelStore,
+    LeaseLostError,
     LlmCallRecord,
     LlmTotals,
     RankedSolution,
     RunEntry,
     RunRecord,
+    RunStatus,
     RunUpdate,
     StoredDefinition,
     StoredMeasurement,
     StoredProfile,
     StoredSolution,
     StoredWorkload,
+    StoreError,
     StoreStats,
     UnknownReferenceError,
 )
@@ -54,9 +58,41 @@ LINEAGE_DEPTH_CAP = 10000
 class Cursor(Protocol):
     """What a dialect's transaction hands out: run one statement, read its rows."""
 
+    known: set[tuple[str, str, Any]] | None
+    """Inside a batch: the (table, key column, value) rows found to exist by earlier calls of
+    the batch, so that each is looked up once (None outside a batch)."""
+
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None: ...
+
+
+BATCH_CALLS = 500
+"""Store calls per transaction inside a batch (SqlKernelStore.batch): a few hundred rows share
+one commit, and a SQLite batch holds the file's write lock for a fraction of a second at a time,
+so other writers wait briefly rather than for the whole import."""
+BATCH_STATISTICS_CALLS = 1000
+"""A batch of at least this many calls refreshes the planner's statistics as it ends."""
+
+
+class Batch:
+    """A batch open in one thread: the dialect's connection (and cursor) its calls share."""
+
+    def __init__(self, conn: Any, cursor: Any = None) -> None:
+        self.conn = conn
+        self.cursor = cursor
+        self.pipeline: Any = None
+        """PostgreSQL: the connection's pipeline."""
+        self.pending = 0
+        """Calls in the open transaction (0: none open)."""
+        self.calls = 0
+        self.known: set[tuple[str, str, Any]] = set()
+        self.failed: str | None = None
+        """Why a call failed: the open transaction was rolled back, and the batch is over."""
+
+
+# The batch each store has open, per thread (a store's calls from other threads do not join it).
+_open_batches = threading.local()
 
 
 def _cols(alias: str, columns: tuple[str, ...], prefix: str = "") -> str:
@@ -117,7 +153,58 @@ class SqlKernelStore(KernelStore, abc.ABC):
 
     @staticmethod
     def _exists(cur: Cursor, table: str, key: str, value: Any) -> bool:
-        return cur.one(f"SELECT 1 AS x FROM {table} WHERE {key} = ?", (value,)) is not None
+        # A row found once stays (the store deletes none of these), so a batch asks once.
+        if cur.known is not None and (table, key, value) in cur.known:
+            return True
+        found = cur.one(f"SELECT 1 AS x FROM {table} WHERE {key} = ?", (value,)) is not None
+        if found and cur.known is not None:
+            cur.known.add((table, key, value))
+        return found
+
+    # ------------------------------------------------------------------ batches
+    def _batch(self) -> Batch | None:
+        """The batch this thread has open on this store, if any."""
+        batches: dict[int, Batch] = getattr(_open_batches, "by_store", {})
+        return batches.get(id(self))
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        batches: dict[int, Batch] = _open_batches.__dict__.setdefault("by_store", {})
+        if id(self) in batches:  # nested: the outer batch holds the transaction
+            yield
+            return
+        with self._batch_connection() as state:
+            batches[id(self)] = state
+            try:
+                yield
+                if state.failed is not None:
+                    # The caller went on after a failed call: what that call rolled back must
+                    # not pass for stored.
+                    raise StoreError(
+                        f"a call in this batch failed ({state.failed}), which rolled back the "
+                        "calls since the batch's last commit; run them again"
+                    )
+                self._batch_finish(state, commit=True)
+            except BaseException:
+                if state.pending:
+                    self._batch_finish(state, commit=False)
+                raise
+            finally:
+                del batches[id(self)]
+        if state.calls >= BATCH_STATISTICS_CALLS:
+            self._refresh_statistics(state.calls)
+
+    @abc.abstractmethod
+    def _batch_connection(self) -> AbstractContextManager[Batch]:
+        """A connection held for a batch, as a Batch (no transaction open yet)."""
+
+    @abc.abstractmethod
+    def _batch_finish(self, state: Batch, *, commit: bool) -> None:
+        """Commit (or roll back) the batch's open transaction; state.pending becomes 0."""
+
+    def _refresh_statistics(self, written: int) -> None:
+        """Bring the query planner's table statistics up to date after a batch of `written`
+        calls, where they are out of date."""
 
     def _require_definition(self, cur: Cursor, name: str) -> None:
         if not self._exists(cur, "definitions", "name", name):
@@ -231,19 +318,17 @@ class SqlKernelStore(KernelStore, abc.ABC):
         version = hashing.CURRENT_HASH_VERSION
         digest = hashing.solution_hash(solution, version)
         doc = _rows.record_json(solution)
+        # One row per (definition, source): the same source under another definition is
+        # another solution.
         find = (
-            "SELECT id, definition_name FROM solutions WHERE solution_hash = ? AND hash_version = ?"
+            "SELECT id FROM solutions WHERE definition_name = ? AND solution_hash = ? "
+            "AND hash_version = ?"
         )
+        key = (solution.definition, digest, version)
         with self._tx(write=True) as cur:
             for attempt in range(2):
-                stored = cur.one(find, (digest, version))
+                stored = cur.one(find, key)
                 if stored is not None:
-                    if stored["definition_name"] != solution.definition:
-                        raise ConflictError(
-                            _rows.hash_conflict(
-                                digest, stored["definition_name"], solution.definition
-                            )
-                        )
                     return str(stored["id"])
                 if attempt:
                     break
@@ -252,7 +337,8 @@ class SqlKernelStore(KernelStore, abc.ABC):
                 row = cur.one(
                     "INSERT INTO solutions (id, definition_name, parent_id, solution, "
                     "hash_version, solution_hash, evolve_metadata) VALUES (?, ?, ?, ?j, ?, ?, ?j) "
-                    "ON CONFLICT (solution_hash, hash_version) DO NOTHING RETURNING id",
+                    "ON CONFLICT (definition_name, solution_hash, hash_version) DO NOTHING "
+                    "RETURNING id",
                     (_rows.new_uuid(), solution.definition, parent, doc, version, digest, metadata),
                 )
                 if row is not None:
@@ -314,12 +400,16 @@ class SqlKernelStore(KernelStore, abc.ABC):
             row = cur.one(self._solution_where("s.id = ?"), (canonical,))
         return None if row is None else _rows.solution_from_row(row)
 
-    def find_solution(self, solution_hash: str, hash_version: int = 1) -> StoredSolution | None:
-        _rows.check_strings(solution_hash=solution_hash)
+    def find_solution(
+        self, definition_name: str, solution_hash: str, hash_version: int = 1
+    ) -> StoredSolution | None:
+        _rows.check_strings(definition_name=definition_name, solution_hash=solution_hash)
         with self._tx(write=False) as cur:
             row = cur.one(
-                self._solution_where("s.solution_hash = ? AND s.hash_version = ?"),
-                (solution_hash, hash_version),
+                self._solution_where(
+                    "s.definition_name = ? AND s.solution_hash = ? AND s.hash_version = ?"
+                ),
+                (definition_name, solution_hash, hash_version),
             )
         return None if row is None else _rows.solution_from_row(row)
 
@@ -541,35 +631,57 @@ class SqlKernelStore(KernelStore, abc.ABC):
         if workload_uuid is not None:
             where.append("p.workload_uuid = ?")
             params.append(workload_uuid)
-        # Profiles in ranking order; the first row of each solution is its fastest profile.
-        # Reading in batches lets the database walk the latency index and stop early instead
-        # of ranking every profile of the definition.
-        sql = (
-            f"SELECT {_cols('s', _rows.SOLUTION_COLUMNS, 's_')}, "
-            f"{_cols('p', _rows.PROFILE_COLUMNS, 'p_')} "
-            f"FROM profiles p JOIN solutions s ON s.id = p.solution_id "
-            f"WHERE {' AND '.join(where)} "
-            f"ORDER BY p.latency_ms, {self._order('solutions', 's')}, "
-            f"{self._order('profiles', 'p')}, p.id LIMIT ? OFFSET ?"
+        # Profiles in ranking order, ids only; the first row of each solution is its fastest
+        # profile. Reading in batches lets the database walk the latency index and stop early
+        # instead of ranking every profile of the definition, and only the winners' records
+        # are read in full and decoded (at 100k profiles the decoding of the rows passed over
+        # cost more than the query).
+        batch = 2 * limit + 4
+        order = (
+            f"p.latency_ms, {self._order('solutions', 's')}, {self._order('profiles', 'p')}, p.id"
         )
-        batch = max(4 * limit, 64)
-        ranked: dict[str, RankedSolution] = {}
+        chosen: dict[str, str] = {}  # solution id -> its fastest profile's id, in rank order
         offset = 0
         with self._tx(write=False) as cur:
-            while len(ranked) < limit:
+            sql = (
+                f"SELECT s.id AS s_id, p.id AS p_id "
+                f"FROM {self._ranking_source(cur, definition_name, batch)} "
+                f"WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
+            )
+            while len(chosen) < limit:
                 rows = cur.all(sql, (*params, batch, offset))
                 for r in rows:
-                    solution_id = str(r["s_id"])
-                    if solution_id not in ranked and len(ranked) < limit:
-                        ranked[solution_id] = RankedSolution(
-                            solution=_rows.solution_from_row(r, "s_"),
-                            profile=_rows.profile_from_row(r, "p_"),
-                        )
+                    if len(chosen) < limit:
+                        chosen.setdefault(str(r["s_id"]), str(r["p_id"]))
                 if len(rows) < batch:
                     break
                 offset += batch
                 batch *= 2
-        return list(ranked.values())
+            full = (
+                cur.all(
+                    f"SELECT {_cols('s', _rows.SOLUTION_COLUMNS, 's_')}, "
+                    f"{_cols('p', _rows.PROFILE_COLUMNS, 'p_')} "
+                    "FROM profiles p JOIN solutions s ON s.id = p.solution_id "
+                    f"WHERE p.id IN ({', '.join('?' for _ in chosen)})",
+                    list(chosen.values()),
+                )
+                if chosen
+                else []
+            )
+        by_profile = {str(r["p_id"]): r for r in full}
+        return [
+            RankedSolution(
+                solution=_rows.solution_from_row(by_profile[profile_id], "s_"),
+                profile=_rows.profile_from_row(by_profile[profile_id], "p_"),
+            )
+            for profile_id in chosen.values()
+            if profile_id in by_profile  # PostgreSQL: not deleted between the two reads
+        ]
+
+    def _ranking_source(self, cur: Cursor, definition_name: str, batch: int) -> str:
+        """The FROM clause ranking a definition's profiles (`p`) with their solutions (`s`);
+        a dialect whose planner misjudges the ranking may choose the join order here."""
+        return "profiles p JOIN solutions s ON s.id = p.solution_id"
 
     # ------------------------------------------------------------------ runs
     def create_run(self, run: RunRecord) -> str:
@@ -578,7 +690,11 @@ class SqlKernelStore(KernelStore, abc.ABC):
         config = _rows.plain_json(run.config, "run.config")
         error = _rows.redacted_text(run.error, self._secrets())
         with self._tx(write=True) as cur:
-            if self._exists(cur, "runs", "id", run.id):
+            stored = cur.one("SELECT definition_name FROM runs WHERE id = ?", (run.id,))
+            if stored is not None:
+                if _retry.uncertain() and stored["definition_name"] == run.definition_name:
+                    # A retry: the attempt whose COMMIT lost its answer stored it after all.
+                    return run.id
                 raise ConflictError(
                     f"run {run.id!r} exists already; resume it with update_run, or create the "
                     "run under a new id"
@@ -607,8 +723,8 @@ class SqlKernelStore(KernelStore, abc.ABC):
             )
         return run.id
 
-    def update_run(self, run_id: str, update: RunUpdate) -> RunRecord:
-        _rows.check_strings(run_id=run_id)
+    def update_run(self, run_id: str, update: RunUpdate, *, holder: str | None = None) -> RunRecord:
+        _rows.check_strings(run_id=run_id, holder=holder)
         update = _rows.require(update, RunUpdate, "update")
         changes = {k: v for k, v in update.model_dump().items() if v is not None}
         if "error" in changes:
@@ -622,14 +738,78 @@ class SqlKernelStore(KernelStore, abc.ABC):
             params = [
                 _rows.plain_json(v, "config") if k == "config" else v for k, v in changes.items()
             ]
+            fence, fenced = "", []
+            if holder is not None:
+                fence = " AND worker_id = ? AND status IN ('pending', 'running')"
+                fenced = [holder]
             row = cur.one(
-                f"UPDATE runs SET {', '.join(sets)} WHERE id = ? "
+                f"UPDATE runs SET {', '.join(sets)} WHERE id = ?{fence} "
                 f"RETURNING {', '.join(_rows.RUN_COLUMNS)}",
-                (*params, run_id),
+                (*params, run_id, *fenced),
             )
+            if row is None and holder is not None:
+                current = cur.one("SELECT worker_id, status FROM runs WHERE id = ?", (run_id,))
+                if current is not None:
+                    raise LeaseLostError(_rows.lease_lost(run_id, holder, current))
         if row is None:
             raise UnknownReferenceError(_rows.unknown_run(run_id))
         return _rows.run_from_row(row)
+
+    # A lease's end, as SQL: now plus ? seconds, in the dialect's timestamp form.
+    @abc.abstractmethod
+    def _lease_until_sql(self) -> str: ...
+
+    def claim_run(
+        self,
+        run_id: str,
+        worker_id: str,
+        *,
+        lease_s: float,
+        statuses: Sequence[str],
+        steal_from: str | None = None,
+        set_status: RunStatus | None = None,
+    ) -> RunRecord | None:
+        _rows.check_strings(
+            run_id=run_id, worker_id=worker_id, steal_from=steal_from, set_status=set_status
+        )
+        lease = _rows.check_lease(lease_s)
+        wanted = _rows.check_statuses(statuses)
+        marks = ", ".join("?" for _ in wanted)
+        with self._tx(write=True) as cur:
+            # One conditional UPDATE (under SQLite's write lock, or PostgreSQL's row lock): of
+            # several claimers exactly one sees the run free and takes it.
+            row = cur.one(
+                f"UPDATE runs SET worker_id = ?, lease_expires_at = {self._lease_until_sql()}, "
+                f"status = COALESCE(?, status) WHERE id = ? AND status IN ({marks}) "
+                "AND (worker_id IS NULL OR worker_id = ? OR worker_id = ? "
+                f"OR lease_expires_at IS NULL OR lease_expires_at < {self.now_sql}) "
+                f"RETURNING {', '.join(_rows.RUN_COLUMNS)}",
+                (worker_id, lease, set_status, run_id, *wanted, worker_id, steal_from),
+            )
+            if row is None and not self._exists(cur, "runs", "id", run_id):
+                raise UnknownReferenceError(_rows.unknown_run(run_id))
+        return None if row is None else _rows.run_from_row(row)
+
+    def renew_run_lease(self, run_id: str, worker_id: str, *, lease_s: float) -> bool:
+        _rows.check_strings(run_id=run_id, worker_id=worker_id)
+        lease = _rows.check_lease(lease_s)
+        with self._tx(write=True) as cur:
+            row = cur.one(
+                f"UPDATE runs SET lease_expires_at = {self._lease_until_sql()} WHERE id = ? "
+                "AND worker_id = ? AND status IN ('pending', 'running') RETURNING id",
+                (lease, run_id, worker_id),
+            )
+        return row is not None
+
+    def release_run(self, run_id: str, worker_id: str) -> bool:
+        _rows.check_strings(run_id=run_id, worker_id=worker_id)
+        with self._tx(write=True) as cur:
+            row = cur.one(
+                "UPDATE runs SET lease_expires_at = NULL WHERE id = ? AND worker_id = ? "
+                "RETURNING id",
+                (run_id, worker_id),
+            )
+        return row is not None
 
     def get_run(self, run_id: str) -> RunRecord | None:
         _rows.check_strings(run_id=run_id)
@@ -666,7 +846,10 @@ class SqlKernelStore(KernelStore, abc.ABC):
             cur.one(
                 "INSERT INTO experiences (id, run_id, namespace, definition_name, "
                 "slow_solution_id, fast_solution_id, speedup, title, strategy, pseudocode, "
-                "iteration) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "iteration) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                # The id is the same on a retry (_retry.replayed_id): the row is there if an
+                # attempt whose COMMIT lost its answer stored it.
+                "ON CONFLICT (id) DO NOTHING",
                 (
                     experience_id,
                     item.run_id,

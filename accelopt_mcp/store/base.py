@@ -7,6 +7,8 @@ MCP server talk to this interface only.
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Literal
 
@@ -26,11 +28,39 @@ from accelopt_mcp.models import Definition, Evaluation, LlmCallIn, Solution, Wor
 
 
 class StoreError(Exception):
-    """Base of every store error; its message says what went wrong and what to do."""
+    """Base of every store error; its message says what went wrong and what to do.
+
+    StoreError
+      StoreUnavailableError   can't use the database: unreachable, key or password
+                              rejected, schema missing; raised at once, nothing retried
+        StoreOutageError      it stopped answering mid-use and kept failing for the
+                              whole retry window: wait, then resume
+      LeaseLostError, UnknownReferenceError, ConflictError, AmbiguousIdError,
+      UnsearchableTextError   the request itself is wrong; retrying will not help
+    """
 
 
 class StoreUnavailableError(StoreError):
     """The database could not be reached, the key was rejected or the schema is missing."""
+
+
+class StoreOutageError(StoreUnavailableError):
+    """A transient failure (connection lost or refused, server restarting, HTTP 502/503/504)
+    lasted the whole retry window (ACCELOPT_STORE_RETRY_S, 30 s by default; store/_retry.py).
+    Nothing is wrong with the request or the set-up: what was stored before is kept, and the
+    same call can succeed once the database is back, so a run should be left interrupted and
+    resumed rather than failed. `location` is the store's masked address, `retry_s` the
+    window."""
+
+    def __init__(self, message: str, *, location: str = "", retry_s: float = 0.0) -> None:
+        super().__init__(message)
+        self.location = location
+        self.retry_s = retry_s
+
+
+class LeaseLostError(StoreError):
+    """A write fenced by a worker's lease found the run held by another worker (or no longer
+    running): this worker must stop touching the run."""
 
 
 class UnknownReferenceError(StoreError):
@@ -201,6 +231,11 @@ class RunRecord(Row):
     error: str | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    worker_id: str | None = None
+    """The worker that holds (or last held) the run: host|pid|start token."""
+    lease_expires_at: datetime | None = None
+    """Until when the worker's claim holds unless renewed; None: released (or never
+    claimed). A run stored as running whose lease has passed is free for any worker."""
 
 
 class RunUpdate(Row):
@@ -345,6 +380,9 @@ class KernelStore(abc.ABC):
     and returns its key. Methods are thread-safe; a store is used from worker threads."""
 
     backend: str
+    schema_changes: Sequence[str] = ()
+    """What opening the store changed in its database's schema (created it, or brought an
+    older one up to date), one line each; empty when there was nothing to do."""
 
     # definitions ---------------------------------------------------------
     @abc.abstractmethod
@@ -378,10 +416,12 @@ class KernelStore(abc.ABC):
         parent_id: str | None = None,
         evolve_metadata: dict[str, Any] | None = None,
     ) -> str:
-        """Store a solution of a stored definition; returns its id. A solution whose source hash
-        is already stored returns the existing id and leaves that row (its lineage and metadata)
-        as it was. Raises UnknownReferenceError for an unknown definition or parent, and
-        ConflictError when the same source is stored under another definition."""
+        """Store a solution of a stored definition; returns its id. A solution is one
+        (definition, source) pair: a source already stored for this definition returns the
+        existing id and leaves that row (its lineage and metadata) as it was, while the same
+        source under another definition is another solution, with an id, lineage and profiles
+        of its own (a shape-generic kernel serving several definitions). Raises
+        UnknownReferenceError for an unknown definition or parent."""
 
     @abc.abstractmethod
     def get_solution(self, solution_id: str) -> StoredSolution | None: ...
@@ -404,7 +444,11 @@ class KernelStore(abc.ABC):
         unknown solution id."""
 
     @abc.abstractmethod
-    def find_solution(self, solution_hash: str, hash_version: int = 1) -> StoredSolution | None: ...
+    def find_solution(
+        self, definition_name: str, solution_hash: str, hash_version: int = 1
+    ) -> StoredSolution | None:
+        """The solution of this definition with this source hash, if stored (the same source
+        may be stored under other definitions too, as other solutions)."""
 
     @abc.abstractmethod
     def list_solutions(
@@ -514,9 +558,41 @@ class KernelStore(abc.ABC):
     def create_run(self, run: RunRecord) -> str: ...
 
     @abc.abstractmethod
-    def update_run(self, run_id: str, update: RunUpdate) -> RunRecord:
+    def update_run(self, run_id: str, update: RunUpdate, *, holder: str | None = None) -> RunRecord:
         """Change the fields the update sets (not None); the others, config among them, stay
-        as stored. updated_at becomes now."""
+        as stored. updated_at becomes now. holder: write only while that worker holds the run
+        and it is pending or running, else raise LeaseLostError (a worker that lost its lease
+        cannot overwrite the one that took the run over)."""
+
+    @abc.abstractmethod
+    def claim_run(
+        self,
+        run_id: str,
+        worker_id: str,
+        *,
+        lease_s: float,
+        statuses: Sequence[str],
+        steal_from: str | None = None,
+        set_status: RunStatus | None = None,
+    ) -> RunRecord | None:
+        """Take the run for `worker_id` in one conditional update, atomic across processes
+        and hosts: it succeeds when the run's status is one of `statuses` and nobody holds it
+        (no worker, a released or expired lease, this worker already, or `steal_from`, a
+        holder the caller has seen dead). Sets the worker, a lease of lease_s seconds by the
+        database's clock and, when given, the status (a worker taking a stopped run marks it
+        running in the same update); returns the run as now stored, or None when it is not
+        free. Raises UnknownReferenceError for an unknown run."""
+
+    @abc.abstractmethod
+    def renew_run_lease(self, run_id: str, worker_id: str, *, lease_s: float) -> bool:
+        """Extend the worker's lease by lease_s seconds from now; False when the worker no
+        longer holds the run or the run is no longer pending or running (cancelled by someone
+        else): the worker must stop."""
+
+    @abc.abstractmethod
+    def release_run(self, run_id: str, worker_id: str) -> bool:
+        """End the worker's lease at once (the run stays as it is); False when it did not
+        hold it."""
 
     @abc.abstractmethod
     def get_run(self, run_id: str) -> RunRecord | None: ...
@@ -635,6 +711,17 @@ class KernelStore(abc.ABC):
     @abc.abstractmethod
     def stats(self) -> StoreStats:
         """Row counts of the record tables (the hardware-peaks cache is not counted)."""
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Many writes in a row (an import): the calls this thread makes inside share
+        transactions, a commit per few hundred calls and one as the block ends, instead of one
+        per call. Each call keeps its checks and dedup, and reads inside see the writes before
+        them. A call that fails rolls back the calls since the last commit and ends the batch
+        (what was committed before stays, as without a batch: run the rest again). The SQL
+        stores refresh the query planner's statistics after a large batch. Here (the Supabase
+        store, one HTTP request per call) each call stays on its own."""
+        yield
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""

@@ -356,7 +356,7 @@ def project_url(url: str) -> str:
 def _create_project_steps() -> list[str]:
     return [
         "hosted: create a project at https://supabase.com/dashboard, then copy the Project URL "
-        "and an API key (anon, or service_role if row level security is on) from "
+        "and the service_role API key (row level security keeps the anon key out) from "
         "Project Settings -> API",
         "local: install the Supabase CLI and run `supabase start`; the API URL is "
         "http://127.0.0.1:54321 and `supabase status` prints the keys",
@@ -377,14 +377,29 @@ def _schema_steps() -> list[str]:
 
 def _key_steps(had_key: bool) -> list[str]:
     first = (
-        "the key was rejected: copy it again from Project Settings -> API (anon, or service_role "
-        "if row level security is on); a local `supabase start` prints its keys in "
-        "`supabase status`"
+        "the key was rejected: copy it again from Project Settings -> API (the service_role "
+        "key: row level security keeps the anon key out); a local `supabase start` prints its "
+        "keys in `supabase status`"
         if had_key
         else f"no API key was given: set {SUPABASE_KEY_ENV} (Project Settings -> API in the "
         "dashboard; `supabase status` for a local project)"
     )
     return [first, f"export {SUPABASE_KEY_ENV}=<key> (it is read from the environment only)"]
+
+
+def _access_steps() -> list[str]:
+    return [
+        f"set {SUPABASE_KEY_ENV} to the project's service_role key (Project Settings -> API): "
+        "row level security lets only it and team members in",
+        "or give the key's role team access: an admin runs `GRANT accelopt_team TO "
+        "authenticated;` (or TO <role>) in the SQL editor",
+    ]
+
+
+def _code(response: httpx.Response) -> object:
+    """PostgREST's error code in an answer (None when it has none)."""
+    body = _json_or_none(response)
+    return body.get("code") if isinstance(body, dict) else None
 
 
 def check_supabase(
@@ -435,16 +450,33 @@ def check_supabase(
                 _create_project_steps(),
             )
         problem = _classify(first)
+        described = ""
+        if problem == "not_supabase" and first.status_code == 404:
+            # A 404 without PostgREST's error body: another web API, or a PostgREST too old
+            # to name the missing table. PostgREST describes its API at /rest/v1/; a server
+            # that does not is no Supabase project, whatever its 404 looks like.
+            if probe.serves_postgrest():
+                problem = "schema_missing"
+            else:
+                described = " and GET /rest/v1/ serves no PostgREST API description"
         if problem == "not_supabase":
             return verdict(
                 "not_supabase",
-                f"{location} answers HTTP, but not as a Supabase project: GET "
-                f"/rest/v1/definitions gave {_describe(first)}",
+                f"{location} answers HTTP, but is not a Supabase project (no PostgREST API "
+                f"under /rest/v1): GET /rest/v1/definitions gave {_describe(first)}"
+                f"{described}; check the URL",
                 [
                     "use the Project URL (https://<project-ref>.supabase.co) from Project "
                     "Settings -> API, not the dashboard's address",
                     "a local `supabase start` serves the API at http://127.0.0.1:54321",
                 ],
+            )
+        if problem == "key_rejected" and _code(first) == "42501":
+            return verdict(
+                "key_rejected",
+                f"the Supabase API at {location} took the key, but its role may not read the "
+                f"kernel database ({_describe(first)})",
+                _access_steps(),
             )
         if problem == "key_rejected":
             what = "the API key" if key else "the request: no API key was given"
@@ -506,6 +538,21 @@ class _SupabaseProbe:
     def first(self) -> httpx.Response:
         return self.client.get(f"{self.rest}/definitions", params={"select": "name", "limit": 1})
 
+    def serves_postgrest(self) -> bool:
+        """Whether /rest/v1/ answers with the OpenAPI description PostgREST serves at its root
+        (a Swagger 2.0 or OpenAPI document with paths)."""
+        try:
+            response = self.client.get(f"{self.rest}/")
+        except httpx.HTTPError:
+            return False
+        body = _json_or_none(response)
+        return (
+            response.is_success
+            and isinstance(body, dict)
+            and ("swagger" in body or "openapi" in body)
+            and isinstance(body.get("paths"), dict)
+        )
+
     def inventory(self, *, count_rows: bool) -> tuple[dict[str, int], list[str]]:
         """Row counts of the tables, and the names of missing tables, views and functions."""
         counts: dict[str, int] = {}
@@ -539,11 +586,24 @@ def _classify(response: httpx.Response) -> Problem | None:
         return "not_supabase"
     if response.status_code in (401, 403) or code in ("PGRST301", "PGRST302", "PGRST303"):
         return "key_rejected"
-    if code in ("PGRST205", "42P01") or response.status_code == 404:
+    # PostgREST names an unknown table PGRST205 (42P01 before version 12); any 404 in its error
+    # shape comes from a PostgREST. A 404 in some other JSON is told apart by the caller.
+    if code in ("PGRST205", "42P01") or (response.status_code == 404 and _postgrest_error(body)):
         return "schema_missing"
     if response.status_code >= 500:
         return "unreachable"
     return "not_supabase"
+
+
+def _postgrest_error(body: object) -> bool:
+    """Whether a JSON body is PostgREST's error: an object with code, message, details and hint
+    (null when empty), or at least a PGRST code."""
+    if not isinstance(body, dict):
+        return False
+    code = body.get("code")
+    return {"code", "message", "details", "hint"} <= body.keys() or (
+        isinstance(code, str) and code.startswith("PGRST")
+    )
 
 
 def _json_or_none(response: httpx.Response) -> object:

@@ -32,7 +32,10 @@ CREATE TABLE IF NOT EXISTS solutions (
     author           TEXT GENERATED ALWAYS AS (json_extract(solution, '$.author')) STORED,
     run_id           TEXT GENERATED ALWAYS AS (json_extract(evolve_metadata, '$.run_id')) STORED,
     created_at       TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
-    UNIQUE (solution_hash, hash_version)
+    -- A solution is one (definition, source) pair: the same source may serve several
+    -- definitions (the same op at other shapes), one row each. Version 6; before it the source
+    -- alone was unique, and the store rebuilds an older file's table (sqlite.py).
+    UNIQUE (definition_name, solution_hash, hash_version)
 );
 CREATE INDEX IF NOT EXISTS solutions_definition_idx ON solutions (definition_name);
 CREATE INDEX IF NOT EXISTS solutions_parent_idx ON solutions (parent_id);
@@ -73,6 +76,10 @@ CREATE TABLE IF NOT EXISTS profiles (
 );
 CREATE INDEX IF NOT EXISTS profiles_solution_idx ON profiles (solution_id);
 CREATE INDEX IF NOT EXISTS profiles_workload_idx ON profiles (workload_uuid);
+-- The engine's per-attempt lookup (a solution's profiles on the task's workload): without
+-- statistics SQLite took profiles_workload_idx, i.e. every profile of the workload (34 ms at
+-- 100k); two equality columns win even then.
+CREATE INDEX IF NOT EXISTS profiles_solution_workload_idx ON profiles (solution_id, workload_uuid);
 CREATE INDEX IF NOT EXISTS profiles_passed_latency_idx
     ON profiles (eval_hardware, latency_ms) WHERE eval_status = 'PASSED';
 CREATE INDEX IF NOT EXISTS profiles_passed_any_hw_idx
@@ -102,7 +109,11 @@ CREATE TABLE IF NOT EXISTS runs (
     cost_usd             REAL NOT NULL DEFAULT 0,
     error                TEXT,
     created_at           TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
-    updated_at           TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+    updated_at           TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    -- The worker holding the run and until when (claim_run; same timestamp format as above,
+    -- so text comparison orders them).
+    worker_id            TEXT,
+    lease_expires_at     TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_definition_idx ON runs (definition_name, created_at);
 CREATE INDEX IF NOT EXISTS runs_status_idx ON runs (status, created_at);

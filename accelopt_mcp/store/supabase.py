@@ -4,8 +4,9 @@ Same tables as the PostgreSQL store (schema_v2.txt, applied once in the project)
 Opening checks the project first (`check_supabase`) and stops with what is wrong and how to fix
 it: nothing listening, key rejected, schema not applied, not a Supabase URL. It never falls back
 to another store. Requests time out after `timeout_s` (default 10 s), not the client's default
-two minutes; a read that fails at the network level (connection refused or reset) is retried by
-postgrest-py after 1, 2 and 4 s before the error is raised, a timeout is not retried.
+two minutes. A request that fails for now (connection refused, reset or timed out; HTTP 502,
+503, 504) is sent again for up to `retry_s` seconds (store/_retry.py; postgrest-py's own
+retries are off), then StoreOutageError is raised.
 
 Supabase caps a response at `max_rows` rows (1000 by default), so reads without a limit fetch
 page after page; `page_size` must not exceed the project's max_rows.
@@ -16,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
@@ -34,7 +35,7 @@ from accelopt_mcp.models import (
     pool_evaluations,
 )
 from accelopt_mcp.redaction import redact
-from accelopt_mcp.store import _rows, _search
+from accelopt_mcp.store import _retry, _rows, _search
 from accelopt_mcp.store.base import (
     AmbiguousIdError,
     ConflictError,
@@ -43,11 +44,13 @@ from accelopt_mcp.store.base import (
     HardwarePeaksRecord,
     IdKind,
     KernelStore,
+    LeaseLostError,
     LlmCallRecord,
     LlmTotals,
     RankedSolution,
     RunEntry,
     RunRecord,
+    RunStatus,
     RunUpdate,
     StoredDefinition,
     StoredMeasurement,
@@ -75,7 +78,31 @@ _POOL_ATTEMPTS = 5
 """Rounds of pooling a profile's measurements while other writers keep adding to it."""
 _SCHEMA_CODES = {"PGRST205", "42P01", "PGRST202", "PGRST204", "42703"}
 _KEY_CODES = {"PGRST301", "PGRST302", "PGRST303"}
-_DATABASE_DOWN_CODES = {"PGRST000", "PGRST001", "PGRST002", "503"}
+_UNAVAILABLE_STATUSES = frozenset({502, 503, 504, 520})
+"""Answers of a gateway or of PostgREST that say the database is out of reach for now
+(PostgREST answers 503 PGRST000-PGRST002 when it cannot reach it; 520 is Cloudflare's)."""
+
+
+class _Unavailable(Exception):
+    """An answer with one of _UNAVAILABLE_STATUSES, raised by the HTTP client's hook."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(f"HTTP {status}" + (f" ({text})" if text else ""))
+        self.status = status
+
+
+def _raise_unavailable(response: httpx.Response) -> None:
+    """httpx response hook: turn a 502/503/504 into _Unavailable, whatever its body (a
+    gateway's may not be PostgREST's JSON, and postgrest-py would not tell the status)."""
+    if response.status_code not in _UNAVAILABLE_STATUSES:
+        return
+    response.read()
+    try:
+        body = response.json()
+        text = " ".join(str(body.get(k)) for k in ("code", "message") if body.get(k))
+    except (ValueError, AttributeError):
+        text = response.reason_phrase
+    raise _Unavailable(response.status_code, text[:200])
 
 
 def _doc(record: BaseModel) -> Any:
@@ -90,8 +117,14 @@ class SupabaseStore(KernelStore):
     page_size = 1000
 
     def __init__(
-        self, url: str | None = None, *, key: str | None = None, timeout_s: float = 10
+        self,
+        url: str | None = None,
+        *,
+        key: str | None = None,
+        timeout_s: float = 10,
+        retry_s: float | None = None,
     ) -> None:
+        self.retry_s = _retry.retry_window(retry_s)
         url = url or os.environ.get(SUPABASE_URL_ENV)
         if not url:
             raise StoreUnavailableError(
@@ -101,8 +134,8 @@ class SupabaseStore(KernelStore):
         key = key or os.environ.get(SUPABASE_KEY_ENV)
         if not key:
             raise StoreUnavailableError(
-                f"no Supabase API key: set {SUPABASE_KEY_ENV} to the project's anon key (or "
-                "service_role key if row level security is on), found in the Supabase dashboard "
+                f"no Supabase API key: set {SUPABASE_KEY_ENV} to the project's service_role key "
+                "(row level security keeps the anon key out), found in the Supabase dashboard "
                 "under Project Settings -> API (`supabase status` for a local project)"
             )
         self._key = key
@@ -111,9 +144,14 @@ class SupabaseStore(KernelStore):
         if not check.ok:
             raise StoreUnavailableError(check.explain())
         self.location = check.location
-        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s))
+        self._http = httpx.Client(
+            timeout=httpx.Timeout(timeout_s), event_hooks={"response": [_raise_unavailable]}
+        )
         options = ClientOptions(
-            httpx_client=self._http, auto_refresh_token=False, persist_session=False
+            httpx_client=self._http,
+            auto_refresh_token=False,
+            persist_session=False,
+            postgrest_client_retry=False,  # _run retries, for retry_s (one policy, one place)
         )
         self._client: Client = create_client(project_url(url), key, options=options)
         # Built now, not lazily on first use, so threads sharing the store share one client.
@@ -124,17 +162,52 @@ class SupabaseStore(KernelStore):
         return self._postgrest.from_(name)
 
     def _run(
-        self, query: Query, *, on_missing_reference: Callable[[str], str] | None = None
+        self,
+        query: Query,
+        *,
+        on_missing_reference: Callable[[str], str] | None = None,
+        once: bool = False,
     ) -> Any:
-        """Execute one request; translate what goes wrong into the store's errors."""
+        """Execute one request, again through a short outage (PostgREST runs each request as
+        a transaction of its own, so the request is what is retried); translate what goes
+        wrong into the store's errors. `once`: an insert under keys chosen before the first
+        attempt, so that a retry that collides with them after an attempt whose answer was
+        lost takes the stored rows as its own (returns None) instead of a ConflictError."""
+        return _retry.run(
+            lambda: self._send(query, on_missing_reference, once),
+            retry_s=self.retry_s,
+            location=self.location,
+        )
+
+    def _send(
+        self, query: Query, on_missing_reference: Callable[[str], str] | None, once: bool
+    ) -> Any:
         try:
             return query.execute()
         except APIError as exc:
+            if once and exc.code == "23505" and _retry.uncertain():
+                return None
             raise self._translate(exc, on_missing_reference) from None
-        except httpx.TimeoutException:
-            raise StoreUnavailableError(
+        except _Unavailable as exc:
+            cause = redact(str(exc), [self._key])
+            raise _retry.TransientStoreError(
+                f"Supabase at {self.location} answers, but its database does not ({cause}); a "
+                "paused project must be restored in the dashboard",
+                cause=f"{cause}: the database is out of reach",
+            ) from None
+        except httpx.TimeoutException as exc:
+            raise _retry.TransientStoreError(
                 f"Supabase at {self.location} did not answer within {self.timeout_s:g} s; "
-                "check the project is running (not paused) and reachable"
+                "check the project is running (not paused) and reachable",
+                cause=f"no answer within {self.timeout_s:g} s ({type(exc).__name__})",
+                uncertain=not isinstance(exc, httpx.ConnectTimeout),
+            ) from None
+        except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+            detail = redact(str(exc) or type(exc).__name__, [self._key])
+            raise _retry.TransientStoreError(
+                f"lost the connection to Supabase at {self.location} ({detail})",
+                cause=f"connection lost ({detail})",
+                uncertain=not isinstance(exc, httpx.ConnectError),
             ) from None
         except httpx.TransportError as exc:
             raise StoreUnavailableError(
@@ -164,15 +237,14 @@ class SupabaseStore(KernelStore):
                 "`accelopt db check`"
             )
         if code == "42501":
+            # PostgREST answers 401 (anon) or 403 with it: permission denied, or a row that
+            # row level security (schema_v2.txt) does not let this key's role write.
             return StoreUnavailableError(
-                f"Supabase at {self.location} refused the write or read ({text}): row level "
-                "security or missing grants block this key; use the service_role key in "
-                f"{SUPABASE_KEY_ENV}, or add policies that allow it"
-            )
-        if code in _DATABASE_DOWN_CODES:
-            return StoreUnavailableError(
-                f"Supabase at {self.location} answers, but its database does not ({text}); a "
-                "paused project must be restored in the dashboard"
+                f"Supabase at {self.location} refused this key ({text}): the kernel database's "
+                "row level security lets only the service_role key and team members in; set "
+                f"{SUPABASE_KEY_ENV} to the service_role key (Project Settings -> API), or have "
+                "an admin grant team access to the key's role in the SQL editor: "
+                "GRANT accelopt_team TO authenticated;"
             )
         if code in _KEY_CODES or code == "401" or "api key" in text.lower():
             return StoreUnavailableError(
@@ -282,10 +354,13 @@ class SupabaseStore(KernelStore):
         return [_rows.workload_from_row(r) for r in rows]
 
     # ------------------------------------------------------------------ solutions
-    def _by_hash(self, digest: str, version: int) -> Query:
+    def _by_hash(self, definition_name: str, digest: str, version: int) -> Query:
+        """The solution of one (definition, source) pair: a source may serve several
+        definitions, one row each."""
         return (
             self._table("solutions")
             .select(",".join(_rows.SOLUTION_COLUMNS))
+            .eq("definition_name", definition_name)
             .eq("solution_hash", digest)
             .eq("hash_version", version)
         )
@@ -301,7 +376,7 @@ class SupabaseStore(KernelStore):
         metadata = json.loads(_rows.plain_json(evolve_metadata, "evolve_metadata"))
         version = hashing.CURRENT_HASH_VERSION
         digest = hashing.solution_hash(solution, version)
-        stored = self._first(self._by_hash(digest, version))
+        stored = self._first(self._by_hash(solution.definition, digest, version))
         if stored is None:
             parent = self._canonical_solution(parent_id, "parent_id")
             row = {
@@ -323,19 +398,17 @@ class SupabaseStore(KernelStore):
             # and the stored row is read back below.
             inserted = self._rows(
                 self._table("solutions").upsert(
-                    row, on_conflict="solution_hash,hash_version", ignore_duplicates=True
+                    row,
+                    on_conflict="definition_name,solution_hash,hash_version",
+                    ignore_duplicates=True,
                 ),
                 on_missing_reference=missing,
             )
             if inserted:
                 return str(inserted[0]["id"])
-            stored = self._first(self._by_hash(digest, version))
+            stored = self._first(self._by_hash(solution.definition, digest, version))
             if stored is None:
                 raise ConflictError(f"solution hash {digest[:12]}... could not be stored; retry")
-        if stored["definition_name"] != solution.definition:
-            raise ConflictError(
-                _rows.hash_conflict(digest, stored["definition_name"], solution.definition)
-            )
         return str(stored["id"])
 
     def get_solution(self, solution_id: str) -> StoredSolution | None:
@@ -387,9 +460,11 @@ class SupabaseStore(KernelStore):
         assert updated is not None
         return updated
 
-    def find_solution(self, solution_hash: str, hash_version: int = 1) -> StoredSolution | None:
-        _rows.check_strings(solution_hash=solution_hash)
-        row = self._first(self._by_hash(solution_hash, hash_version))
+    def find_solution(
+        self, definition_name: str, solution_hash: str, hash_version: int = 1
+    ) -> StoredSolution | None:
+        _rows.check_strings(definition_name=definition_name, solution_hash=solution_hash)
+        row = self._first(self._by_hash(definition_name, solution_hash, hash_version))
         return None if row is None else _rows.solution_from_row(row)
 
     def list_solutions(
@@ -520,10 +595,11 @@ class SupabaseStore(KernelStore):
         return profile_id
 
     def _add_measurement(self, profile_id: str, doc: Any, created_at: Any = None) -> None:
-        row = {"profile_id": profile_id, "evaluation": doc}
+        # Its own id, so that a retried insert finds the row a lost answer stored (once).
+        row = {"id": _rows.new_uuid(), "profile_id": profile_id, "evaluation": doc}
         if created_at is not None:
             row["created_at"] = created_at
-        self._run(self._table("measurements").insert(row, returning="minimal"))
+        self._run(self._table("measurements").insert(row, returning="minimal"), once=True)
 
     def _measurement_rows(self, profile_id: str) -> list[Row]:
         columns = ",".join(_rows.MEASUREMENT_COLUMNS)
@@ -716,11 +792,12 @@ class SupabaseStore(KernelStore):
         self._run(
             self._table("runs").insert(row, returning="minimal"),
             on_missing_reference=self._run_missing(run, run.definition_name),
+            once=True,
         )
         return run.id
 
-    def update_run(self, run_id: str, update: RunUpdate) -> RunRecord:
-        _rows.check_strings(run_id=run_id)
+    def update_run(self, run_id: str, update: RunUpdate, *, holder: str | None = None) -> RunRecord:
+        _rows.check_strings(run_id=run_id, holder=holder)
         update = _rows.require(update, RunUpdate, "update")
         changes: dict[str, Any] = {k: v for k, v in update.model_dump().items() if v is not None}
         for role in ("initial_solution_id", "best_solution_id"):
@@ -731,16 +808,71 @@ class SupabaseStore(KernelStore):
         if "error" in changes:
             changes["error"] = _rows.redacted_text(changes["error"], (self._key,))
         # An UPDATE always runs, even with nothing to change, so the trigger stamps updated_at.
+        query = self._table("runs").update(changes or {"id": run_id}).eq("id", run_id)
+        if holder is not None:
+            query = query.eq("worker_id", holder).in_("status", ["pending", "running"])
         rows = self._rows(
-            self._table("runs")
-            .update(changes or {"id": run_id})
-            .eq("id", run_id)
-            .select(",".join(_rows.RUN_COLUMNS)),
+            query.select(",".join(_rows.RUN_COLUMNS)),
             on_missing_reference=self._run_missing(update, None),
         )
+        if not rows and holder is not None:
+            current = self._first(self._table("runs").select("worker_id,status").eq("id", run_id))
+            if current is not None:
+                raise LeaseLostError(_rows.lease_lost(run_id, holder, current))
         if not rows:
             raise UnknownReferenceError(_rows.unknown_run(run_id))
         return _rows.run_from_row(rows[0])
+
+    def claim_run(
+        self,
+        run_id: str,
+        worker_id: str,
+        *,
+        lease_s: float,
+        statuses: Sequence[str],
+        steal_from: str | None = None,
+        set_status: RunStatus | None = None,
+    ) -> RunRecord | None:
+        _rows.check_strings(
+            run_id=run_id, worker_id=worker_id, steal_from=steal_from, set_status=set_status
+        )
+        arguments: dict[str, Any] = {
+            "p_run_id": run_id,
+            "p_worker_id": worker_id,
+            "p_lease_s": _rows.check_lease(lease_s),
+            "p_statuses": _rows.check_statuses(statuses),
+            "p_steal_from": steal_from,
+            "p_set_status": set_status,
+        }
+        # The schema's claim_run: the one conditional UPDATE, run by the database.
+        rows = self._rows(
+            self._postgrest.rpc("claim_run", arguments).select(",".join(_rows.RUN_COLUMNS))
+        )
+        if rows:
+            return _rows.run_from_row(rows[0])
+        if self._first(self._table("runs").select("id").eq("id", run_id)) is None:
+            raise UnknownReferenceError(_rows.unknown_run(run_id))
+        return None
+
+    def renew_run_lease(self, run_id: str, worker_id: str, *, lease_s: float) -> bool:
+        _rows.check_strings(run_id=run_id, worker_id=worker_id)
+        arguments: dict[str, Any] = {
+            "p_run_id": run_id,
+            "p_worker_id": worker_id,
+            "p_lease_s": _rows.check_lease(lease_s),
+        }
+        return bool(self._rows(self._postgrest.rpc("renew_run_lease", arguments).select("id")))
+
+    def release_run(self, run_id: str, worker_id: str) -> bool:
+        _rows.check_strings(run_id=run_id, worker_id=worker_id)
+        rows = self._rows(
+            self._table("runs")
+            .update({"lease_expires_at": None})
+            .eq("id", run_id)
+            .eq("worker_id", worker_id)
+            .select("id")
+        )
+        return bool(rows)
 
     def get_run(self, run_id: str) -> RunRecord | None:
         _rows.check_strings(run_id=run_id)
@@ -790,6 +922,7 @@ class SupabaseStore(KernelStore):
         self._run(
             self._table("experiences").insert(row, returning="minimal"),
             on_missing_reference=missing,
+            once=True,
         )
         return experience_id
 

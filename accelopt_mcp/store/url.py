@@ -26,13 +26,51 @@ def default_sqlite_path() -> Path:
 _KEY_VALUE_DSN = re.compile(r"^\s*(host|hostaddr|dbname|user|port|service)\s*=")
 
 
+def store_url(url: str | None) -> str:
+    """The URL a store is opened from: `url`, else $ACCELOPT_STORE, else "" (the default)."""
+    return url or os.environ.get(STORE_ENV) or ""
+
+
+def sqlite_url_path(url: str) -> str:
+    """The path a sqlite: URL names, by SQLAlchemy's convention: the three slashes end the URL's
+    (empty) host part, so sqlite:///rel/kernels.db is rel/kernels.db under the working
+    directory and sqlite:////abs/kernels.db is /abs/kernels.db. sqlite:///:memory: and
+    sqlite:// are an in-memory database; sqlite:/// alone is the per-user default file."""
+    if url == "sqlite://":
+        return ":memory:"
+    if not url.startswith("sqlite:///"):
+        # sqlite://host/x or sqlite:x.db: reading a path out of them would be a guess.
+        raise StoreError(
+            f"{redacted_url(url)!r} is not a SQLite URL: write sqlite:///relative/kernels.db "
+            "(under the working directory), sqlite:////absolute/kernels.db, or just the path"
+        )
+    return url.removeprefix("sqlite:///") or str(default_sqlite_path())
+
+
+def new_sqlite_notice(url: str | None, path: str) -> str:
+    """What to say when a store is about to create the SQLite file at `path`, which does not
+    exist yet: its absolute path, and for sqlite:///<relative> the way to write an absolute
+    one, since a user who meant /abs/x.db but wrote sqlite:///abs/x.db gets a new empty file
+    under the working directory."""
+    where = Path(path).expanduser().absolute()
+    text = f"creating a new SQLite database at {where} (no file there yet)"
+    if store_url(url).startswith("sqlite:///") and not Path(path).expanduser().is_absolute():
+        text += (
+            f"; sqlite:///{path} is relative to the working directory: for /{path} write "
+            f"sqlite:////{path} (four slashes)"
+        )
+    return text
+
+
 def describe_store_url(url: str | None) -> tuple[str, str]:
-    """(kind, location) for a store URL: kind is sqlite, postgres or supabase."""
-    url = url or os.environ.get(STORE_ENV) or ""
+    """(kind, location) for a store URL: kind is sqlite, postgres or supabase. A SQLite
+    location is a path as given (relative ones are under the working directory) or
+    ":memory:"."""
+    url = store_url(url)
     if not url:
         return "sqlite", str(default_sqlite_path())
-    if url.startswith("sqlite:///"):
-        return "sqlite", url.removeprefix("sqlite:///") or str(default_sqlite_path())
+    if url.startswith("sqlite:"):
+        return "sqlite", sqlite_url_path(url)
     if url.startswith(("postgresql://", "postgres://")) or _KEY_VALUE_DSN.match(url):
         return "postgres", url
     if url.startswith(("http://", "https://", "supabase://")):
@@ -42,7 +80,8 @@ def describe_store_url(url: str | None) -> tuple[str, str]:
     ):
         return "sqlite", url
     raise StoreError(
-        f"cannot tell which database {redacted_url(url)!r} names. Use a SQLite path (kernels.db "
-        "or sqlite:///path/kernels.db), a PostgreSQL DSN (postgresql://user@host:5432/db) or a "
-        "Supabase project URL (https://<project>.supabase.co, key in SUPABASE_KEY)."
+        f"cannot tell which database {redacted_url(url)!r} names. Use a SQLite path (kernels.db, "
+        "sqlite:///relative/kernels.db or sqlite:////absolute/kernels.db), a PostgreSQL DSN "
+        "(postgresql://user@host:5432/db) or a Supabase project URL "
+        "(https://<project>.supabase.co, key in SUPABASE_KEY)."
     )

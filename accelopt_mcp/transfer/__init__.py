@@ -31,14 +31,20 @@ def detect_import_format(root: Path) -> Literal["flashinfer-trace", "nkibench"]:
 def import_directory(
     store: KernelStore, root: Path, *, fmt: ImportFormat = "auto"
 ) -> tuple[str, TransferCounts]:
-    """Load a FlashInfer-Trace or NKIBench directory into the store; (format, counts)."""
+    """Load a FlashInfer-Trace or NKIBench directory into the store; (format, counts).
+
+    As one batch (KernelStore.batch): a commit per few hundred rows rather than per row, and
+    fresh planner statistics after a large import. An import that stops on an error keeps
+    what the batch committed before it; importing again completes it (imports are
+    idempotent)."""
     root = Path(root).expanduser()
     chosen = detect_import_format(root) if fmt == "auto" else fmt
     if not root.is_dir():
         raise TaskFileError(f"{str(root)!r} is not a directory")
-    if chosen == "flashinfer-trace":
-        return chosen, import_traceset(store, root)
-    return chosen, import_nkibench(store, root)
+    with store.batch():
+        if chosen == "flashinfer-trace":
+            return chosen, import_traceset(store, root)
+        return chosen, import_nkibench(store, root)
 
 
 __all__ = [

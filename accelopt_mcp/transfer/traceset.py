@@ -11,8 +11,11 @@ What that format has no place for (lineage, evolve metadata, benchmark settings,
 the LLM ledger, a profile's measurements) rides along so that export -> import moves a store
 without loss: an `accelopt` key inside solution files and trace lines (flashinfer-bench ignores
 unknown keys), and JSONL files under `accelopt/` for runs, their checkpoint entries, experiences
-and LLM calls (with their stored prompts and replies). Solutions are referred to by their source
-hash there, since row ids are local to a store.
+and LLM calls (with their stored prompts and replies). Solutions are referred to by their
+definition and source hash there (`parent_definition` beside `parent_hash`, ...), since row ids
+are local to a store and one source may serve several definitions; a reference without its
+definition (an export from before that) is looked up among the referring record's definition
+first, then among the imported solutions with that source.
 
 A trace line is one profile: its evaluation is the pooled figure (what flashinfer-bench reads),
 and `accelopt.measurements` lists every measurement behind it, oldest first. Import stores
@@ -38,7 +41,6 @@ from accelopt_mcp.store.base import (
     RunEntry,
     RunRecord,
     RunUpdate,
-    StoredSolution,
     StoreError,
 )
 
@@ -122,7 +124,7 @@ def _validate(model: type[M], data: dict[str, Any], where: str) -> M:
 def export_traceset(store: KernelStore, root: Path) -> TransferCounts:
     """Write every record of the store under `root` (created if needed)."""
     counts = TransferCounts()
-    hash_of: dict[str, str] = {}
+    key_of: dict[str, tuple[str, str]] = {}  # solution id -> (definition, source hash)
     for stored_def in store.list_definitions():
         definition = stored_def.definition
         group, name = _file_name(definition.op_type), _file_name(definition.name)
@@ -141,7 +143,7 @@ def export_traceset(store: KernelStore, root: Path) -> TransferCounts:
         solutions = store.list_solutions(definition_name=definition.name)
         used_files: set[str] = set()
         for row in solutions:
-            hash_of[row.id] = row.solution_hash
+            key_of[row.id] = (row.definition_name, row.solution_hash)
             file_name = _file_name(row.solution.name)
             if file_name in used_files:  # two solutions share a name: keep both files
                 file_name = f"{file_name}__{row.solution_hash[:12]}"
@@ -152,11 +154,13 @@ def export_traceset(store: KernelStore, root: Path) -> TransferCounts:
                 "solution_hash": row.solution_hash,
                 "hash_version": row.hash_version,
                 "parent_hash": None,
+                "parent_definition": None,
                 "evolve_metadata": row.evolve_metadata,
             }
-            if row.parent_id:
-                parent = store.get_solution(row.parent_id)
-                extra["parent_hash"] = parent.solution_hash if parent else None
+            parent = store.get_solution(row.parent_id) if row.parent_id else None
+            if parent is not None:
+                extra["parent_hash"] = parent.solution_hash
+                extra["parent_definition"] = parent.definition_name
             sol_path.write_text(
                 json.dumps(_dump(row.solution, extra), indent=2) + "\n", encoding="utf-8"
             )
@@ -189,19 +193,24 @@ def export_traceset(store: KernelStore, root: Path) -> TransferCounts:
         _write_jsonl(root / "traces" / group / f"{name}.jsonl", trace_rows)
         counts.profiles += len(trace_rows)
 
-    _export_engine_records(store, root, hash_of, counts)
+    _export_engine_records(store, root, key_of, counts)
     return counts
 
 
+def _refer(row: dict[str, Any], role: str, key: tuple[str, str] | None) -> None:
+    """A solution reference as `<role>_hash` and `<role>_definition` (both None for none)."""
+    row[f"{role}_hash"], row[f"{role}_definition"] = (key[1], key[0]) if key else (None, None)
+
+
 def _export_engine_records(
-    store: KernelStore, root: Path, hash_of: dict[str, str], counts: TransferCounts
+    store: KernelStore, root: Path, key_of: dict[str, tuple[str, str]], counts: TransferCounts
 ) -> None:
     runs = store.list_runs(limit=1_000_000)
     run_rows = []
     for run in runs:
         row = run.model_dump(mode="json")
-        row["initial_solution_hash"] = hash_of.get(run.initial_solution_id or "")
-        row["best_solution_hash"] = hash_of.get(run.best_solution_id or "")
+        _refer(row, "initial_solution", key_of.get(run.initial_solution_id or ""))
+        _refer(row, "best_solution", key_of.get(run.best_solution_id or ""))
         run_rows.append(row)
     _write_jsonl(root / EXTRA_KEY / "runs.jsonl", run_rows)
     counts.runs = len(run_rows)
@@ -210,8 +219,8 @@ def _export_engine_records(
     exp_rows = []
     for item in reversed(experiences):  # oldest first, so import keeps queue order
         row = item.model_dump(mode="json")
-        row["slow_solution_hash"] = hash_of.get(item.slow_solution_id or "")
-        row["fast_solution_hash"] = hash_of.get(item.fast_solution_id or "")
+        _refer(row, "slow_solution", key_of.get(item.slow_solution_id or ""))
+        _refer(row, "fast_solution", key_of.get(item.fast_solution_id or ""))
         exp_rows.append(row)
     _write_jsonl(root / EXTRA_KEY / "experiences.jsonl", exp_rows)
     counts.experiences = len(exp_rows)
@@ -261,10 +270,41 @@ def import_traceset(store: KernelStore, root: Path) -> TransferCounts:
             store.upsert_workload(trace.definition, trace.workload)
             counts.workloads += 1
 
-    id_of_hash, id_of_name = _import_solutions(store, root, counts)
-    _import_traces(store, root, id_of_hash, id_of_name, counts)
-    _import_engine_records(store, root, id_of_hash, counts)
+    ids, id_of_name = _import_solutions(store, root, counts)
+    _import_traces(store, root, ids, id_of_name, counts)
+    _import_engine_records(store, root, ids, counts)
     return counts
+
+
+class _SolutionIds:
+    """The ids of imported solutions by (definition, source hash), and how a reference in the
+    directory finds its solution: the definition it names, else (an export from before a
+    source could serve several definitions) the referring record's definition, then the one
+    imported solution with that source."""
+
+    def __init__(self, store: KernelStore) -> None:
+        self.store = store
+        self.by_key: dict[tuple[str, str], str] = {}
+        self.by_hash: dict[str, set[str]] = {}
+
+    def add(self, definition: str, source_hash: str, solution_id: str) -> None:
+        self.by_key[(definition, source_hash)] = solution_id
+        self.by_hash.setdefault(source_hash, set()).add(solution_id)
+
+    def find(self, source_hash: str | None, definition: str | None, near: str) -> str | None:
+        """The id of the solution a reference names; `near`: the referring record's
+        definition."""
+        if not source_hash:
+            return None
+        key = (definition or near, source_hash)
+        if key not in self.by_key:
+            known = self.store.find_solution(*key)
+            if known is not None:
+                self.by_key[key] = known.id
+        found = self.by_key.get(key)
+        if found is None and definition is None and len(self.by_hash.get(source_hash, ())) == 1:
+            found = next(iter(self.by_hash[source_hash]))
+        return found
 
 
 def _require_definition(store: KernelStore, name: str, where: str) -> None:
@@ -277,7 +317,7 @@ def _require_definition(store: KernelStore, name: str, where: str) -> None:
 
 def _import_solutions(
     store: KernelStore, root: Path, counts: TransferCounts
-) -> tuple[dict[str, str], dict[tuple[str, str], str]]:
+) -> tuple[_SolutionIds, dict[tuple[str, str], str]]:
     pending: list[tuple[Solution, dict[str, Any], str]] = []
     for path in sorted((root / "solutions").rglob("*.json")):
         data = _read_json(path)
@@ -286,27 +326,25 @@ def _import_solutions(
         _require_definition(store, solution.definition, str(path))
         pending.append((solution, extra, str(path)))
 
-    id_of_hash: dict[str, str] = {}
+    ids = _SolutionIds(store)
     id_of_name: dict[tuple[str, str], str] = {}
     # Parents before children: keep passing over the pending list until lineage resolves.
     while pending:
         deferred = []
         for solution, extra, where in pending:
             parent_hash = extra.get("parent_hash")
-            if parent_hash and parent_hash not in id_of_hash:
-                known = store.find_solution(parent_hash)
-                if known is None:
-                    deferred.append((solution, extra, where))
-                    continue
-                id_of_hash[parent_hash] = known.id
+            parent_id = ids.find(parent_hash, extra.get("parent_definition"), solution.definition)
+            if parent_hash and parent_id is None:
+                deferred.append((solution, extra, where))
+                continue
             solution_id = store.upsert_solution(
                 solution,
-                parent_id=id_of_hash.get(parent_hash) if parent_hash else None,
+                parent_id=parent_id,
                 evolve_metadata=extra.get("evolve_metadata") or {},
             )
             stored = store.get_solution(solution_id)
             assert stored is not None
-            id_of_hash[stored.solution_hash] = solution_id
+            ids.add(stored.definition_name, stored.solution_hash, solution_id)
             id_of_name.setdefault((solution.definition, solution.name), solution_id)
             counts.solutions += 1
         if len(deferred) == len(pending):
@@ -317,13 +355,13 @@ def _import_solutions(
                 "in the database; import the full trace set"
             )
         pending = deferred
-    return id_of_hash, id_of_name
+    return ids, id_of_name
 
 
 def _import_traces(
     store: KernelStore,
     root: Path,
-    id_of_hash: dict[str, str],
+    ids: _SolutionIds,
     id_of_name: dict[tuple[str, str], str],
     counts: TransferCounts,
 ) -> None:
@@ -337,9 +375,9 @@ def _import_traces(
                 store.upsert_workload(trace.definition, trace.workload)
                 counts.workloads += 1
                 continue
-            solution_id = id_of_hash.get(extra.get("solution_hash", "")) or id_of_name.get(
-                (trace.definition, trace.solution or "")
-            )
+            solution_id = ids.by_key.get(
+                (trace.definition, extra.get("solution_hash", ""))
+            ) or id_of_name.get((trace.definition, trace.solution or ""))
             if solution_id is None:
                 raise TraceSetError(
                     f"{where}: trace of solution {trace.solution!r}, which is not in solutions/"
@@ -367,23 +405,20 @@ def _measurements(extra: dict[str, Any], pooled: Evaluation, where: str) -> list
 
 
 def _import_engine_records(
-    store: KernelStore, root: Path, id_of_hash: dict[str, str], counts: TransferCounts
+    store: KernelStore, root: Path, ids: _SolutionIds, counts: TransferCounts
 ) -> None:
     side = root / EXTRA_KEY
 
-    def solution_id(hash_value: str | None) -> str | None:
-        if not hash_value:
-            return None
-        if hash_value in id_of_hash:
-            return id_of_hash[hash_value]
-        known: StoredSolution | None = store.find_solution(hash_value)
-        return known.id if known else None
+    def solution_id(row: dict[str, Any], role: str) -> str | None:
+        """The id a `<role>_hash` (and `<role>_definition`) reference names, both popped."""
+        definition = row.pop(f"{role}_definition", None)
+        return ids.find(row.pop(f"{role}_hash", None), definition, row.get("definition_name", ""))
 
     new_runs: set[str] = set()
     if (side / "runs.jsonl").exists():
         for number, row in _read_jsonl(side / "runs.jsonl"):
-            row["initial_solution_id"] = solution_id(row.pop("initial_solution_hash", None))
-            row["best_solution_id"] = solution_id(row.pop("best_solution_hash", None))
+            row["initial_solution_id"] = solution_id(row, "initial_solution")
+            row["best_solution_id"] = solution_id(row, "best_solution")
             run = _validate(RunRecord, row, f"{side / 'runs.jsonl'}:{number}")
             if store.get_run(run.id) is None:
                 store.create_run(run)
@@ -408,8 +443,8 @@ def _import_engine_records(
 
         existing = {key(e) for e in store.search_experiences(include_removed=True, limit=1_000_000)}
         for number, row in _read_jsonl(side / "experiences.jsonl"):
-            row["slow_solution_id"] = solution_id(row.pop("slow_solution_hash", None))
-            row["fast_solution_id"] = solution_id(row.pop("fast_solution_hash", None))
+            row["slow_solution_id"] = solution_id(row, "slow_solution")
+            row["fast_solution_id"] = solution_id(row, "fast_solution")
             item = _validate(ExperienceIn, row, f"{side / 'experiences.jsonl'}:{number}")
             if key(item) in existing:
                 continue

@@ -4,7 +4,6 @@ store (SQLite and PostgreSQL). The assertions are the algorithm's invariants."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 from collections import Counter
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from accelopt_mcp.engine.runs import (
     change_settings,
     load_run,
     prepare_run,
-    process_start_token,
+    worker_id_of,
 )
 from accelopt_mcp.hashing import benchmark_config_hash
 from accelopt_mcp.llm import LlmConfigError
@@ -356,12 +355,10 @@ def test_a_reopened_run_is_not_refused_for_its_last_workers_process(
     run_id = prepare_run(store, silu_task, silu_baseline, config)
     alive = subprocess.Popen(["sleep", "60"])
     try:
-        _, spec, checkpoint = load_run(store, run_id)
-        token = process_start_token(alive.pid)
-        finished_by = checkpoint.model_copy(
-            update={"worker_pid": alive.pid, "worker_host": f"{socket.gethostname()}|{token}"}
-        )
-        store.update_run(run_id, RunUpdate(config=run_config(spec, finished_by)))
+        # It claimed the run and released it when it finished.
+        finished_by = worker_id_of(alive.pid)
+        assert store.claim_run(run_id, finished_by, lease_s=60, statuses=["pending"])
+        assert store.release_run(run_id, finished_by)
         run = asyncio.run(BeamSearch(store, run_id, output_dir=tmp_path / "out").run())
         assert run.status == "completed", run.error
     finally:

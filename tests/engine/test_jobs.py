@@ -6,6 +6,8 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -22,8 +24,9 @@ from accelopt_mcp.engine.jobs import (
     OptimizeRequest,
     ProgressEvent,
 )
-from accelopt_mcp.engine.runs import load_run, prepare_run
+from accelopt_mcp.engine.runs import load_run, local_worker_pid, prepare_run, worker_id_of
 from accelopt_mcp.engine.worker import events_path
+from accelopt_mcp.store.base import KernelStore, RunUpdate
 from accelopt_mcp.store.postgres import PostgresStore
 from accelopt_mcp.tasks.kernels import load_solution
 from accelopt_mcp.tasks.loader import load_task
@@ -128,9 +131,9 @@ def test_cancel_and_resume_interrupted(
         deadline = time.monotonic() + 60
         pid = None
         while time.monotonic() < deadline:
-            _, _, checkpoint = load_run(manager.store, victim)
-            if checkpoint.slots and checkpoint.worker_pid:
-                pid = checkpoint.worker_pid
+            run, _, checkpoint = load_run(manager.store, victim)
+            pid = local_worker_pid(run.worker_id)
+            if checkpoint.slots and pid is not None:
                 break
             time.sleep(0.05)
         assert pid is not None
@@ -150,55 +153,157 @@ def test_cancel_and_resume_interrupted(
         restarted.close()
 
 
-def test_two_managers_resuming_one_run_run_it_once(
-    start_standin: StartStandin, llm_key: str, tmp_path: Path
+def _interrupted_run(store: KernelStore, request: OptimizeRequest, dead_holder: str) -> str:
+    """A job's run left running by a worker of this host that is gone."""
+    task = load_task(Path(request.task_path))
+    run_id = prepare_run(
+        store,
+        task,
+        load_solution(Path(str(request.kernel_path)), task),
+        request.config,
+        request={**request.model_dump(mode="json", exclude={"config"}), "origin": "job"},
+    )
+    store.update_run(run_id, RunUpdate(status="running"))
+    assert store.claim_run(run_id, dead_holder, lease_s=600, statuses=["running"]) is not None
+    return run_id
+
+
+def _dead_holder() -> str:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    return worker_id_of(gone.pid)
+
+
+def test_two_servers_resuming_the_same_runs_take_each_exactly_once(
+    start_standin: StartStandin, llm_key: str, tmp_path: Path, pg_admin_dsn: str
 ) -> None:
-    # Two MCP servers started at once on one database both find the same interrupted run.
-    standin = start_standin(build_script(faults=False, latency_s=0.2))
+    # Two MCP servers (different jobs folders) start at once on one PostgreSQL database and
+    # both find the same 20 interrupted runs: each run goes to exactly one of them.
+    standin = start_standin(build_script(faults=False, latency_s=0.5))
     models = models_config(standin.base_url, tmp_path / "models.json")
-    db = str(tmp_path / "kernels.db")
-    out = tmp_path / "out"
-    first = JobManager(db, output_dir=out)
-    second = JobManager(db, output_dir=out)
+    dsn = create_database(pg_admin_dsn, f"jobs_{uuid.uuid4().hex[:10]}")
+    PostgresStore(dsn, init_schema=True).close()
+    first = JobManager(dsn, output_dir=tmp_path / "out-a")
+    second = JobManager(dsn, output_dir=tmp_path / "out-b")
     try:
-        request = _request(models)
-        task = load_task(Path(request.task_path))
-        run_id = prepare_run(
-            first.store,
-            task,
-            load_solution(Path(str(request.kernel_path)), task),
-            request.config,
-            request=request.model_dump(mode="json"),
-        )
-        assert first.status(run_id).state == "interrupted"
-        assert first.resume_interrupted() == [run_id]
-        assert second.resume_interrupted() == [run_id]
-        # Either worker may win; the manager whose worker stood down can see the run as
-        # interrupted until the winner records itself, so poll rather than wait().
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and first.status(run_id).state not in (
-            "completed",
-            "failed",
-            "cancelled",
-            "budget_exhausted",
-        ):
-            time.sleep(0.2)
-        final = first.status(run_id)
-        assert final.state == "completed", final.error
-        # The other worker found the run taken and left it alone.
-        log = out / run_id / "worker.log"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and "left alone" not in log.read_text():
-            time.sleep(0.1)
-        assert "left alone" in log.read_text()
-        events = [json.loads(line) for line in events_path(out, run_id).read_text().splitlines()]
-        assert [e["kind"] for e in events].count("run_started") == 1
-        experiences = first.store.recent_experiences(run_id=run_id, limit=1000)
-        assert len(experiences) <= request.config.topk * request.config.iterations
-        assert first.status(run_id).state == "completed"
+        request = _request(models, iterations=1)
+        dead = _dead_holder()
+        runs = [_interrupted_run(first.store, request, dead) for _ in range(20)]
+        gate = threading.Barrier(2)
+        taken: dict[str, list[str]] = {}
+
+        def resume(name: str, manager: JobManager) -> None:
+            gate.wait()
+            taken[name] = manager.resume_interrupted()
+
+        threads = [
+            threading.Thread(target=resume, args=(name, manager))
+            for name, manager in (("a", first), ("b", second))
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert sorted(taken["a"] + taken["b"]) == sorted(runs), taken
+        assert not set(taken["a"]) & set(taken["b"])
+        # Every run is now held, queued or running, by the server that took it.
+        for run_id in runs:
+            run = first.store.get_run(run_id)
+            assert run is not None and run.worker_id is not None
+            other = second if run_id in taken["a"] else first
+            assert run.worker_id != other.holder_id
+            assert first.status(run_id).state in ("pending", "running")
+        for run_id in runs:
+            (first if run_id in taken["a"] else second).cancel(run_id)
+        for run_id in runs:
+            assert first.status(run_id).state == "cancelled"
+            # Started (if at all) by one worker, in one of the two servers' folders.
+            started = 0
+            for folder in ("out-a", "out-b"):
+                events = events_path(tmp_path / folder, run_id)
+                started += events.read_text().count('"run_started"') if events.exists() else 0
+            assert started <= 1
     finally:
         first.close()
         second.close()
+
+
+def test_a_resumed_job_runs_once_to_completion(
+    start_standin: StartStandin, llm_key: str, tmp_path: Path
+) -> None:
+    standin = start_standin(build_script(faults=False, latency_s=0.2))
+    models = models_config(standin.base_url, tmp_path / "models.json")
+    db = str(tmp_path / "kernels.db")
+    first = JobManager(db, output_dir=tmp_path / "out-a")
+    second = JobManager(db, output_dir=tmp_path / "out-b")
+    try:
+        request = _request(models)
+        run_id = _interrupted_run(first.store, request, _dead_holder())
+        assert first.status(run_id).state == "interrupted"
+        assert first.resume_interrupted() == [run_id]
+        assert second.resume_interrupted() == []  # held by the first server now
+        assert second.status(run_id).state in ("pending", "running")
+        final = asyncio.run(first.wait(run_id, timeout_s=120))
+        assert final.state == "completed", final.error
+        events = events_path(tmp_path / "out-a", run_id).read_text().splitlines()
+        assert [json.loads(e)["kind"] for e in events].count("run_started") == 1
+        assert not events_path(tmp_path / "out-b", run_id).exists()
+        experiences = first.store.recent_experiences(run_id=run_id, limit=1000)
+        assert len(experiences) <= request.config.topk * request.config.iterations
+        run = first.store.get_run(run_id)
+        assert run is not None and run.lease_expires_at is None  # released at the end
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_run_started_in_a_terminal_is_not_taken_by_a_server(
+    start_standin: StartStandin, llm_key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    standin = start_standin(build_script(faults=False))
+    models = models_config(standin.base_url, tmp_path / "models.json")
+    db = str(tmp_path / "kernels.db")
+    manager = JobManager(db, output_dir=tmp_path / "out")
+    try:
+        request = _request(models)
+        task = load_task(Path(request.task_path))
+        solution = load_solution(Path(str(request.kernel_path)), task)
+        # What `accelopt optimize` stores, interrupted (its terminal closed).
+        cli_run = prepare_run(
+            manager.store,
+            task,
+            solution,
+            request.config,
+            request={
+                "kernel_path": str(KERNEL_PATH),
+                "task_path": str(TASK_PATH),
+                "workload": None,
+            },
+        )
+        # A job whose LLM key this server's environment lacks.
+        keyless = _request(models)
+        keyless_config = keyless.config.model_copy(update={"models_config": None})
+        keyless_run = prepare_run(
+            manager.store,
+            task,
+            solution,
+            keyless_config,
+            request={**keyless.model_dump(mode="json", exclude={"config"}), "origin": "job"},
+        )
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+        monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+        assert manager.resume_interrupted() == []
+        left = manager.left_alone()
+        assert (
+            "accelopt optimize" in left[cli_run] and f"accelopt resume {cli_run}" in left[cli_run]
+        )
+        assert "OPENAI_API_KEY is not set" in left[keyless_run]
+        status = manager.status(cli_run)
+        assert status.state == "interrupted" and status.resume_hint == left[cli_run]
+        run = manager.store.get_run(cli_run)
+        assert run is not None and run.worker_id is None and run.status == "pending"
+    finally:
+        manager.close()
 
 
 def test_a_job_cancelled_by_another_manager_is_not_run_later(
@@ -216,13 +321,18 @@ def test_a_job_cancelled_by_another_manager_is_not_run_later(
         queued = first.start(_request(models, iterations=1))
         assert second.cancel(queued).state == "cancelled"
         assert first.cancel(busy).state == "cancelled"  # frees the slot the queued job waited for
+        # The first server finds it cancelled: when renewing its hold, or its worker when it
+        # claims the run; either way the job never runs.
         log = out / queued / "worker.log"
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and "left alone" not in (
-            log.read_text() if log.exists() else ""
-        ):
+        while time.monotonic() < deadline:
+            if log.exists() and "left alone" in log.read_text():
+                break
+            if not log.exists() and time.monotonic() > deadline - 55:
+                break  # never started: dropped when its hold was found cancelled
             time.sleep(0.1)
-        assert "left alone" in log.read_text()
+        if log.exists():
+            assert "left alone" in log.read_text()
         assert first.status(queued).state == "cancelled"
         run, _, checkpoint = load_run(first.store, queued)
         assert checkpoint.initial is None and not checkpoint.slots
@@ -230,3 +340,50 @@ def test_a_job_cancelled_by_another_manager_is_not_run_later(
     finally:
         first.close()
         second.close()
+
+
+def test_a_worker_killed_on_another_host_is_taken_over_once_its_lease_ends(
+    start_standin: StartStandin, llm_key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    standin = start_standin(build_script(faults=False, latency_s=0.3))
+    models = models_config(standin.base_url, tmp_path / "models.json")
+    db = str(tmp_path / "kernels.db")
+    monkeypatch.setenv("ACCELOPT_LEASE_S", "3")
+    # The first server and its worker say they run on another host, so from here their
+    # processes cannot be checked: only the lease tells that they are gone.
+    monkeypatch.setenv("ACCELOPT_WORKER_HOST", "far-away")
+    remote = JobManager(db, output_dir=tmp_path / "far")
+    try:
+        job = remote.start(_request(models, iterations=2))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            run, _, checkpoint = load_run(remote.store, job)
+            if checkpoint.slots and run.worker_id and "queue" not in run.worker_id:
+                break
+            time.sleep(0.05)
+        assert run.worker_id is not None and run.worker_id.startswith("far-away|")
+        os.kill(int(run.worker_id.split("|")[1]), signal.SIGKILL)
+        killed = time.monotonic()
+    finally:
+        remote.close()
+    monkeypatch.delenv("ACCELOPT_WORKER_HOST")
+
+    here = JobManager(db, output_dir=tmp_path / "here", auto_resume=True)
+    try:
+        seen = here.status(job)
+        if time.monotonic() - killed < 1.0:  # well inside the lease it renewed last
+            assert seen.state == "running" and seen.worker_id == run.worker_id
+        deadline = time.monotonic() + 180
+        states = set()
+        while time.monotonic() < deadline:
+            seen = here.status(job)
+            states.add(seen.state)
+            if seen.state in ("completed", "failed", "cancelled"):
+                break
+            time.sleep(0.2)
+        assert seen.state == "completed", (seen.error, states)
+        resumed = events_path(tmp_path / "here", job).read_text()
+        assert resumed.count('"run_started"') == 1
+        assert events_path(tmp_path / "far", job).read_text().count('"run_started"') == 1
+    finally:
+        here.close()

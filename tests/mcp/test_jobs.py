@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from accelopt_mcp.engine.runs import load_run
+from accelopt_mcp.engine.runs import local_worker_pid
 from accelopt_mcp.mcp_tools import ServerState, build_server
 from accelopt_mcp.store import open_store
 from tests.engine import kernels
@@ -235,9 +235,10 @@ def _worker_pid(store_url: str, job_id: str, timeout_s: float = 60) -> int:
     deadline = time.monotonic() + timeout_s
     with open_store(store_url) as store:
         while time.monotonic() < deadline:
-            _, _, checkpoint = load_run(store, job_id)
-            if checkpoint.worker_pid:
-                return checkpoint.worker_pid
+            run = store.get_run(job_id)
+            pid = local_worker_pid(run.worker_id if run else None)
+            if pid is not None:
+                return pid
             time.sleep(0.1)
     raise AssertionError("the job's worker never recorded its pid")
 

@@ -19,7 +19,7 @@ from accelopt_mcp.mcp_tools import ServerState, build_server
 from accelopt_mcp.store import open_store
 from accelopt_mcp.store.base import KernelStore, RunRecord
 from accelopt_mcp.tasks.kernels import default_kernel_name
-from tests.mcp.conftest import SILU_FAST, SILU_SLOW, SILU_TASK
+from tests.mcp.conftest import NKIBENCH_DIR, SILU_FAST, SILU_SLOW, SILU_TASK
 from tests.mcp.helpers import fails, ok
 from tests.mcp.processes import server_env
 
@@ -370,3 +370,28 @@ async def test_ids_are_taken_by_a_unique_prefix(client: Client, store: KernelSto
     assert (await ok(client, "list_llm_calls", {"run_id": runs[0]}))["run_id"] == runs[0]
     await fails(client, "job_status", {"job_id": "abcdef12"}, "matches 2 jobs")
     await fails(client, "job_status", {"job_id": "fedcba98"}, "no job with id 'fedcba98'")
+
+
+async def test_one_source_is_profiled_for_two_definitions(client: Client, tmp_path: Path) -> None:
+    """The same shape-generic kernel for the same op at another shape (NKIBench's layout):
+    profile_kernel stores it once per definition instead of refusing the second."""
+    reference = NKIBENCH_DIR / "reference" / "rmsnorm_M256_N1024_numpy_0.py"
+    other = tmp_path / "rmsnorm_M64_N512_numpy_0.py"
+    other.write_text(
+        reference.read_text().replace("M = 256", "M = 64").replace("N = 1024", "N = 512")
+    )
+    source = (NKIBENCH_DIR / "kernels" / "rmsnorm_M256_N1024_fast.py").read_text()
+    runs = []
+    for task in (reference, other, reference):
+        runs.append(
+            await ok(client, "profile_kernel", profile(kernel_source=source, task_path=str(task)))
+        )
+    first, second, again = runs
+    assert first["status"] == second["status"] == "PASSED"
+    assert first["stored"] == second["stored"] == "stored as a new solution"
+    assert first["solution_id"] != second["solution_id"]
+    assert again["solution_id"] == first["solution_id"] and "already stored" in again["stored"]
+    assert first["profile_id"] != second["profile_id"]
+    for run in (first, second):
+        listed = await ok(client, "query_profiles", {"solution_id": run["solution_id"]})
+        assert [p["id"] for p in listed["items"]] == [run["profile_id"]]

@@ -1,6 +1,7 @@
 """`python -m tests.postgrest_standin`: serve the PostgREST stand-in for tests over HTTP.
 
 The API key comes from POSTGREST_STANDIN_KEY (never from the command line, where `ps` shows it).
+Faults can be injected at run time through /_standin/faults (faults.py).
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ import sys
 import uvicorn
 
 from tests.postgrest_standin.app import create_app
+from tests.postgrest_standin.faults import FaultInjector
 
 KEY_ENV = "POSTGREST_STANDIN_KEY"
 DSN_ENV = "POSTGREST_STANDIN_DSN"
+ROLE_ENV = "POSTGREST_STANDIN_ROLE"
+"""The database role every request runs as (e.g. anon); unset: the DSN's user."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.dsn:
         print(f"give --dsn or set {DSN_ENV}", file=sys.stderr)
         return 2
-    app = create_app(args.dsn, key)
+    app = FaultInjector(create_app(args.dsn, key, os.environ.get(ROLE_ENV) or None), key)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", lifespan="on")
     return 0
 

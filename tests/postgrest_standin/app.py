@@ -4,7 +4,10 @@
 Each request runs in one transaction on a real PostgreSQL connection. Results are turned into
 JSON by PostgreSQL itself (json_agg), as PostgREST does, so timestamps, JSONB and numbers look
 exactly as they would from Supabase. Like a Supabase project (which ships pg_safeupdate), an
-UPDATE or DELETE without a filter is refused.
+UPDATE or DELETE without a filter is refused. Given a `role`, every request runs as that role
+(`SET LOCAL ROLE`, as PostgREST does for the role its key's JWT names), so that row level
+security and grants apply as they would to Supabase's anon or authenticated key; by default
+requests run as the DSN's user.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,10 +105,19 @@ def _limit_offset(
 
 
 class StandIn:
-    def __init__(self, dsn: str, api_key: str) -> None:
+    def __init__(self, dsn: str, api_key: str, role: str | None = None) -> None:
         self.api_key = api_key
+        self.role = role
         self.pool = ConnectionPool(dsn, min_size=1, max_size=8, open=True)
         self.catalog = Catalog(self.pool.connection)
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection in a transaction of its own, as the request's role."""
+        with self.pool.connection() as conn:
+            if self.role is not None:
+                conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(self.role)))
+            yield conn
 
     # ------------------------------------------------------------------ plumbing
     def check_key(self, request: Request) -> None:
@@ -133,7 +145,7 @@ class StandIn:
             )
 
     def run(self, statement: sql.Composable, params: dict[str, Any]) -> Result:
-        with self.pool.connection() as conn:
+        with self._connection() as conn:
             row = conn.execute(statement, params).fetchone()
         assert row is not None
         return Result(row[0], row[1])
@@ -142,7 +154,7 @@ class StandIn:
         statement = sql.SQL("SELECT count(*) FROM {} AS t{}").format(
             _qualified(relation.name), where
         )
-        with self.pool.connection() as conn:
+        with self._connection() as conn:
             row = conn.execute(statement, params).fetchone()
         assert row is not None
         return int(row[0])
@@ -426,11 +438,12 @@ async def _json_body(request: Request) -> Any:
         raise PostgrestError(400, "PGRST102", "Empty or invalid json", details=str(exc)) from exc
 
 
-def create_app(dsn: str, api_key: str) -> Starlette:
-    """The ASGI app: PostgREST's `/rest/v1` over the database at `dsn`, accepting `api_key`."""
+def create_app(dsn: str, api_key: str, role: str | None = None) -> Starlette:
+    """The ASGI app: PostgREST's `/rest/v1` over the database at `dsn`, accepting `api_key`;
+    requests run as `role` if given."""
     if not api_key:
         raise ValueError("the PostgREST stand-in needs a non-empty API key")
-    standin = StandIn(dsn, api_key)
+    standin = StandIn(dsn, api_key, role)
 
     def guarded(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
         async def endpoint(request: Request) -> Response:

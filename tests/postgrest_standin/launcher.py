@@ -10,10 +10,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-from tests.postgrest_standin.__main__ import KEY_ENV
+from tests.postgrest_standin.__main__ import KEY_ENV, ROLE_ENV
+from tests.postgrest_standin.faults import CONTROL_PATH
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,6 +37,28 @@ class RunningStandIn:
     log: Path
     """The stand-in's stderr: uvicorn's warnings and any traceback."""
 
+    def inject(
+        self, fault: str, count: int = 1, *, method: str | None = None, path: str = ""
+    ) -> None:
+        """Make the next `count` requests (-1: until cleared; only `method`'s, to a path that
+        holds `path`, if given) fail with `fault`; see faults.py."""
+        self._faults("POST", {"fault": fault, "count": count, "method": method, "path": path})
+
+    def clear_faults(self) -> int:
+        """End the fault; returns how many requests it hit."""
+        return int(self._faults("DELETE", None)["hits"])
+
+    def fault_hits(self) -> int:
+        return int(self._faults("GET", None)["hits"])
+
+    def _faults(self, method: str, body: dict[str, object] | None) -> dict[str, Any]:
+        response = httpx.request(
+            method, f"{self.url}{CONTROL_PATH}", headers={"apikey": self.key}, json=body, timeout=5
+        )
+        response.raise_for_status()
+        result: dict[str, Any] = response.json()
+        return result
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
@@ -46,12 +70,15 @@ class RunningStandIn:
         self.log.unlink(missing_ok=True)
 
 
-def start_standin(dsn: str, key: str, *, timeout_s: float = 30) -> RunningStandIn:
+def start_standin(
+    dsn: str, key: str, *, timeout_s: float = 30, role: str | None = None
+) -> RunningStandIn:
     """Start the stand-in on a free port; a port taken between choosing and binding it (other
-    test processes run beside this one) is retried with another."""
+    test processes run beside this one) is retried with another. role: the database role its
+    requests run as (as Supabase's anon key runs as `anon`); default the DSN's user."""
     for _ in range(3):
         try:
-            return _start_once(dsn, key, free_port(), timeout_s)
+            return _start_once(dsn, key, free_port(), timeout_s, role)
         except _PortTaken:
             continue
     raise RuntimeError("the PostgREST stand-in found no free port in three tries")
@@ -61,8 +88,14 @@ class _PortTaken(Exception):
     pass
 
 
-def _start_once(dsn: str, key: str, port: int, timeout_s: float) -> RunningStandIn:
+def _start_once(
+    dsn: str, key: str, port: int, timeout_s: float, role: str | None
+) -> RunningStandIn:
     env = {**os.environ, KEY_ENV: key}
+    if role is not None:
+        env[ROLE_ENV] = role
+    else:
+        env.pop(ROLE_ENV, None)
     log_fd, log_name = tempfile.mkstemp(prefix="postgrest-standin-", suffix=".log")
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.postgrest_standin", "--dsn", dsn, "--port", str(port)],

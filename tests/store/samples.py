@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
 from accelopt_mcp.models import (
@@ -96,3 +97,11 @@ def make_evaluation(
         latency_stats=stats,
         hardware_counters={"cycles": 1000.0} if status == EvaluationStatus.PASSED else {},
     )
+
+
+def without_row_level_security(schema: str) -> str:
+    """A schema_v2.txt text without its row level security section (which names every table
+    and function), for tests that rebuild a schema from before it."""
+    old = re.sub(r"\n-- -+ row level security\n.*?(?=\nCOMMIT;\n)", "\n", schema, flags=re.S)
+    assert "ROW LEVEL SECURITY" not in old and "COMMIT;" in old
+    return old

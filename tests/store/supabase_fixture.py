@@ -26,9 +26,10 @@ def fresh_schema_database(pg_admin_dsn: str, *, apply_schema: bool = True) -> st
     return dsn
 
 
-def serve(dsn: str, request: pytest.FixtureRequest) -> RunningStandIn:
-    """The stand-in in front of `dsn`, stopped when the requesting fixture or test ends."""
-    running = start_standin(dsn, "test-key-" + secrets.token_hex(16))
+def serve(dsn: str, request: pytest.FixtureRequest, *, role: str | None = None) -> RunningStandIn:
+    """The stand-in in front of `dsn`, stopped when the requesting fixture or test ends; its
+    requests run as `role` if given (as a Supabase key's role), else as the DSN's user."""
+    running = start_standin(dsn, "test-key-" + secrets.token_hex(16), role=role)
     request.addfinalizer(running.stop)
     return running
 

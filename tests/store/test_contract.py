@@ -124,7 +124,7 @@ def test_solution_round_trip(seeded: KernelStore) -> None:
     assert stored.hash_version == hashing.CURRENT_HASH_VERSION
     assert stored.solution_hash == hashing.solution_hash(solution)
     assert _is_utc(stored.created_at)
-    assert seeded.find_solution(stored.solution_hash).id == sid
+    assert seeded.find_solution(DEF, stored.solution_hash).id == sid
     assert seeded.get_solution(sid.upper()).id == sid
 
 
@@ -177,11 +177,59 @@ def test_update_solution_links_sets_what_is_given_and_keeps_the_source(
     assert seeded.get_solution(sid) == again
 
 
-def test_same_source_under_another_definition_conflicts(seeded: KernelStore) -> None:
-    seeded.upsert_definition(make_definition("other"))
-    seeded.upsert_solution(make_solution(DEF, "# shared\n"))
-    with pytest.raises(ConflictError, match=DEF):
-        seeded.upsert_solution(make_solution("other", "# shared\n"))
+def test_same_source_under_two_definitions_is_two_solutions(seeded: KernelStore) -> None:
+    """A shape-generic kernel serves several definitions (the same op at other shapes): one
+    solution per (definition, source), each deduplicated within its definition, with profiles
+    and lineage of its own."""
+    other = "exp_f32_n4096"
+    seeded.upsert_definition(make_definition(other))
+    seeded.upsert_workload(other, make_workload(other, uuid_="w-other"))
+    root = seeded.upsert_solution(make_solution(DEF, "# root\n"))
+    first = seeded.upsert_solution(
+        make_solution(DEF, "# shared\n", name="generic"),
+        parent_id=root,
+        evolve_metadata={"run_id": "r-a"},
+    )
+    second = seeded.upsert_solution(
+        make_solution(other, "# shared\n", name="generic"), evolve_metadata={"run_id": "r-b"}
+    )
+    assert first != second
+    # Within its definition the source is stored once: the first row comes back unchanged.
+    assert seeded.upsert_solution(make_solution(DEF, "# shared\n"), parent_id=None) == first
+    assert seeded.upsert_solution(make_solution(other, "# shared\n", name="again")) == second
+    a, b = seeded.get_solution(first), seeded.get_solution(second)
+    assert a is not None and b is not None
+    assert a.solution_hash == b.solution_hash
+    assert (a.definition_name, b.definition_name) == (DEF, other)
+    assert (a.evolve_metadata, b.evolve_metadata) == ({"run_id": "r-a"}, {"run_id": "r-b"})
+    assert b.solution.name == "generic"
+    assert seeded.find_solution(DEF, a.solution_hash).id == first
+    assert seeded.find_solution(other, a.solution_hash).id == second
+    assert seeded.find_solution("exp_f32_elsewhere", a.solution_hash) is None
+
+    # Lineage belongs to each row.
+    child = seeded.upsert_solution(make_solution(other, "# child\n"), parent_id=second)
+    assert (a.parent_id, b.parent_id) == (root, None)
+    assert [s.id for s in seeded.ancestors(first)] == [root]
+    assert [s.id for s in seeded.ancestors(child)] == [second]
+    assert seeded.ancestors(second) == []
+    assert [s.id for s in seeded.descendants(root)] == [first]
+    assert [s.id for s in seeded.descendants(second)] == [child]
+    assert seeded.descendants(first) == []
+
+    # Profiles are kept apart, and so are the rankings.
+    pa = seeded.upsert_profile("w-1", first, make_evaluation(latency_ms=1.0), CONFIG)
+    pb = seeded.upsert_profile("w-other", second, make_evaluation(latency_ms=4.0), CONFIG)
+    assert pa != pb
+    assert [p.id for p in seeded.list_profiles(solution_id=first)] == [pa]
+    assert [p.id for p in seeded.list_profiles(solution_id=second)] == [pb]
+    assert [r.solution.id for r in seeded.best_solutions(DEF)] == [first]
+    best_other = seeded.best_solutions(other)
+    assert [r.solution.id for r in best_other] == [second]
+    assert best_other[0].profile.latency_ms == pytest.approx(4.0)
+    assert [s.id for s in seeded.list_solutions(definition_name=other)] == [second, child]
+    assert [s.id for s in seeded.list_solutions(run_id="r-a")] == [first]
+    assert seeded.stats().counts["solutions"] == 4
 
 
 def test_solution_with_unknown_references_is_refused(seeded: KernelStore) -> None:
@@ -199,7 +247,7 @@ def test_unknown_ids_read_as_none(seeded: KernelStore) -> None:
     assert seeded.get_solution("00000000-0000-4000-8000-000000000000") is None
     assert seeded.get_solution("garbage") is None
     assert seeded.get_profile("garbage") is None
-    assert seeded.find_solution("0" * 64) is None
+    assert seeded.find_solution(DEF, "0" * 64) is None
     assert seeded.ancestors("garbage") == []
     assert seeded.descendants("00000000-0000-4000-8000-000000000000") == []
 

@@ -1,19 +1,25 @@
 """check_store: each way a database can be unusable is told apart, quickly, without secrets.
 
 Supabase cases run against the PostgREST stand-in for tests (a real subprocess over the session's
-real PostgreSQL), a plain `python -m http.server`, a port nobody listens on, and a socket that
-accepts connections but never answers.
+real PostgreSQL), a plain `python -m http.server`, a small JSON API answering 404 (an
+http.server in a thread), a port nobody listens on, and a socket that accepts connections but
+never answers.
 """
 
 from __future__ import annotations
 
+import http.server
+import json
+import os
 import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
@@ -134,6 +140,98 @@ def test_a_web_server_that_is_not_supabase(plain_http: str) -> None:
     assert check.problem == "not_supabase"
     assert "HTTP 404" in check.message and "text/html" in check.message
     assert any("Project URL" in step for step in check.next_steps)
+
+
+class _JsonApi(http.server.BaseHTTPRequestHandler):
+    """A web API that is not PostgREST: every path is a 404 with a JSON body. With
+    `describes_api`, /rest/v1/ serves an OpenAPI document as PostgREST does (an old PostgREST
+    whose 404 for an unknown table has no error body of its own)."""
+
+    describes_api = False
+
+    def do_GET(self) -> None:
+        if self.describes_api and self.path.split("?")[0] == "/rest/v1/":
+            self._reply(200, {"swagger": "2.0", "info": {"title": "PostgREST"}, "paths": {"/": {}}})
+        else:
+            self._reply(404, {"error": "Not Found", "status": 404, "path": self.path})
+
+    def do_POST(self) -> None:
+        self._reply(404, {"error": "Not Found", "status": 404})
+
+    def _reply(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _serve_in_thread(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def json_404_api() -> Iterator[str]:
+    yield from _serve_in_thread(_JsonApi)
+
+
+@pytest.fixture
+def old_postgrest() -> Iterator[str]:
+    yield from _serve_in_thread(type("OldPostgrest", (_JsonApi,), {"describes_api": True}))
+
+
+def _db_check(url: str, key: str) -> subprocess.CompletedProcess[str]:
+    """The real `accelopt db check URL`, the key in the environment as a user sets it."""
+    env = {k: v for k, v in os.environ.items() if k != "ACCELOPT_STORE"}
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "accelopt"), "db", "check", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, "SUPABASE_KEY": key, "COLUMNS": "300"},
+    )
+
+
+def test_a_json_404_api_is_not_a_supabase_project(json_404_api: str) -> None:
+    check = check_supabase(json_404_api, key="k", timeout_s=5)
+    assert check.problem == "not_supabase", check.message
+    assert "is not a Supabase project (no PostgREST API under /rest/v1)" in check.message
+    assert "HTTP 404, application/json" in check.message
+    assert "\n" not in check.message
+    assert not any("schema_v2.txt" in step for step in check.next_steps)
+
+    shown = _db_check(json_404_api, "k")
+    assert shown.returncode == 1
+    first = shown.stdout.splitlines()[0]
+    assert "is not a Supabase project" in first and first.endswith(f"(supabase: {json_404_api})")
+    assert "schema" not in shown.stdout
+
+
+def test_a_404_beside_a_postgrest_api_description_is_a_missing_schema(old_postgrest: str) -> None:
+    check = check_supabase(old_postgrest, key="k", timeout_s=5)
+    assert check.problem == "schema_missing", check.message
+    assert "definitions" in check.message and "solution_ancestors()" in check.message
+
+
+def test_db_check_on_a_supabase_project_without_the_schema(bare: RunningStandIn) -> None:
+    shown = _db_check(bare.url, bare.key)
+    assert shown.returncode == 1
+    first = shown.stdout.splitlines()[0]
+    assert "answers, but the kernel database schema is not applied" in first
+    assert "not a Supabase project" not in shown.stdout
+    assert "schema_v2.txt" in shown.stdout and "SQL editor" in shown.stdout
 
 
 def test_a_wrong_key_is_rejected_and_never_echoed(ready: tuple[RunningStandIn, str]) -> None:

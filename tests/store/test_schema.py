@@ -32,7 +32,13 @@ from accelopt_mcp.store.sqlite import (
     sqlite_schema,
     table_column_sql,
 )
-from tests.store.samples import make_definition, make_evaluation, make_solution, make_workload
+from tests.store.samples import (
+    make_definition,
+    make_evaluation,
+    make_solution,
+    make_workload,
+    without_row_level_security,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "schema_v2.txt"
@@ -482,7 +488,7 @@ def test_sqlite_brings_a_version_3_file_up_to_date(tmp_path: Path) -> None:
     try:
         columns = [r[1] for r in conn.execute("PRAGMA table_xinfo(llm_calls)")]
         assert columns.count("messages") == 1 and "status" in columns
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     finally:
         conn.close()
 
@@ -498,7 +504,7 @@ def test_every_added_sqlite_column_is_defined_in_the_schema() -> None:
 
 def _before_audit_trail_pg() -> str:
     """schema_v2.txt as it was before the audit trail and run_entries."""
-    schema = SCHEMA.read_text("utf-8")
+    schema = without_row_level_security(SCHEMA.read_text("utf-8"))
     old = re.sub(r"\n-- The audit trail, added here.*?status = 'ok';\n", "\n", schema, flags=re.S)
     old = re.sub(
         r"\n-- -+ run_entries\n.*?EXECUTE FUNCTION runs_touch_updated_at\(\);\n",
@@ -611,7 +617,7 @@ def test_sqlite_brings_a_version_4_file_up_to_date(tmp_path: Path) -> None:
 
 def _before_search_pg() -> str:
     """schema_v2.txt as it was before word search and hardware_peaks."""
-    schema = SCHEMA.read_text("utf-8")
+    schema = without_row_level_security(SCHEMA.read_text("utf-8"))
     old = re.sub(r"\n-- Word search \(accelopt_mcp.*?\$\$;\n", "\n", schema, flags=re.S)
     old = re.sub(
         r"\n-- -+ hardware_peaks\n.*?EXECUTE FUNCTION hardware_peaks_touch_measured_at\(\);\n",
