@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
 from collections.abc import Collection
+from concurrent.futures import ThreadPoolExecutor
 from typing import get_args
 
 from accelopt_mcp.engine.runs import load_run, local_worker_gone, worker_alive, worker_id_of
@@ -162,6 +164,9 @@ class LeaseKeeper:
         self._standing_down = True
 
     async def __aenter__(self) -> LeaseKeeper:
+        # A thread of its own: renewals never wait behind the run's other store calls in the
+        # shared default executor (a slow database must not expire a healthy run's lease).
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelopt-lease")
         self._task = asyncio.ensure_future(self._renew_forever())
         return self
 
@@ -170,6 +175,7 @@ class LeaseKeeper:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        self._thread.shutdown(wait=False)
 
     async def _renew_forever(self) -> None:
         # The lease runs from when the database took the last renewal, which is no earlier
@@ -181,8 +187,14 @@ class LeaseKeeper:
                 return
             sent = time.monotonic()
             try:
-                held = await asyncio.to_thread(
-                    self.store.renew_run_lease, self.run_id, self.worker_id, lease_s=self.lease_s
+                held = await asyncio.get_running_loop().run_in_executor(
+                    self._thread,
+                    functools.partial(
+                        self.store.renew_run_lease,
+                        self.run_id,
+                        self.worker_id,
+                        lease_s=self.lease_s,
+                    ),
                 )
             except Exception as exc:
                 # The database may be back before the lease ends; near its end someone else

@@ -55,9 +55,17 @@ def silu_baseline(silu_task: Task) -> Solution:
     return load_solution(KERNEL_PATH, silu_task)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+BOTH_STORES = pytest.mark.parametrize(
+    "store", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+"""Runs a test on SQLite and on PostgreSQL. The engine talks to the store's interface only,
+which the store contract suite checks on every store, so the engine's whole-run tests take
+SQLite unless a test marks itself (the widest ones do, to keep a real server in the loop)."""
+
+
+@pytest.fixture
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KernelStore]:
-    if request.param == "sqlite":
+    if getattr(request, "param", "sqlite") == "sqlite":
         opened: KernelStore = SqliteStore(tmp_path / "kernels.db")
     else:
         admin = request.getfixturevalue("pg_admin_dsn")

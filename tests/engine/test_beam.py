@@ -28,6 +28,7 @@ from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.store.base import KernelStore, RunUpdate
 from tests.engine import kernels
 from tests.engine.conftest import (
+    BOTH_STORES,
     FAST_BENCH,
     build_script,
     executor_with_hang,
@@ -71,6 +72,7 @@ def _passed_speedups(store: KernelStore, solution_ids: set[str]) -> dict[str, fl
     return found
 
 
+@BOTH_STORES
 def test_full_loop_invariants(
     store: KernelStore,
     silu_task: Task,
@@ -290,6 +292,7 @@ def test_unknown_run_id_creates_nothing(store: KernelStore, tmp_path: Path) -> N
     assert not out.exists()
 
 
+@BOTH_STORES
 def test_resumed_summarizing_keeps_topk_per_iteration(
     store: KernelStore,
     silu_task: Task,

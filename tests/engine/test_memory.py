@@ -18,12 +18,14 @@ from accelopt_mcp.engine.memory import (
 from accelopt_mcp.engine.runs import prepare_run
 from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.store.base import DEFAULT_BACKEND, DEFAULT_NAMESPACE, ExperienceIn, KernelStore
+from tests.engine.conftest import BOTH_STORES
 
 
 def _item(task: Task, title: str) -> ExperienceIn:
     return ExperienceIn(definition_name=task.definition.name, title=title, strategy="s")
 
 
+@BOTH_STORES
 def test_fifo_cap_seeds_and_removal(
     store: KernelStore, silu_task: Task, silu_baseline: Solution
 ) -> None:
@@ -58,6 +60,7 @@ def _learned(task: Task, title: str, iteration: int) -> ExperienceIn:
     )
 
 
+@BOTH_STORES
 def test_the_sample_policy_keeps_the_newest_iteration_and_samples_the_rest(
     store: KernelStore, silu_task: Task, silu_baseline: Solution
 ) -> None:
@@ -104,6 +107,7 @@ def test_the_sample_policy_keeps_the_newest_iteration_and_samples_the_rest(
     assert memory().working_set() == memory().working_set(3)
 
 
+@BOTH_STORES
 def test_fifo_as_an_iteration_started(
     store: KernelStore, silu_task: Task, silu_baseline: Solution
 ) -> None:
