@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from accelopt_mcp.backends.base import Baseline
-from accelopt_mcp.backends.registry import get_backend
+from accelopt_mcp.backends.cluster import cluster_address
+from accelopt_mcp.backends.registry import backend_class, backend_info, get_backend
 from accelopt_mcp.backends.roofline import NO_ROOFLINE
 from accelopt_mcp.models import (
     BenchmarkConfig,
@@ -321,14 +322,23 @@ def compare_kernels(
     backend: str = "cpu",
     config: BenchmarkConfig | None = None,
     backend_options: dict[str, Any] | None = None,
+    cluster: str | None = None,
 ) -> KernelComparison:
     """Time 2-8 kernels of `task` against each other on a backend (Backend.compare: in the
     same interleaved rounds where the backend can), ranked, with a verdict for every pair.
     A kernel that fails is ranked last with its status; it never fails the others. Logs come
-    back redacted, as profile_kernel's do."""
+    back redacted, as profile_kernel's do. cluster: on one device of a node of this Ray
+    cluster (None reads ACCELOPT_RAY_ADDRESS, else this host)."""
     check_count(len(kernels))
     labelled = unique_labels(kernels)
-    found = get_backend(backend, **(backend_options or {})).compare(task, labelled, config)
+    address = cluster_address(cluster)
+    if address is None:
+        found = get_backend(backend, **(backend_options or {})).compare(task, labelled, config)
+    else:  # one node's device times them all, as one device here would
+        from accelopt_mcp.backends.ray_pool import RayPool
+
+        with RayPool(address, backend_info(backend), workers=1) as pool:
+            found = pool.submit_compare(backend_class(backend), task, labelled, config).result()
     return found.model_copy(
         update={
             "kernels": [

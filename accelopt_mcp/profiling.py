@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from accelopt_mcp.backends.base import Backend, Baseline
+from accelopt_mcp.backends.cluster import cluster_address
 from accelopt_mcp.backends.cpu_peaks import PeakSource
 from accelopt_mcp.backends.registry import get_backend
 from accelopt_mcp.hashing import CURRENT_HASH_VERSION, benchmark_config_hash, solution_hash
@@ -88,6 +89,7 @@ def profile_kernel(
     time_parent: bool = True,
     origin: str | None = None,
     backend_options: dict[str, Any] | None = None,
+    cluster: str | None = None,
 ) -> ProfileOutcome:
     """Evaluate `solution` on `task` and, given a store (and `save`), record the definition,
     workload, solution (linked: accelopt_mcp.linking.store_kernel) and profile. The kernel
@@ -101,7 +103,9 @@ def profile_kernel(
     name_given: whether solution.name was chosen by the caller, so that a stored name that
     differs is a conflict (see linking.plan_links); by default a name only replaces a
     placeholder. The author is never taken as chosen here.
-    origin: how a syntax error names the kernel (tasks.kernels.syntax_problem)."""
+    origin: how a syntax error names the kernel (tasks.kernels.syntax_problem).
+    cluster: evaluate on a node of this Ray cluster (backends/cluster.py; None reads
+    ACCELOPT_RAY_ADDRESS, else this host); ClusterError when it cannot be used."""
     config = config or BenchmarkConfig()
     if parent_id is not None and store is None:
         raise ValueError("parent_id needs a database to find the parent in")
@@ -118,7 +122,7 @@ def profile_kernel(
         baselines = []
         if time_parent and parent is not None and parent.definition_name == task.definition.name:
             baselines = [Baseline(label=PARENT_LABEL, solution=parent.solution)]
-        evaluation = engine.evaluate(task, solution, config, baselines)
+        evaluation = evaluate_somewhere(engine, task, solution, config, baselines, cluster)
     evaluation = evaluation.redacted()
     outcome = ProfileOutcome(
         evaluation=evaluation,
@@ -149,6 +153,24 @@ def profile_kernel(
         outcome.pooled = pooled.evaluation if pooled is not None else None
     _relate(outcome, store, task, config, parent, evolve_metadata)
     return outcome
+
+
+def evaluate_somewhere(
+    engine: Backend,
+    task: Task,
+    solution: Solution,
+    config: BenchmarkConfig,
+    baselines: list[Baseline],
+    cluster: str | None,
+) -> Evaluation:
+    """engine.evaluate here, or the same backend on a node of the cluster when one is named."""
+    address = cluster_address(cluster)
+    if address is None:
+        return engine.evaluate(task, solution, config, baselines)
+    from accelopt_mcp.backends.ray_pool import RayPool
+
+    with RayPool(address, engine.info, workers=1) as pool:
+        return pool.submit(type(engine), task, solution, config, baselines).result().evaluation
 
 
 def _parent(

@@ -9,6 +9,11 @@ import pytest
 
 from tests.flashinfer_bench_copy import flashinfer_bench_site
 from tests.pg_server import PostgresServer
+from tests.ray_cluster import in_private_network
+
+# The Ray cluster tests run only inside the private network namespace that
+# tests/test_ray_cluster.py starts them in (Ray binds to non-loopback addresses elsewhere).
+collect_ignore = [] if in_private_network() else ["cluster"]
 
 # Nothing a test runs writes into the user's own data directory (the default database, the
 # cached cpu peaks): one per-session folder instead, inherited by every subprocess. The cpu

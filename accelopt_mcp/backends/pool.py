@@ -1,13 +1,18 @@
-"""A pool of devices (CPU cores, NeuronCores, GPUs), each running one evaluation at a time.
+"""Pools of devices (CPU cores, NeuronCores, GPUs), each running one evaluation at a time.
 
-Evaluations are blocking (a child process per candidate), so each runs on a worker thread that
-holds one device slot for its whole duration; there are exactly as many workers as slots. The
-engine submits every attempt as soon as it is generated (`await pool.evaluate(...)`); scripts
-use `pool.map(...)`.
+`EvaluationPool` is what the engine and the profiling tools use; `DevicePool` is this host's
+devices, `RayPool` (backends/ray_pool.py, the `ray` extra) a Ray cluster's. `open_pool` picks
+one from a cluster address.
+
+In a DevicePool evaluations are blocking (a child process per candidate), so each runs on a
+worker thread that holds one device slot for its whole duration; there are exactly as many
+workers as slots. The engine submits every attempt as soon as it is generated
+(`await pool.evaluate(...)`); scripts use `pool.map(...)`.
 """
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import os
 import queue
@@ -15,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,15 +41,142 @@ class DeviceSlot(BaseModel):
 
 
 class PooledEvaluation(BaseModel):
-    """An evaluation and where/when it ran (monotonic clock seconds)."""
+    """An evaluation and where/when it ran (monotonic clock seconds here; wall-clock seconds of
+    the node for a cluster's)."""
 
     evaluation: Evaluation
     device: str
     started_at: float
     finished_at: float
+    node: str | None = None
+    """The cluster node it ran on (its Ray node id); None on this host."""
+    tries: int = 1
+    """Times it was started: more than one when a node was lost under it."""
 
 
-class DevicePool:
+class EvaluationPool(abc.ABC):
+    """Where evaluations run: `evaluate` and `compare` take one device each for their whole
+    duration; `busy` is how many devices are in use now."""
+
+    @property
+    @abc.abstractmethod
+    def size(self) -> int:
+        """Evaluations that can run at once."""
+
+    local: bool = True
+    """Whether the devices are this host's (a cluster's nodes measure their own peaks)."""
+
+    @property
+    def where(self) -> str:
+        """One line for the live view and job status: which devices, on what."""
+        return f"{self.size} device(s) on this host"
+
+    def hardware(self, backend_factory: BackendFactory) -> str | None:
+        """What evaluations here run on, as the backend names it (Availability.hardware)."""
+        return backend_factory().availability().hardware
+
+    @abc.abstractmethod
+    def submit(
+        self,
+        backend_factory: BackendFactory,
+        task: Task,
+        solution: Solution,
+        config: BenchmarkConfig | None = None,
+        baselines: Sequence[Baseline] = (),
+    ) -> Future[PooledEvaluation]: ...
+
+    async def evaluate(
+        self,
+        backend_factory: BackendFactory,
+        task: Task,
+        solution: Solution,
+        config: BenchmarkConfig | None = None,
+        baselines: Sequence[Baseline] = (),
+    ) -> PooledEvaluation:
+        """Evaluate on the next free device; baselines are timed alongside when the backend
+        interleaves (Backend.evaluate)."""
+        return await asyncio.wrap_future(
+            self.submit(backend_factory, task, solution, config, baselines)
+        )
+
+    @abc.abstractmethod
+    def submit_compare(
+        self,
+        backend_factory: BackendFactory,
+        task: Task,
+        kernels: Sequence[Baseline],
+        config: BenchmarkConfig | None = None,
+    ) -> Future[KernelComparison]: ...
+
+    async def compare(
+        self,
+        backend_factory: BackendFactory,
+        task: Task,
+        kernels: Sequence[Baseline],
+        config: BenchmarkConfig | None = None,
+    ) -> KernelComparison:
+        """Backend.compare on the next free device (one device times them all, so they share
+        its conditions)."""
+        return await asyncio.wrap_future(
+            self.submit_compare(backend_factory, task, kernels, config)
+        )
+
+    def map(
+        self,
+        backend_factory: BackendFactory,
+        jobs: Sequence[tuple[Task, Solution]],
+        config: BenchmarkConfig | None = None,
+    ) -> list[PooledEvaluation]:
+        """Evaluate every (task, solution), in parallel over the devices; results in order."""
+        futures = [self.submit(backend_factory, task, sol, config) for task, sol in jobs]
+        return [future.result() for future in futures]
+
+    @abc.abstractmethod
+    def busy(self) -> int:
+        """Devices evaluating something now (cheap: safe to poll from any thread)."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_pool(
+    info: BackendInfo, workers: int | None = None, cluster: str | None = None
+) -> EvaluationPool:
+    """The pool for a backend: on the Ray cluster at `cluster` (see backends/cluster.py:
+    None reads ACCELOPT_RAY_ADDRESS), else this host's devices (DevicePool.for_backend).
+    ClusterError (one line) when the cluster cannot be used."""
+    from accelopt_mcp.backends.cluster import cluster_address
+
+    address = cluster_address(cluster)
+    if address is None:
+        return DevicePool.for_backend(info, workers)
+    from accelopt_mcp.backends.ray_pool import RayPool
+
+    return RayPool(address, info, workers=workers)
+
+
+def require_backend_where(name: str, cluster: str | None = None) -> str | None:
+    """Where a backend's evaluations would run, checked: on the cluster (a node that has its
+    device runs it: its hardware), else this host (registry.require_backend). Raises
+    BackendUnavailableError or ClusterError, one line each, when it cannot run there."""
+    from accelopt_mcp.backends.cluster import cluster_address
+    from accelopt_mcp.backends.registry import backend_class, require_backend
+
+    address = cluster_address(cluster)
+    if address is None:
+        return require_backend(name).hardware
+    factory = backend_class(name)
+    with open_pool(factory.info, cluster=address) as pool:
+        return pool.hardware(factory)
+
+
+class DevicePool(EvaluationPool):
     def __init__(self, devices: Sequence[DeviceSlot]) -> None:
         if not devices:
             raise ValueError("a device pool needs at least one device")
@@ -128,32 +260,14 @@ class DevicePool:
             self._run, backend_factory, task, solution, config, tuple(baselines)
         )
 
-    async def evaluate(
-        self,
-        backend_factory: BackendFactory,
-        task: Task,
-        solution: Solution,
-        config: BenchmarkConfig | None = None,
-        baselines: Sequence[Baseline] = (),
-    ) -> PooledEvaluation:
-        """Evaluate on the next free device; baselines are timed alongside when the backend
-        interleaves (Backend.evaluate)."""
-        return await asyncio.wrap_future(
-            self.submit(backend_factory, task, solution, config, baselines)
-        )
-
-    async def compare(
+    def submit_compare(
         self,
         backend_factory: BackendFactory,
         task: Task,
         kernels: Sequence[Baseline],
         config: BenchmarkConfig | None = None,
-    ) -> KernelComparison:
-        """Backend.compare on the next free device (one device times them all, so they share
-        its conditions)."""
-        return await asyncio.wrap_future(
-            self._executor.submit(self._compare, backend_factory, task, tuple(kernels), config)
-        )
+    ) -> Future[KernelComparison]:
+        return self._executor.submit(self._compare, backend_factory, task, tuple(kernels), config)
 
     def _compare(
         self,
@@ -167,16 +281,6 @@ class DevicePool:
             return self._backend(factory, device).compare(task, kernels, config)
         finally:
             self._free.put(device)
-
-    def map(
-        self,
-        backend_factory: BackendFactory,
-        jobs: Sequence[tuple[Task, Solution]],
-        config: BenchmarkConfig | None = None,
-    ) -> list[PooledEvaluation]:
-        """Evaluate every (task, solution), in parallel over the devices; results in order."""
-        futures = [self.submit(backend_factory, task, sol, config) for task, sol in jobs]
-        return [future.result() for future in futures]
 
     def _backend(self, factory: BackendFactory, device: DeviceSlot) -> Backend:
         key = (id(factory), device.id)
@@ -207,15 +311,12 @@ class DevicePool:
             evaluation=evaluation, device=device.id, started_at=started, finished_at=finished
         )
 
+    @property
+    def size(self) -> int:
+        return len(self.devices)
+
     def busy(self) -> int:
-        """Devices evaluating something now (cheap: safe to poll from any thread)."""
         return max(0, len(self.devices) - self._free.qsize())
 
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
-
-    def __enter__(self) -> DevicePool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

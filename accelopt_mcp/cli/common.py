@@ -37,6 +37,17 @@ StoreOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+ClusterOption = Annotated[
+    str | None,
+    typer.Option(
+        "--cluster",
+        help=(
+            "Profile on a Ray cluster: host:port (on a node), ray://host:port (Ray Client, e.g. "
+            "through an SSH tunnel) or auto; 'local' for this host. Default: "
+            "ACCELOPT_RAY_ADDRESS, else this host. Needs accelopt-mcp[ray]."
+        ),
+    ),
+]
 
 
 def say(*parts: str | Text | tuple[str, str], err: bool = False) -> None:

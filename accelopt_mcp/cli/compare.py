@@ -11,8 +11,10 @@ from rich.table import Table
 from rich.text import Text
 
 from accelopt_mcp.backends.base import BackendUnavailableError, Baseline
+from accelopt_mcp.backends.cluster import ClusterError
 from accelopt_mcp.backends.registry import backend_help, backend_info
 from accelopt_mcp.cli.common import (
+    ClusterOption,
     JsonOption,
     StoreOption,
     console,
@@ -87,6 +89,7 @@ def compare(
     timeout: Annotated[float | None, typer.Option(min=1, help="Wall-clock limit, s.")] = None,
     store: StoreOption = None,
     as_json: JsonOption = False,
+    cluster: ClusterOption = None,
 ) -> None:
     """Time kernels of one task against each other: ranked medians with intervals, and a
     verdict for every pair. Nothing is stored; exit code 1 when a kernel did not pass."""
@@ -115,8 +118,16 @@ def compare(
             db = stack.enter_context(opened_store(store))
         try:
             chosen = [_kernel(loaded_task, k, db, hardware) for k in kernels]
-            found = compare_kernels(loaded_task, chosen, backend=backend, config=config)
-        except (TaskFileError, BackendUnavailableError, StoreError, ValueError) as exc:
+            found = compare_kernels(
+                loaded_task, chosen, backend=backend, config=config, cluster=cluster
+            )
+        except (
+            TaskFileError,
+            BackendUnavailableError,
+            ClusterError,
+            StoreError,
+            ValueError,
+        ) as exc:
             fail(str(exc))
     if as_json:
         print_json(shown_comparison(found))

@@ -18,8 +18,18 @@ from rich.table import Table
 from rich.text import Text
 
 from accelopt_mcp.backends.base import BackendUnavailableError
-from accelopt_mcp.backends.registry import backend_help, backend_info, require_backend
-from accelopt_mcp.cli.common import StoreOption, console, fail, opened_store, plain, say
+from accelopt_mcp.backends.cluster import ClusterError, cluster_address
+from accelopt_mcp.backends.pool import require_backend_where
+from accelopt_mcp.backends.registry import backend_help, backend_info
+from accelopt_mcp.cli.common import (
+    ClusterOption,
+    StoreOption,
+    console,
+    fail,
+    opened_store,
+    plain,
+    say,
+)
 from accelopt_mcp.engine.beam import BeamSearch, InitialKernelFailed, RunNotRunnable
 from accelopt_mcp.engine.checkpoint import Checkpoint
 from accelopt_mcp.engine.config import resolve_optimize_config
@@ -125,6 +135,7 @@ def optimize(
     output_dir: OutputDirOption = None,
     quiet: QuietOption = False,
     skip_llm_check: SkipLlmCheckOption = False,
+    cluster: ClusterOption = None,
 ) -> None:
     """Optimize KERNEL for TASK with the AccelOpt beam search; stores everything in the DB."""
     overrides = {
@@ -148,13 +159,15 @@ def optimize(
         "repair_tries": repair_tries,
         "memory_policy": memory_policy,
         "max_consecutive_llm_failures": max_llm_failures,
+        # Kept with the run, so a resume (here or by a server) profiles where it started.
+        "cluster": (cluster_address(cluster) or "local") if cluster is not None else None,
     }
     try:
         settings = resolve_optimize_config(preset, overrides)
     except ValueError as exc:
         fail(str(exc))
     # What cannot work is refused here, before a run row exists.
-    _check_backend(settings.backend)
+    _check_backend(settings.backend, settings.cluster)
     try:
         loaded_task = load_task(task, workload=workload)
         solution = load_solution(
@@ -188,6 +201,14 @@ def resume(
     output_dir: OutputDirOption = None,
     quiet: QuietOption = False,
     skip_llm_check: SkipLlmCheckOption = False,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster",
+            help="Profile on this Ray cluster from now on ('local': this host); default: "
+            "where the run was started.",
+        ),
+    ] = None,
 ) -> None:
     """Continue a run from its last checkpoint (after a crash, kill or budget stop)."""
     with opened_store(store) as db:
@@ -215,12 +236,16 @@ def resume(
                 f"run {run_id} is still being run by worker {run.worker_id or '?'}; stop "
                 "it first (Ctrl-C where it runs, or cancel_job over MCP) or wait for it"
             )
-        _check_backend(spec.optimize.backend)
+        # --cluster local is kept as said: this host from now on, whatever the environment.
+        where = (cluster_address(cluster) or "local") if cluster is not None else None
+        _check_backend(spec.optimize.backend, where or spec.optimize.cluster)
         if not skip_llm_check:
             _check_llm(spec.optimize.models_config, spec.optimize.summarize)
-        if changes:
+        if changes or where is not None:
             try:
-                change_settings(db, run_id, **changes)
+                change_settings(
+                    db, run_id, **changes, **({"cluster": where} if where is not None else {})
+                )
             except (ValueError, ValidationError) as exc:
                 fail(str(exc))
             if run.status == "completed":
@@ -230,12 +255,15 @@ def resume(
         _drive(db, run_id, output_dir or kept or default_output_dir(), quiet)
 
 
-def _check_backend(name: str) -> None:
-    """Stop (one line, exit code 2) when the backend cannot run on this host."""
+def _check_backend(name: str, cluster: str | None = None) -> None:
+    """Stop (one line, exit code 2) when the backend cannot run on this host, or on the
+    cluster the run profiles on (cluster None: ACCELOPT_RAY_ADDRESS, else this host)."""
+    address = cluster_address(cluster)
     try:
-        require_backend(name)
-    except (BackendUnavailableError, ValueError) as exc:
-        fail(f"{exc}; `accelopt backends` shows what runs here")
+        require_backend_where(name, address)
+    except (BackendUnavailableError, ClusterError, ValueError) as exc:
+        shows = f"`accelopt backends --cluster {address}`" if address else "`accelopt backends`"
+        fail(f"{exc}; {shows} shows what runs {'there' if address else 'here'}")
 
 
 def _check_llm(models_config: str | None, summarize: bool = True) -> None:

@@ -9,9 +9,11 @@ import typer
 from rich.table import Table
 
 from accelopt_mcp.backends.base import BackendUnavailableError
+from accelopt_mcp.backends.cluster import ClusterError, cluster_address, describe_nodes
 from accelopt_mcp.backends.cpu_peaks import CpuPeaks, PeakMeasurementError, PeakSource
 from accelopt_mcp.backends.registry import backend_help, backend_info
 from accelopt_mcp.cli.common import (
+    ClusterOption,
     JsonOption,
     StoreOption,
     console,
@@ -75,6 +77,7 @@ def profile(
     store: StoreOption = None,
     no_store: Annotated[bool, typer.Option("--no-store", help="Do not record the result.")] = False,
     as_json: JsonOption = False,
+    cluster: ClusterOption = None,
 ) -> None:
     """Check a kernel against its task's reference and time both; record the result."""
     try:
@@ -106,8 +109,9 @@ def profile(
                 config=config,
                 store=db,
                 origin=str(kernel),
+                cluster=cluster,
             )
-        except (BackendUnavailableError, ValueError) as exc:
+        except (BackendUnavailableError, ClusterError, ValueError) as exc:
             fail(str(exc))
 
     if no_store:
@@ -178,6 +182,7 @@ def _print_evaluation(outcome: ProfileOutcome) -> None:
 def backends(
     as_json: JsonOption = False,
     store: StoreOption = None,
+    cluster: ClusterOption = None,
     remeasure: Annotated[
         bool,
         typer.Option(
@@ -196,8 +201,14 @@ def backends(
     ] = True,
 ) -> None:
     """Every backend and whether it can run on this host (and if not, why), and the CPU's
-    measured peaks: percent of peak in every cpu profile is taken against them."""
+    measured peaks: percent of peak in every cpu profile is taken against them. With
+    --cluster: every node of the Ray cluster, its devices and the backends it can run."""
     from accelopt_mcp.backends.registry import list_backends
+
+    address = cluster_address(cluster)
+    if address is not None:
+        _cluster_backends(address, as_json)
+        return
 
     found = list_backends()
     cpu = next((b for b in found if b.name == "cpu" and b.usable and b.hardware), None)
@@ -227,6 +238,33 @@ def backends(
         _print_peaks(peaks)
     elif problem:
         say(("cpu peaks:", "yellow"), f" {problem}")
+
+
+def _cluster_backends(address: str, as_json: bool) -> None:
+    try:
+        nodes = describe_nodes(address)
+    except ClusterError as exc:
+        fail(str(exc))
+    if as_json:
+        print_json({"cluster": address, "nodes": [n.model_dump(mode="json") for n in nodes]})
+        return
+    table = Table(title=f"Ray cluster at {address}")
+    for column in ("node", "address", "devices", "backends", "not usable"):
+        table.add_column(column)
+    for node in nodes:
+        devices = ", ".join(f"{k} {v:g}" for k, v in sorted(node.devices.items()))
+        unusable = "; ".join(
+            f"{a['name']}: {a['reason']}" for a in node.availability if not a.get("usable")
+        )
+        table.add_row(
+            plain(f"{node.hostname or '?'} ({node.node_id[:8]})"),
+            plain(node.address),
+            plain(devices or "-"),
+            plain(", ".join(node.backends) or "-"),
+            plain(node.problem or unusable or "-"),
+        )
+    console.print(table)
+    say(f"{len(nodes)} live node(s)")
 
 
 def _cpu_peaks(

@@ -29,7 +29,7 @@ from typing import Any
 
 from accelopt_mcp.backends.cpu import host_hardware
 from accelopt_mcp.backends.cpu_peaks import PeakMeasurementError, PeakSource
-from accelopt_mcp.backends.pool import DevicePool
+from accelopt_mcp.backends.pool import EvaluationPool, open_pool
 from accelopt_mcp.backends.registry import backend_class
 from accelopt_mcp.engine.checkpoint import (
     FINAL_SLOT_STATES,
@@ -126,7 +126,7 @@ class BeamSearch:
         *,
         on_event: EventSink | None = None,
         output_dir: Path | None = None,
-        pool: DevicePool | None = None,
+        pool: EvaluationPool | None = None,
         role_configs: RoleConfigs | None = None,
         statuses: frozenset[str] | None = None,
         handed_over_by: str | None = None,
@@ -233,14 +233,18 @@ class BeamSearch:
             lost=keeper.lost.done,
         )
         budget: Budget | None = None
-        pool: DevicePool | None = None
+        pool: EvaluationPool | None = None
         # From here on any failure is recorded on the run, so that no run is left "running"
         # (and resumed again and again) because of a setting that can never work.
         try:
             factory = backend_class(cfg.backend)
+            # This host's devices, or a Ray cluster's (cfg.cluster, else ACCELOPT_RAY_ADDRESS).
+            opened = self._given_pool
+            if opened is None:
+                opened = await asyncio.to_thread(open_pool, factory.info, cfg.workers, cfg.cluster)
+            pool = opened
             if checkpoint.hardware is None:
-                availability = await asyncio.to_thread(lambda: factory().availability())
-                checkpoint.hardware = availability.hardware
+                checkpoint.hardware = await asyncio.to_thread(opened.hardware, factory)
             # Calls a dead worker had in flight were billed all the same: they stay in the
             # ledger (interrupted, with their estimated tokens) and in the budget.
             interrupted = await asyncio.to_thread(
@@ -263,13 +267,12 @@ class BeamSearch:
             models = {
                 role: configs.for_role(role).model for role in ("planner", "executor", "summarizer")
             }
-            if cfg.backend == "cpu" and spec.task.roofline is not None:
+            if cfg.backend == "cpu" and spec.task.roofline is not None and opened.local:
                 # The host's peaks (for percent of peak) are measured once per host, taking
                 # every core for seconds: now, before any evaluation runs beside it.
                 await asyncio.to_thread(_warm_cpu_peaks, self.store)
-            pool = self._given_pool or DevicePool.for_backend(factory.info, cfg.workers)
             profiles = ProfileCache(
-                self.store, spec.task, cfg.benchmark, pool, factory, checkpoint.hardware
+                self.store, spec.task, cfg.benchmark, opened, factory, checkpoint.hardware
             )
             async with LlmClient(
                 configs, ledger=self._ledger, run_id=self.run_id, budget=budget
@@ -292,7 +295,9 @@ class BeamSearch:
                         state,
                         budget,
                         llm_in_flight=client.in_flight,
-                        profiling_busy=pool.busy,
+                        profiling_busy=opened.busy,
+                        devices=opened.size,
+                        devices_where=opened.where,
                     ),
                 )
                 ctx.events.emit("run_started", checkpoint.completed_iteration, "run started")
@@ -308,7 +313,7 @@ class BeamSearch:
     def _ledger(self, call: LlmCallIn) -> None:
         self.store.add_llm_call(call)
 
-    def _close_pool(self, pool: DevicePool | None) -> None:
+    def _close_pool(self, pool: EvaluationPool | None) -> None:
         if pool is not None and self._given_pool is None:
             pool.close()
 

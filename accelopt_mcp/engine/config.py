@@ -78,7 +78,11 @@ class OptimizeConfig(BaseModel):
     seed_from_namespace: bool = False
     """Start the working memory from the newest ExpN items of the namespace."""
     workers: int | None = Field(default=None, ge=1)
-    """Profiling slots (devices); None: one per usable core for cpu."""
+    """Profiling slots (devices); None: one per usable core for cpu (on a cluster: every
+    device it has for the backend)."""
+    cluster: str | None = None
+    """The Ray cluster to profile on (host:port, ray://host:port or auto; accelopt-mcp[ray]);
+    None: ACCELOPT_RAY_ADDRESS when set, else this host's devices."""
     shuffle_seed: int = 0
     """Seeds the order in which profile counters are shown to the planner."""
     summarize: bool = True

@@ -32,14 +32,18 @@ class Activity(BaseModel):
     """LLM calls in flight per role (planner, executor, summarizer); roles with none left out."""
     profiling: int = 0
     """Attempts being profiled (profiling slots busy)."""
+    devices: int = 0
+    """Profiling devices the run has (0: not known)."""
+    devices_where: str = ""
+    """Where those devices are, e.g. "4 CPU on the Ray cluster at head:6379"."""
 
     def describe(self) -> str:
-        """E.g. "waiting on planner (3 calls), executor (1 call); profiling 2 attempts";
-        "idle" when nothing is in flight."""
-        return describe_activity(self.llm_waiting, self.profiling)
+        """E.g. "waiting on planner (3 calls), executor (1 call); profiling 2 attempts on 2/4
+        devices"; "idle" when nothing is in flight."""
+        return describe_activity(self.llm_waiting, self.profiling, self.devices)
 
 
-def describe_activity(llm_waiting: Mapping[str, int], profiling: int) -> str:
+def describe_activity(llm_waiting: Mapping[str, int], profiling: int, devices: int = 0) -> str:
     parts = []
     calls = [(role, n) for role, n in llm_waiting.items() if n > 0]
     if calls:
@@ -48,7 +52,10 @@ def describe_activity(llm_waiting: Mapping[str, int], profiling: int) -> str:
             + ", ".join(f"{role} ({n} call{'' if n == 1 else 's'})" for role, n in calls)
         )
     if profiling > 0:
-        parts.append(f"profiling {profiling} attempt{'' if profiling == 1 else 's'}")
+        shown = f"profiling {profiling} attempt{'' if profiling == 1 else 's'}"
+        if devices:
+            shown += f" on {min(profiling, devices)}/{devices} devices"
+        parts.append(shown)
     return "; ".join(parts) or "idle"
 
 
@@ -74,11 +81,20 @@ class EngineEvent(BaseModel):
     """LLM calls in flight per role when the event was sent (roles with none left out)."""
     profiling: int = 0
     """Attempts being profiled when the event was sent."""
+    devices: int = 0
+    """Profiling devices the run has (0: not known)."""
+    devices_where: str = ""
+    """Where they are: this host's cores, or a Ray cluster's devices."""
     at: float = Field(default_factory=time.time)
 
     @property
     def activity(self) -> Activity:
-        return Activity(llm_waiting=self.llm_waiting, profiling=self.profiling)
+        return Activity(
+            llm_waiting=self.llm_waiting,
+            profiling=self.profiling,
+            devices=self.devices,
+            devices_where=self.devices_where,
+        )
 
 
 EventSink = Callable[[EngineEvent], None]

@@ -32,7 +32,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, model_validator
 
-from accelopt_mcp.backends.registry import backend_info, require_backend
+from accelopt_mcp.backends.pool import require_backend_where
+from accelopt_mcp.backends.registry import backend_info
 from accelopt_mcp.engine.checkpoint import Checkpoint, IterationSummary, RunSpec
 from accelopt_mcp.engine.claim import lease_seconds
 from accelopt_mcp.engine.config import OptimizeConfig
@@ -51,7 +52,7 @@ from accelopt_mcp.engine.runs import (
     worker_alive,
     worker_id_of,
 )
-from accelopt_mcp.engine.worker import STORE_OUTAGE_EXIT, events_path
+from accelopt_mcp.engine.worker import STORE_OUTAGE_EXIT, events_path, last_event
 from accelopt_mcp.llm import LlmConfigError, load_role_configs
 from accelopt_mcp.llm.preflight import check_endpoints_now, roles_used
 from accelopt_mcp.redaction import redact
@@ -135,6 +136,11 @@ class JobStatus(BaseModel):
     worker_id: str | None = None
     """The worker holding the job (host|pid|start token), or the server holding it queued
     (...|queue); None when nobody does."""
+    activity: str | None = None
+    """While it runs, as of its last event: what it waits on and how many profiling devices
+    are in use ("profiling 3 attempts on 3/8 devices")."""
+    devices: str | None = None
+    """Where it profiles: "2 device(s) on this host", "8 CPU on the Ray cluster at ..."."""
 
 
 class JobResult(BaseModel):
@@ -207,7 +213,7 @@ class JobManager:
         first, with no run stored, when the backend cannot run here (BackendUnavailable) or,
         with check_llm, when a role's LLM endpoint cannot serve it (PreflightFailed): the
         worker runs with this process's environment, so what fails here would fail there."""
-        require_backend(request.config.backend)
+        require_backend_where(request.config.backend, request.config.cluster)
         if check_llm:
             config_path = request.config.models_config
             check_endpoints_now(
@@ -443,7 +449,17 @@ class JobManager:
             progress=1.0 if state == "completed" else progress.progress,
             resume_hint=hint,
             worker_id=run.worker_id if state in ("pending", "running") else None,
+            **self._activity(run.id, running),
         )
+
+    def _activity(self, run_id: str, running: bool) -> dict[str, str | None]:
+        event = last_event(events_path(self.output_dir, run_id))
+        if event is None:
+            return {}
+        return {
+            "activity": event.activity.describe() if running else None,
+            "devices": event.devices_where or None,
+        }
 
     def _percent_of_peak(self, solution_id: str) -> dict[str, float]:
         for profile in self.store.list_profiles(solution_id=solution_id):
@@ -616,9 +632,9 @@ def why_not_here(run_id: str, spec: RunSpec) -> str | None:
         )
     cfg = spec.optimize
     try:
-        require_backend(cfg.backend)
+        require_backend_where(cfg.backend, cfg.cluster)
     except Exception as exc:
-        return f"its backend cannot run on this server ({exc}); resume it where it can: {command}"
+        return f"its backend cannot run from this server ({exc}); resume it where it can: {command}"
     try:
         configs = load_role_configs(Path(cfg.models_config) if cfg.models_config else None)
         for role in roles_used(cfg.summarize):

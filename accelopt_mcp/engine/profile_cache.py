@@ -22,7 +22,7 @@ import asyncio
 from typing import Any, NamedTuple
 
 from accelopt_mcp.backends.base import Baseline
-from accelopt_mcp.backends.pool import BackendFactory, DevicePool
+from accelopt_mcp.backends.pool import BackendFactory, EvaluationPool
 from accelopt_mcp.engine.selection import PARENT_LABEL
 from accelopt_mcp.hashing import benchmark_config_hash, solution_hash
 from accelopt_mcp.models import BenchmarkConfig, Evaluation, KernelComparison, Solution, Task
@@ -52,7 +52,7 @@ class ProfileCache:
         store: KernelStore,
         task: Task,
         benchmark: BenchmarkConfig,
-        pool: DevicePool,
+        pool: EvaluationPool,
         backend_factory: BackendFactory,
         hardware: str | None,
         *,

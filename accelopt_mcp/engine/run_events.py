@@ -31,12 +31,15 @@ class RunEvents:
         *,
         llm_in_flight: Callable[[], Mapping[str, int]] | None = None,
         profiling_busy: Callable[[], int] | None = None,
+        devices: int = 0,
+        devices_where: str = "",
     ) -> None:
         """sink: where events go; None: nowhere. llm_in_flight: LLM calls in flight per role
         (LlmClient.in_flight); profiling_busy: attempts being profiled right now (the profiling
-        pool's busy slots). Both are read for every event and, by a sink that watches the
-        run's activity (ActivityWatcher, e.g. the CLI's live display), from its own thread
-        between events; a callable that fails counts as nothing in flight."""
+        pool's busy slots), of `devices` (EvaluationPool.size, at `devices_where`). Both
+        callables are read for every event and, by a sink that watches the run's activity
+        (ActivityWatcher, e.g. the CLI's live display), from its own thread between events; a
+        callable that fails counts as nothing in flight."""
         self.sink = sink
         self.run_id = run_id
         self.spec = spec
@@ -44,6 +47,8 @@ class RunEvents:
         self.budget = budget
         self._llm_in_flight = llm_in_flight
         self._profiling_busy = profiling_busy
+        self._devices = devices
+        self._devices_where = devices_where
         if isinstance(sink, ActivityWatcher):
             try:
                 sink.watch_activity(self.activity)
@@ -52,7 +57,12 @@ class RunEvents:
 
     def activity(self) -> Activity:
         """The LLM calls in flight per role and the attempts being profiled, now."""
-        return Activity(llm_waiting=self._waiting(), profiling=self._profiling())
+        return Activity(
+            llm_waiting=self._waiting(),
+            profiling=self._profiling(),
+            devices=self._devices,
+            devices_where=self._devices_where,
+        )
 
     def _waiting(self) -> dict[str, int]:
         if self._llm_in_flight is None:
@@ -103,6 +113,8 @@ class RunEvents:
             tokens_out=usage.tokens_out,
             llm_waiting=activity.llm_waiting,
             profiling=activity.profiling,
+            devices=activity.devices,
+            devices_where=activity.devices_where,
         )
         try:
             self.sink(event)

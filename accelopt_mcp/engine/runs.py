@@ -312,8 +312,9 @@ def run_progress(spec: RunSpec, checkpoint: Checkpoint, *, running: bool) -> Run
 
 def change_settings(store: KernelStore, run_id: str, **changes: Any) -> OptimizeConfig:
     """Change a stored run's settings before resuming it (e.g. a larger budget, more
-    iterations). Only budget and iteration fields may change: the rest shaped what is stored."""
-    allowed = {"iterations", "budget_usd", "budget_tokens", "budget_wall_s"}
+    iterations, another cluster). Only budget, iteration and where-to-profile fields may
+    change: the rest shaped what is stored."""
+    allowed = {"iterations", "budget_usd", "budget_tokens", "budget_wall_s", "cluster", "workers"}
     unknown = set(changes) - allowed
     if unknown:
         raise ValueError(

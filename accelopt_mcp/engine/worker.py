@@ -30,6 +30,24 @@ def events_path(output_dir: Path, run_id: str) -> Path:
     return Path(output_dir) / run_id / EVENTS_FILE
 
 
+def last_event(path: Path, tail_bytes: int = 16384) -> EngineEvent | None:
+    """The newest event of a job's log (None when there is none yet, or it cannot be read)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - tail_bytes))
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            return EngineEvent.model_validate_json(line)
+        except ValueError:  # a line cut by the tail, or being written
+            continue
+    return None
+
+
 class EventLog:
     """Appends events as JSON lines; each line is flushed so readers see it at once."""
 

@@ -194,6 +194,13 @@ def compare_kernels(
     iterations: Annotated[int, Field(ge=1, le=1000, description="Rounds per process set.")] = 10,
     max_timing_seconds: Annotated[float, Field(gt=0, le=600, description="Sampling cap.")] = 20.0,
     timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 60.0,
+    cluster: Annotated[
+        str | None,
+        Field(
+            description="Ray cluster to profile on (host:port, ray://host:port, auto; 'local': "
+            "this host). Default: the server's ACCELOPT_RAY_ADDRESS, else the server's host."
+        ),
+    ] = None,
 ) -> ComparisonReport:
     """Time 2-8 kernels of one task against each other (in the same interleaved rounds where
     the backend can): ranked by median with intervals, and a verdict per pair (faster /
@@ -217,7 +224,7 @@ def compare_kernels(
         for i, (given, kernel) in enumerate(zip(kernels, chosen, strict=True))
         if (problem := syntax_problem(kernel.solution, _origin(given, i))) is not None
     }
-    found = comparing.compare_kernels(task, chosen, backend=backend, config=config)
+    found = comparing.compare_kernels(task, chosen, backend=backend, config=config, cluster=cluster)
     return report(task, backend, found, problems)
 
 

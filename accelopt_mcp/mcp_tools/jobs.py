@@ -156,6 +156,13 @@ def start_optimization(
             "and serves its model (the check costs one model listing, or a one-token call)."
         ),
     ] = False,
+    cluster: Annotated[
+        str | None,
+        Field(
+            description="Ray cluster to profile on (host:port, ray://host:port, auto; 'local': "
+            "this host). Default: the server's ACCELOPT_RAY_ADDRESS, else the server's host."
+        ),
+    ] = None,
 ) -> JobStarted:
     """Start an AccelOpt optimization of a kernel as a background job and return its id at
     once: planner, executor and summarizer LLM calls in a beam search, every attempt
@@ -185,6 +192,7 @@ def start_optimization(
             "memory_policy": memory_policy,
             "max_consecutive_llm_failures": max_consecutive_llm_failures,
             "benchmark": benchmark,
+            "cluster": cluster,
         },
     )
     request = OptimizeRequest(

@@ -12,6 +12,7 @@ from pydantic import Field
 from accelopt_mcp import profiling as profiler
 from accelopt_mcp.backends import registry as backends
 from accelopt_mcp.backends.base import Availability
+from accelopt_mcp.backends.cluster import NodeReport, cluster_address, describe_nodes
 from accelopt_mcp.comparing import figures_text, shown_counters, speedup_text
 from accelopt_mcp.linking import short
 from accelopt_mcp.mcp_tools import ids
@@ -24,6 +25,11 @@ from accelopt_mcp.tasks.loader import load_task
 
 class BackendList(View):
     backends: list[Availability]
+    """This host's backends (the server's)."""
+    cluster: str | None = None
+    """The Ray cluster asked about, if any."""
+    nodes: list[NodeReport] | None = None
+    """Its live nodes: devices, and the backends each can run."""
 
 
 class ProfileReport(View):
@@ -84,10 +90,21 @@ class ProfileReport(View):
     """The pooled figure over every measurement, with its interval."""
 
 
-def list_backends() -> BackendList:
-    """Every profiling backend and whether it can run on this host;
-    when it cannot, `reason` says what is missing and where it would run."""
-    return BackendList(backends=backends.list_backends())
+def list_backends(
+    cluster: Annotated[
+        str | None,
+        Field(description="Also list this Ray cluster's nodes (default: none; 'auto': local)."),
+    ] = None,
+) -> BackendList:
+    """Every profiling backend and whether it can run on this host; when it cannot, `reason`
+    says what is missing and where it would run. With `cluster`: the cluster's nodes, their
+    devices and the backends each can run."""
+    address = cluster_address(cluster) if cluster is not None else None
+    return BackendList(
+        backends=backends.list_backends(),
+        cluster=address,
+        nodes=describe_nodes(address) if address is not None else None,
+    )
 
 
 def _summary(outcome: profiler.ProfileOutcome) -> str:
@@ -160,6 +177,13 @@ def profile_kernel(
             description="Other profiling settings, e.g. {'seeds': [0, 1], 'max_timing_seconds': 5}."
         ),
     ] = None,
+    cluster: Annotated[
+        str | None,
+        Field(
+            description="Ray cluster to profile on (host:port, ray://host:port, auto; 'local': "
+            "this host). Default: the server's ACCELOPT_RAY_ADDRESS, else the server's host."
+        ),
+    ] = None,
 ) -> ProfileReport:
     """Check a kernel against the task's reference (several seeds), time it, and store it
     with its lineage: one call profiles and links a candidate. Speedups are labelled by what
@@ -196,6 +220,7 @@ def profile_kernel(
         name_given=name is not None,
         time_parent=time_parent,
         origin=kernel_path if kernel_path is not None else SOURCE_ORIGIN,
+        cluster=cluster,
     )
     ev = outcome.evaluation
     perf, stats = ev.performance, ev.latency_stats
