@@ -80,10 +80,12 @@ class RayCluster:
             raise RuntimeError(f"ray start for {name} failed: {done.stdout}\n{done.stderr}")
         self.nodes[name] = port
 
-    def start(self) -> None:
+    def start(self, nodes: int = 2) -> None:
+        """The head (`node_a`) and nodes-1 more (`node_b`, ...)."""
         self.home.mkdir(parents=True, exist_ok=True)
         self._ray_start("node_a", "--head", f"--port={GCS_PORT}", "--include-dashboard=false")
-        self.add_node("node_b")
+        for index in range(1, nodes):
+            self.add_node(f"node_{chr(ord('a') + index)}")
         # This process and everything it starts talk to the cluster with its token.
         os.environ.update({k: v for k, v in self.env().items() if k.startswith("RAY_")})
 

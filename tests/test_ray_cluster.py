@@ -16,7 +16,8 @@ import pytest
 
 from accelopt_mcp.backends.cluster import ClusterError, cluster_address
 from accelopt_mcp.backends.cpu import CpuBackend
-from accelopt_mcp.backends.pool import DevicePool, open_pool
+from accelopt_mcp.backends.placement import open_pool
+from accelopt_mcp.backends.pool import DevicePool
 from tests.ray_cluster import IN_NETNS_ENV
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,7 +69,7 @@ def test_nothing_imports_ray_unless_a_cluster_is_asked_for() -> None:
     code = (
         "import sys\n"
         "import accelopt_mcp.cli, accelopt_mcp.server, accelopt_mcp.engine.beam\n"
-        "from accelopt_mcp.backends.pool import open_pool\n"
+        "from accelopt_mcp.backends.placement import open_pool\n"
         "from accelopt_mcp.backends.cpu import CpuBackend\n"
         "open_pool(CpuBackend.info, workers=1, cluster='local').close()\n"
         "assert 'ray' not in sys.modules, 'ray was imported'\n"

@@ -1,8 +1,8 @@
 """Pools of devices (CPU cores, NeuronCores, GPUs), each running one evaluation at a time.
 
 `EvaluationPool` is what the engine and the profiling tools use; `DevicePool` is this host's
-devices, `RayPool` (backends/ray_pool.py, the `ray` extra) a Ray cluster's. `open_pool` picks
-one from a cluster address.
+devices, `RayPool` (backends/ray_pool.py, the `ray` extra) a Ray cluster's;
+backends/placement.py picks one from a cluster address.
 
 In a DevicePool evaluations are blocking (a child process per candidate), so each runs on a
 worker thread that holds one device slot for its whole duration; there are exactly as many
@@ -143,37 +143,6 @@ class EvaluationPool(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def open_pool(
-    info: BackendInfo, workers: int | None = None, cluster: str | None = None
-) -> EvaluationPool:
-    """The pool for a backend: on the Ray cluster at `cluster` (see backends/cluster.py:
-    None reads ACCELOPT_RAY_ADDRESS), else this host's devices (DevicePool.for_backend).
-    ClusterError (one line) when the cluster cannot be used."""
-    from accelopt_mcp.backends.cluster import cluster_address
-
-    address = cluster_address(cluster)
-    if address is None:
-        return DevicePool.for_backend(info, workers)
-    from accelopt_mcp.backends.ray_pool import RayPool
-
-    return RayPool(address, info, workers=workers)
-
-
-def require_backend_where(name: str, cluster: str | None = None) -> str | None:
-    """Where a backend's evaluations would run, checked: on the cluster (a node that has its
-    device runs it: its hardware), else this host (registry.require_backend). Raises
-    BackendUnavailableError or ClusterError, one line each, when it cannot run there."""
-    from accelopt_mcp.backends.cluster import cluster_address
-    from accelopt_mcp.backends.registry import backend_class, require_backend
-
-    address = cluster_address(cluster)
-    if address is None:
-        return require_backend(name).hardware
-    factory = backend_class(name)
-    with open_pool(factory.info, cluster=address) as pool:
-        return pool.hardware(factory)
 
 
 class DevicePool(EvaluationPool):

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from accelopt_mcp.backends.base import BackendUnavailableError
 from accelopt_mcp.backends.cluster import ClusterError, cluster_address
-from accelopt_mcp.backends.pool import require_backend_where
+from accelopt_mcp.backends.placement import require_backend_where
 from accelopt_mcp.backends.registry import backend_help, backend_info
 from accelopt_mcp.cli.common import (
     ClusterOption,

@@ -29,7 +29,8 @@ from typing import Any
 
 from accelopt_mcp.backends.cpu import host_hardware
 from accelopt_mcp.backends.cpu_peaks import PeakMeasurementError, PeakSource
-from accelopt_mcp.backends.pool import EvaluationPool, open_pool
+from accelopt_mcp.backends.placement import open_pool
+from accelopt_mcp.backends.pool import EvaluationPool
 from accelopt_mcp.backends.registry import backend_class
 from accelopt_mcp.engine.checkpoint import (
     FINAL_SLOT_STATES,

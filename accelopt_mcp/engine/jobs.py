@@ -32,7 +32,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, model_validator
 
-from accelopt_mcp.backends.pool import require_backend_where
+from accelopt_mcp.backends.placement import require_backend_where
 from accelopt_mcp.backends.registry import backend_info
 from accelopt_mcp.engine.checkpoint import Checkpoint, IterationSummary, RunSpec
 from accelopt_mcp.engine.claim import lease_seconds

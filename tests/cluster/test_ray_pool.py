@@ -18,7 +18,7 @@ import pytest
 from accelopt_mcp.backends.cluster import ClusterError
 from accelopt_mcp.backends.cpu import CpuBackend
 from accelopt_mcp.backends.nki import NkiBackend
-from accelopt_mcp.backends.pool import open_pool
+from accelopt_mcp.backends.placement import open_pool
 from accelopt_mcp.backends.ray_pool import RayPool
 from accelopt_mcp.models import BenchmarkConfig
 from tests.backends.test_cpu_backend import python_solution, scale_task

@@ -1,0 +1,39 @@
+"""Where evaluations run: this host's devices or a Ray cluster's, chosen by a cluster address
+(backends/cluster.py: None reads ACCELOPT_RAY_ADDRESS). Ray is imported only when a cluster is
+named."""
+
+from __future__ import annotations
+
+from accelopt_mcp.backends.base import BackendInfo
+from accelopt_mcp.backends.pool import DevicePool, EvaluationPool
+
+
+def open_pool(
+    info: BackendInfo, workers: int | None = None, cluster: str | None = None
+) -> EvaluationPool:
+    """The pool for a backend: on the Ray cluster at `cluster` (see backends/cluster.py:
+    None reads ACCELOPT_RAY_ADDRESS), else this host's devices (DevicePool.for_backend).
+    ClusterError (one line) when the cluster cannot be used."""
+    from accelopt_mcp.backends.cluster import cluster_address
+
+    address = cluster_address(cluster)
+    if address is None:
+        return DevicePool.for_backend(info, workers)
+    from accelopt_mcp.backends.ray_pool import RayPool
+
+    return RayPool(address, info, workers=workers)
+
+
+def require_backend_where(name: str, cluster: str | None = None) -> str | None:
+    """Where a backend's evaluations would run, checked: on the cluster (a node that has its
+    device runs it: its hardware), else this host (registry.require_backend). Raises
+    BackendUnavailableError or ClusterError, one line each, when it cannot run there."""
+    from accelopt_mcp.backends.cluster import cluster_address
+    from accelopt_mcp.backends.registry import backend_class, require_backend
+
+    address = cluster_address(cluster)
+    if address is None:
+        return require_backend(name).hardware
+    factory = backend_class(name)
+    with open_pool(factory.info, cluster=address) as pool:
+        return pool.hardware(factory)
