@@ -302,6 +302,10 @@ def test_activity_reads_as_what_the_run_waits_on() -> None:
     )
     assert describe_activity({}, 1) == "profiling 1 attempt"
     assert describe_activity({}, 0) == "idle"
+    # With the pool's size: how many of its devices are in use.
+    assert describe_activity({}, 3, devices=8) == "profiling 3 attempts on 3/8 devices"
+    assert describe_activity({}, 9, devices=8) == "profiling 9 attempts on 8/8 devices"
+    assert Activity(profiling=1, devices=2).describe() == "profiling 1 attempt on 1/2 devices"
 
 
 def test_live_view_refreshes_what_it_waits_on_between_events() -> None:

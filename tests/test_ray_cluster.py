@@ -25,8 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.mark.timeout(900)
 def test_the_cluster_suite_in_a_private_network() -> None:
-    if shutil.which("unshare") is None or os.geteuid() != 0:
-        pytest.skip("needs root and util-linux unshare for a private network namespace")
+    if shutil.which("unshare") is None or shutil.which("ip") is None or os.geteuid() != 0:
+        pytest.skip("needs root, unshare and ip for a private network namespace")
     inner = (
         'ip link set lo up && "$0" -m pytest tests/cluster -q -p no:cacheprovider '
         "-o addopts= --timeout 300 -rfE"

@@ -17,6 +17,10 @@ from accelopt_mcp.backends.cpu import CpuBackend
 from accelopt_mcp.models import BenchmarkConfig, EvaluationStatus
 from tests.backends.test_cpu_backend import SLOW_REFERENCE, VECTORIZED, python_solution, scale_task
 
+# Timing-sensitive (measured speedups decide what is kept): run alone, not beside other tests
+# (scripts/test.sh runs `-m serial` first, then the rest in parallel).
+pytestmark = pytest.mark.serial
+
 CONFIG = BenchmarkConfig(
     seeds=[0, 21],
     warmup_runs=1,

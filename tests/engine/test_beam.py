@@ -39,6 +39,10 @@ from tests.engine.conftest import (
 )
 from tests.llm_standin.process import StandinProcess
 
+# Timing-sensitive (measured speedups decide what is kept): run alone, not beside other tests
+# (scripts/test.sh runs `-m serial` first, then the rest in parallel).
+pytestmark = pytest.mark.serial
+
 StartStandin = Callable[[dict[str, Any]], StandinProcess]
 PERF_HASH = benchmark_config_hash(FAST_BENCH.perf_fields())
 

@@ -88,7 +88,7 @@ def test_optimize_under_a_pipe_prints_plain_lines_and_ends_with_the_outcome(
     for match in events:
         line = match.string
         assert " | iteration " in line and re.search(
-            r" \| (idle|waiting on .+|profiling \d+ attempts?)$", line
+            r" \| (idle|waiting on .+|profiling \d+ attempts?( on \d+/\d+ devices)?)$", line
         ), line
 
     # Whole paths on lines of their own, even at 40 columns.

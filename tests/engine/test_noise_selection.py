@@ -58,6 +58,10 @@ from tests.engine import kernels
 from tests.engine.conftest import build_script, models_config, settings, text
 from tests.llm_standin.process import StandinProcess
 
+# Timing-sensitive (measured speedups decide what is kept): run alone, not beside other tests
+# (scripts/test.sh runs `-m serial` first, then the rest in parallel).
+pytestmark = pytest.mark.serial
+
 StartStandin = Callable[[dict[str, Any]], StandinProcess]
 _register()
 runner = CliRunner()

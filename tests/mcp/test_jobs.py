@@ -25,7 +25,9 @@ from tests.mcp.conftest import MODES, NKIBENCH_DIR
 from tests.mcp.helpers import fails, ok, payload
 from tests.mcp.processes import HttpServer
 
-pytestmark = pytest.mark.anyio
+# Timing-sensitive (the lessons a job keeps depend on measured speedups): run alone, not beside
+# other tests (scripts/test.sh runs `-m serial` first, then the rest in parallel).
+pytestmark = [pytest.mark.anyio, pytest.mark.serial]
 
 TASK = NKIBENCH_DIR / "reference" / "silu_M512_N1024_numpy_0.py"
 KERNEL = NKIBENCH_DIR / "kernels" / "silu_M512_N1024_0.py"
