@@ -42,6 +42,12 @@ class ClusterError(RuntimeError):
     the message is one line naming the address and what to do."""
 
 
+class EvaluationLost(ClusterError):
+    """An evaluation the cluster lost, every try (nodes or workers died under it, no node has
+    its device any more, it outran its deadline): nothing is known about the kernel, so
+    nothing is recorded for it and the run stops (failed, with this reason; resumable)."""
+
+
 def cluster_address(given: str | None = None) -> str | None:
     """The cluster to use: `given`, else ACCELOPT_RAY_ADDRESS; None for this host."""
     address = given if given is not None else os.environ.get(RAY_ADDRESS_ENV, "")
@@ -73,6 +79,9 @@ def import_ray() -> Any:
 
 _lock = threading.Lock()
 _connected: str | None = None
+_in_use = 0
+"""Pools open on the connection: Ray allows one cluster per process, so while any is open a
+different address is refused rather than pulled from under them."""
 
 
 def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
@@ -105,6 +114,11 @@ def connect(address: str) -> Any:
     with _lock:
         if _connected == address and ray.is_initialized():
             return ray
+        if ray.is_initialized() and _in_use:
+            raise ClusterError(
+                f"this process profiles on the Ray cluster at {_connected} right now; one "
+                f"cluster per process: use {_connected}, or a separate process for {address}"
+            )
         _check_reachable(address)
         if ray.is_initialized():
             ray.shutdown()
@@ -126,6 +140,13 @@ def connect(address: str) -> Any:
             ) from None
         _connected = address
         return ray
+
+
+def hold_connection(delta: int) -> None:
+    """A pool opening (+1) or closing (-1) on the current connection."""
+    global _in_use
+    with _lock:
+        _in_use = max(0, _in_use + delta)
 
 
 class ClusterNode(BaseModel):

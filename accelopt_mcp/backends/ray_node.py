@@ -24,9 +24,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from accelopt_mcp.backends.base import Backend, Baseline
+from accelopt_mcp.backends.base import Backend, BackendUnavailableError, Baseline
 from accelopt_mcp.backends.registry import backend_class, list_backends
+from accelopt_mcp.isolation.jail import jail_status
 from accelopt_mcp.models import BenchmarkConfig, Solution, Task
+
+UNJAILED_ENV = "ACCELOPT_RAY_ALLOW_UNJAILED"
 
 _backends: dict[tuple[str, str], Backend] = {}
 """One backend per (name, device) in this Ray worker, so caches (reference timings) survive
@@ -72,16 +75,22 @@ def _device(device_kind: str) -> contextlib.AbstractContextManager[tuple[str, di
         import ray
 
         ids = ray.get_runtime_context().get_accelerator_ids()
+        key = "GPU" if device_kind == "gpu" else "neuron_cores"
+        given = list(ids.get(key) or [])
+        if not given or not str(given[0]).isdigit():
+            raise BackendUnavailableError(
+                f"Ray assigned this task no usable {key} index (got {given!r}); start the node "
+                "with devices numbered 0..N-1"
+            )
+        index = int(given[0])
         if device_kind == "gpu":
-            gpu = int((ids.get("GPU") or ["0"])[0])
             # The backend sets CUDA_VISIBLE_DEVICES for its child from the index it is given;
             # Ray's own setting here would renumber the GPUs under it.
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-            yield f"cuda:{gpu}", {"device": f"cuda:{gpu}"}
+            yield f"cuda:{index}", {"device": f"cuda:{index}"}
         else:
-            core = int((ids.get("neuron_cores") or ["0"])[0])
             os.environ.pop("NEURON_RT_VISIBLE_CORES", None)
-            yield f"nc{core}", {"core_id": core}
+            yield f"nc{index}", {"core_id": index}
 
     return cpu() if device_kind == "cpu" else assigned()
 
@@ -113,6 +122,7 @@ def evaluate_here(
     baselines_json: list[str],
 ) -> dict[str, Any]:
     """Backend.evaluate on a device of this node; the Evaluation as JSON, with where it ran."""
+    _check_jailed()
     task = Task.model_validate_json(task_json)
     solution = Solution.model_validate_json(solution_json)
     config = BenchmarkConfig.model_validate_json(config_json) if config_json else None
@@ -139,6 +149,7 @@ def compare_here(
     config_json: str | None,
 ) -> dict[str, Any]:
     """Backend.compare on one device of this node (every kernel under the same conditions)."""
+    _check_jailed()
     task = Task.model_validate_json(task_json)
     kernels = [Baseline.model_validate_json(k) for k in kernels_json]
     config = BenchmarkConfig.model_validate_json(config_json) if config_json else None
@@ -147,11 +158,31 @@ def compare_here(
     return {"comparison": found.model_dump_json(), "device": device, **where()}
 
 
+def _unjailed_allowed() -> bool:
+    return os.environ.get(UNJAILED_ENV, "") == "1"
+
+
+def _check_jailed() -> None:
+    """A kernel without the jail would run as the Ray worker, next to the cluster's token and
+    ports: refused unless the node's owner accepted that."""
+    status = jail_status()
+    if status.kind != "bwrap" and not _unjailed_allowed():
+        raise BackendUnavailableError(
+            f"no bubblewrap jail on this node ({status.reason}); install bubblewrap here, or "
+            f"set {UNJAILED_ENV}=1 on the node to run kernels without one"
+        )
+
+
 def report_here() -> dict[str, Any]:
     """What this node can run: every backend's availability here, as `accelopt backends`
-    shows it for a host."""
+    shows it for a host, its jail and accelopt-mcp's version."""
+    import accelopt_mcp
+
     return {
         "backends": [a.model_dump(mode="json") for a in list_backends()],
         "usable_cores": len(os.sched_getaffinity(0)),
+        "version": accelopt_mcp.__version__,
+        "jail": jail_status().kind,
+        "unjailed_allowed": _unjailed_allowed(),
         **where(),
     }

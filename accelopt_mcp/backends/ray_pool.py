@@ -7,10 +7,13 @@ with the task as JSON; the result comes back as an Evaluation. The store stays w
 caller: nodes never see database credentials, and the caller's environment does not travel.
 
 As many evaluations are in flight as the cluster has devices for the backend when the pool
-opens (or `workers`, when fewer). A node lost under an evaluation (its worker or the whole
-node died) is retried on another node, `retries` times; then, or when no live node has the
-device for `no_device_s`, the evaluation comes back failed (RUNTIME_ERROR, saying so) rather
-than waiting forever. A candidate's own failures come back as its evaluation, as locally.
+opens (or `workers`, when fewer). A candidate's own failures come back as its evaluation, as
+locally. Anything else that goes wrong on the cluster (a node or worker dying under the task,
+Ray's memory monitor killing it, an error in our node code, a deadline passed) loses that try:
+it is tried again on whichever node is free, `retries` times; then, or when no live node has
+the device for `no_device_s`, EvaluationLost is raised: nothing is known about the kernel, so
+nothing is stored for it, no repair is asked for, and the run stops with the reason rather than
+waiting forever.
 """
 
 from __future__ import annotations
@@ -21,25 +24,36 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import UTC, datetime
 from typing import Any
 
 from accelopt_mcp.backends.base import BackendInfo, BackendUnavailableError, Baseline
 from accelopt_mcp.backends.cluster import (
     RESOURCE_OF_KIND,
     ClusterError,
+    EvaluationLost,
+    alive_nodes,
     capacity,
     connect,
+    hold_connection,
     ray_options,
 )
 from accelopt_mcp.backends.pool import BackendFactory, EvaluationPool, PooledEvaluation
+from accelopt_mcp.backends.ray_node import UNJAILED_ENV
 from accelopt_mcp.backends.registry import backend_class
 from accelopt_mcp.models import BenchmarkConfig, Evaluation, KernelComparison, Solution, Task
-from accelopt_mcp.models.evaluation import Environment, EvaluationStatus
+from accelopt_mcp.redaction import redact
 
 RETRIES_ENV = "ACCELOPT_RAY_RETRIES"
 NO_DEVICE_ENV = "ACCELOPT_RAY_NO_DEVICE_S"
+TASK_TIMEOUT_ENV = "ACCELOPT_RAY_TASK_TIMEOUT_S"
 _POLL_S = 2.0
+_hardware_seen: dict[tuple[str, str], str | None] = {}
+"""(address, backend) -> what its node reported: the resume scans of a job server ask again
+and again."""
+
+
+def _first_line(exc: BaseException) -> str:
+    return redact((str(exc).strip().splitlines() or [type(exc).__name__])[0])[:300]
 
 
 def _env_number(name: str, default: float) -> float:
@@ -66,10 +80,13 @@ class RayPool(EvaluationPool):
         self.address = address
         self.info = info
         self.ray = connect(address)
-        self.retries = int(retries if retries is not None else _env_number(RETRIES_ENV, 2))
+        self.retries = max(0, int(retries if retries is not None else _env_number(RETRIES_ENV, 2)))
         self.no_device_s = (
             no_device_s if no_device_s is not None else _env_number(NO_DEVICE_ENV, 60.0)
         )
+        # Far above what any evaluation takes (its own limits end a hung kernel): this only
+        # bounds a task that Ray keeps alive and that never answers.
+        self.task_timeout_s = _env_number(TASK_TIMEOUT_ENV, 1800.0)
         devices = capacity(self.ray, info.device_kind)
         resource = RESOURCE_OF_KIND[info.device_kind]
         if devices < 1:
@@ -92,6 +109,7 @@ class RayPool(EvaluationPool):
         self._busy = 0
         self._refs: set[Any] = set()
         self._closed = False
+        hold_connection(+1)
 
     # ------------------------------------------------------------------ what it is
 
@@ -155,16 +173,7 @@ class RayPool(EvaluationPool):
         return self._executor.submit(self._run_compare, args)
 
     def _run_evaluation(self, args: tuple[Any, ...]) -> PooledEvaluation:
-        result, tries, lost = self._with_retries(self._evaluate, args)
-        if result is None:
-            now = time.time()
-            return PooledEvaluation(
-                evaluation=self._lost_evaluation(lost, tries),
-                device="lost",
-                started_at=now,
-                finished_at=now,
-                tries=tries,
-            )
+        result, tries = self._with_retries(self._evaluate, args)
         return PooledEvaluation(
             evaluation=Evaluation.model_validate_json(result["evaluation"]),
             device=f"{result['hostname']}/{result['device']}",
@@ -175,16 +184,12 @@ class RayPool(EvaluationPool):
         )
 
     def _run_compare(self, args: tuple[Any, ...]) -> KernelComparison:
-        result, tries, lost = self._with_retries(self._compare, args)
-        if result is None:
-            raise ClusterError(f"a comparison was lost on the Ray cluster ({tries} tries): {lost}")
+        result, _ = self._with_retries(self._compare, args)
         return KernelComparison.model_validate_json(result["comparison"])
 
-    def _with_retries(
-        self, remote: Any, args: tuple[Any, ...]
-    ) -> tuple[dict[str, Any] | None, int, str]:
-        """(result, tries, why the last try was lost); result None when every try was lost."""
-        lost = ""
+    def _with_retries(self, remote: Any, args: tuple[Any, ...]) -> tuple[dict[str, Any], int]:
+        """(result, tries); EvaluationLost when every try was lost."""
+        lost = "the pool was closed"
         tries = 0
         with self._lock:
             self._busy += 1
@@ -194,36 +199,53 @@ class RayPool(EvaluationPool):
                 ref = remote.options(**self._options).remote(*args)
                 outcome = self._wait(ref)
                 if isinstance(outcome, dict):
-                    return outcome, tries, ""
+                    return outcome, tries
                 lost = outcome
                 if outcome.startswith("no live node"):
-                    break  # nowhere to retry
-            return None, tries, lost or "the pool was closed"
+                    break  # nowhere to try again
+            raise EvaluationLost(
+                f"an evaluation was lost on the Ray cluster at {self.address} after {tries} "
+                f"tr{'y' if tries == 1 else 'ies'} ({lost}); nothing was recorded for the "
+                "kernel: check the cluster (`accelopt backends --cluster ...`), then resume"
+            )
         finally:
             with self._lock:
                 self._busy -= 1
 
     def _wait(self, ref: Any) -> dict[str, Any] | str:
-        """The task's result, or why it was lost (a string)."""
+        """The task's result, or why this try was lost (a string). A node that cannot run the
+        backend at all raises BackendUnavailableError."""
         ray = self.ray
         exceptions = ray.exceptions
         with self._lock:
             self._refs.add(ref)
         try:
+            started = time.monotonic()
             no_device_since: float | None = None
             while True:
-                ready, _ = ray.wait([ref], timeout=_POLL_S)
-                if ready:
-                    break
-                if self._closed:
-                    return "the pool was closed"
+                try:
+                    ready, _ = ray.wait([ref], timeout=_POLL_S)
+                    if ready:
+                        break
+                    devices = capacity(ray, self.info.device_kind)
+                except Exception as exc:  # the cluster itself did not answer
+                    with contextlib.suppress(Exception):
+                        ray.cancel(ref, force=True)
+                    return f"the cluster did not answer: {_first_line(exc)}"
+                if self._closed or time.monotonic() - started > self.task_timeout_s:
+                    with contextlib.suppress(Exception):
+                        ray.cancel(ref, force=True)
+                    if self._closed:
+                        return "the pool was closed"
+                    return f"no answer within {self.task_timeout_s:.0f} s ({TASK_TIMEOUT_ENV})"
                 # Waiting is normal while every device is busy; not when none is left.
-                if capacity(ray, self.info.device_kind) > 0:
+                if devices > 0:
                     no_device_since = None
                     continue
                 no_device_since = no_device_since or time.monotonic()
                 if time.monotonic() - no_device_since > self.no_device_s:
-                    ray.cancel(ref, force=True)
+                    with contextlib.suppress(Exception):
+                        ray.cancel(ref, force=True)
                     return (
                         f"no live node of the cluster has a {self.resource} any more "
                         f"(waited {self.no_device_s:.0f} s)"
@@ -233,55 +255,82 @@ class RayPool(EvaluationPool):
             except exceptions.RayTaskError as exc:
                 cause = exc.as_instanceof_cause()
                 if isinstance(cause, BackendUnavailableError):
-                    raise BackendUnavailableError(f"on the cluster's node: {cause}") from None
-                raise
-            except (
-                exceptions.WorkerCrashedError,
-                exceptions.NodeDiedError,
-                exceptions.ObjectLostError,
-                exceptions.OwnerDiedError,
-                exceptions.RaySystemError,
-                exceptions.TaskCancelledError,
-            ) as exc:
-                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                return f"{type(exc).__name__}: {first[:200]}"
+                    raise BackendUnavailableError(f"on a node of the cluster: {cause}") from None
+                # Our node code failed (not the kernel: its failures are evaluations).
+                return f"the node's evaluator raised {_first_line(cause)}"
+            except Exception as exc:  # a worker or node died, OOM-killed, object lost, ...
+                return f"{type(exc).__name__}: {_first_line(exc)}"
             return value
         finally:
             with self._lock:
                 self._refs.discard(ref)
 
-    def _lost_evaluation(self, why: str, tries: int) -> Evaluation:
-        return Evaluation(
-            status=EvaluationStatus.RUNTIME_ERROR,
-            environment=Environment(hardware=f"ray cluster {self.address}"),
-            timestamp=datetime.now(UTC).isoformat(),
-            log=(
-                f"the evaluation was lost on the Ray cluster ({tries} tr"
-                f"{'y' if tries == 1 else 'ies'}), not failed by the kernel: {why}"
-            ),
-        )
-
     local = False
 
     def hardware(self, backend_factory: BackendFactory | None = None) -> str | None:
-        """What a cluster node reports for this backend (the first that can run it)."""
+        """What a node that has the backend's device reports for it (asked once per address
+        and backend). ClusterError when no node answers, runs another accelopt-mcp version,
+        or would run kernels without a jail; BackendUnavailableError when the backend cannot
+        run there."""
+        key = (self.address, self.info.name)
+        if key in _hardware_seen:
+            return _hardware_seen[key]
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        import accelopt_mcp
         from accelopt_mcp.backends import ray_node
 
-        report = self.ray.remote(ray_node.report_here).options(**self._options)
-        found = self.ray.get(report.remote(), timeout=120)
+        ray = self.ray
+        node = next((n for n in alive_nodes(ray) if n.devices.get(self.resource, 0) >= 1), None)
+        if node is None:
+            raise ClusterError(f"the Ray cluster at {self.address} has no {self.resource} left")
+        # No device taken: the probe must answer while every device is busy.
+        ref = (
+            ray.remote(max_retries=0)(ray_node.report_here)
+            .options(
+                num_cpus=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
+            )
+            .remote()
+        )
+        try:
+            found = ray.get(ref, timeout=60)
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+            raise ClusterError(
+                f"node {node.address} of the Ray cluster at {self.address} did not report what "
+                f"it runs: {_first_line(exc)} (is accelopt-mcp installed there?)"
+            ) from None
+        where = f"node {found['hostname']} ({node.address}) of the Ray cluster at {self.address}"
+        if found.get("version") != accelopt_mcp.__version__:
+            raise ClusterError(
+                f"{where} runs accelopt-mcp {found.get('version')}, this process "
+                f"{accelopt_mcp.__version__}: install the same version on every node"
+            )
+        if found.get("jail") != "bwrap" and not found.get("unjailed_allowed"):
+            raise ClusterError(
+                f"{where} has no bubblewrap jail, so a kernel there could read the cluster's "
+                f"token and reach its ports: install bubblewrap on it (or set {UNJAILED_ENV}=1 "
+                "on the node to accept that)"
+            )
         for availability in found["backends"]:
             if availability["name"] == self.info.name:
                 if not availability["usable"]:
                     raise BackendUnavailableError(
-                        f"backend {self.info.name!r} cannot run on the cluster's node "
-                        f"{found['hostname']}: {availability['reason']}"
+                        f"backend {self.info.name!r} cannot run on {where}: "
+                        f"{availability['reason']}"
                     )
                 hardware = availability.get("hardware")
-                return str(hardware) if hardware else None
+                _hardware_seen[key] = str(hardware) if hardware else None
+                return _hardware_seen[key]
         return None
 
     def close(self) -> None:
+        if self._closed:
+            return
         self._closed = True
+        hold_connection(-1)
         with self._lock:
             refs = list(self._refs)
         for ref in refs:

@@ -159,8 +159,9 @@ def optimize(
         "repair_tries": repair_tries,
         "memory_policy": memory_policy,
         "max_consecutive_llm_failures": max_llm_failures,
-        # Kept with the run, so a resume (here or by a server) profiles where it started.
-        "cluster": (cluster_address(cluster) or "local") if cluster is not None else None,
+        # Kept with the run (ACCELOPT_RAY_ADDRESS resolved now), so that a resume, here or by
+        # a server with another environment, profiles where the run started.
+        "cluster": cluster_address(cluster) or "local",
     }
     try:
         settings = resolve_optimize_config(preset, overrides)

@@ -245,6 +245,9 @@ def _cluster_backends(address: str, as_json: bool) -> None:
         nodes = describe_nodes(address)
     except ClusterError as exc:
         fail(str(exc))
+    except Exception as exc:  # Ray's own errors: said in one line, not as a traceback
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        fail(f"the Ray cluster at {address} could not list its nodes: {first[:300]}")
     if as_json:
         print_json({"cluster": address, "nodes": [n.model_dump(mode="json") for n in nodes]})
         return

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, model_validator
 
+from accelopt_mcp.backends.cluster import cluster_address
 from accelopt_mcp.backends.placement import require_backend_where
 from accelopt_mcp.backends.registry import backend_info
 from accelopt_mcp.engine.checkpoint import Checkpoint, IterationSummary, RunSpec
@@ -213,7 +214,13 @@ class JobManager:
         first, with no run stored, when the backend cannot run here (BackendUnavailable) or,
         with check_llm, when a role's LLM endpoint cannot serve it (PreflightFailed): the
         worker runs with this process's environment, so what fails here would fail there."""
-        require_backend_where(request.config.backend, request.config.cluster)
+        # Where it profiles is fixed now (the server's ACCELOPT_RAY_ADDRESS resolved), so that
+        # whoever resumes it, with whatever environment, profiles there too.
+        where = cluster_address(request.config.cluster) or "local"
+        request = request.model_copy(
+            update={"config": request.config.model_copy(update={"cluster": where})}
+        )
+        require_backend_where(request.config.backend, where)
         if check_llm:
             config_path = request.config.models_config
             check_endpoints_now(

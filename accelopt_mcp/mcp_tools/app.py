@@ -23,6 +23,7 @@ from mcp_types import CallToolResult, InputRequiredResult, TextContent
 from pydantic import AnyUrl
 
 from accelopt_mcp.backends.base import BackendUnavailableError
+from accelopt_mcp.backends.cluster import ClusterError
 from accelopt_mcp.mcp_tools.state import ServerState
 from accelopt_mcp.store.base import StoreError
 
@@ -31,6 +32,7 @@ from accelopt_mcp.store.base import StoreError
 EXPECTED_ERRORS: tuple[type[BaseException], ...] = (
     StoreError,
     BackendUnavailableError,
+    ClusterError,
     ValueError,  # includes pydantic.ValidationError and TaskFileError
     LookupError,
     FileNotFoundError,

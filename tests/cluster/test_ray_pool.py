@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from accelopt_mcp.backends.cluster import ClusterError
+from accelopt_mcp.backends.cluster import ClusterError, EvaluationLost
 from accelopt_mcp.backends.cpu import CpuBackend
 from accelopt_mcp.backends.nki import NkiBackend
 from accelopt_mcp.backends.placement import open_pool
@@ -104,6 +104,46 @@ def test_a_node_killed_mid_evaluation_is_retried_on_another(ray_cluster: RayClus
     assert result.evaluation.passed, result.evaluation.log[-800:]
     assert result.tries == 2
     assert node_names(ray)[result.node or ""] in ("node_a", "node_b")
+
+
+def test_an_evaluation_lost_with_no_tries_left_is_said_not_recorded(
+    ray_cluster: RayCluster,
+) -> None:
+    import ray
+
+    from accelopt_mcp.backends import ray_pool
+
+    ray_cluster.add_node("node_d")
+    try:
+
+        def hold(seconds: float) -> None:
+            import time
+
+            time.sleep(seconds)
+
+        blockers = [
+            ray.remote(num_cpus=1, resources={name: 1})(hold).remote(8)
+            for name in ("node_a", "node_b")
+        ]
+        # Every device busy: what the cluster runs is still asked and answered at once.
+        ray_pool._hardware_seen.clear()
+        with RayPool(ray_cluster.address, CpuBackend.info) as probe:
+            started = time.monotonic()
+            assert (probe.hardware() or "").startswith("cpu/")
+            assert time.monotonic() - started < 30
+        pool = RayPool(ray_cluster.address, CpuBackend.info, retries=0)
+        future = pool.submit(CpuBackend, scale_task(), python_solution(SLOW_KERNEL), CONFIG)
+        assert wait_until(lambda: pool.busy() == 1, 10)
+        time.sleep(2.5)
+        ray_cluster.kill_node("node_d")
+        with pytest.raises(EvaluationLost) as caught:
+            future.result(timeout=120)
+        pool.close()
+        ray.get(blockers)
+    finally:
+        ray_cluster.nodes.pop("node_d", None)
+    message = str(caught.value)
+    assert "after 1 try" in message and ray_cluster.address in message and "\n" not in message
 
 
 # Tries everything a kernel on a cluster node might use to reach the cluster: the token in its

@@ -67,7 +67,7 @@ def test_resume_after_sigkill_loses_and_redoes_nothing(
                     "min_processes": 1,
                     "max_processes": 2,
                     "max_timing_seconds": 1.0,
-                    "timeout_seconds": 4,
+                    "timeout_seconds": 10,
                 },
             }
         )
@@ -229,7 +229,7 @@ def test_time_before_a_sigkill_counts_against_the_wall_budget(
                     "min_processes": 1,
                     "max_processes": 2,
                     "max_timing_seconds": 1.0,
-                    "timeout_seconds": 4,
+                    "timeout_seconds": 10,
                 },
             }
         )
