@@ -52,8 +52,6 @@ def timed(pool: object, jobs: list[object], config: object) -> tuple[float, list
 
 
 def inside(evaluations: int) -> None:
-    import ray
-
     from accelopt_mcp.backends.pool import DevicePool
     from accelopt_mcp.backends.ray_pool import RayPool
     from accelopt_mcp.models import BenchmarkConfig
@@ -73,6 +71,8 @@ def inside(evaluations: int) -> None:
 
     cluster = RayCluster(home=Path(tempfile.mkdtemp(prefix="bench-ray-")))
     cluster.start(nodes=1)
+    import ray  # after the cluster's token is in the environment: Ray reads it once
+
     with RayPool(cluster.address, _cpu_info()) as one:
         timed(one, jobs[:2], config)  # warm the node's worker
         figures["ray_1_node_s"], results = timed(one, jobs, config)

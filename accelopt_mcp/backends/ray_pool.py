@@ -109,6 +109,7 @@ class RayPool(EvaluationPool):
         self._busy = 0
         self._refs: set[Any] = set()
         self._closed = False
+        self._capacity, self._capacity_at = devices, time.monotonic()
         hold_connection(+1)
 
     # ------------------------------------------------------------------ what it is
@@ -212,6 +213,17 @@ class RayPool(EvaluationPool):
             with self._lock:
                 self._busy -= 1
 
+    def _devices_now(self) -> int:
+        """The cluster's devices for the backend, asked of the GCS at most once per poll
+        however many evaluations are waiting."""
+        with self._lock:
+            if time.monotonic() - self._capacity_at < _POLL_S:
+                return self._capacity
+        found = capacity(self.ray, self.info.device_kind)
+        with self._lock:
+            self._capacity, self._capacity_at = found, time.monotonic()
+        return found
+
     def _wait(self, ref: Any) -> dict[str, Any] | str:
         """The task's result, or why this try was lost (a string). A node that cannot run the
         backend at all raises BackendUnavailableError."""
@@ -227,7 +239,7 @@ class RayPool(EvaluationPool):
                     ready, _ = ray.wait([ref], timeout=_POLL_S)
                     if ready:
                         break
-                    devices = capacity(ray, self.info.device_kind)
+                    devices = self._devices_now()
                 except Exception as exc:  # the cluster itself did not answer
                     with contextlib.suppress(Exception):
                         ray.cancel(ref, force=True)
