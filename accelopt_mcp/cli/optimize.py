@@ -239,7 +239,13 @@ def resume(
             )
         # --cluster local is kept as said: this host from now on, whatever the environment.
         where = (cluster_address(cluster) or "local") if cluster is not None else None
-        _check_backend(spec.optimize.backend, where or spec.optimize.cluster)
+        hardware = _check_backend(spec.optimize.backend, where or spec.optimize.cluster)
+        if checkpoint.hardware and hardware and hardware != checkpoint.hardware:
+            fail(
+                f"run {run_id} was measured on {checkpoint.hardware}, but it would now profile "
+                f"on {hardware}: its stored figures would be ranked against new ones; resume "
+                "it where it ran (--cluster), or start a new run"
+            )
         if not skip_llm_check:
             _check_llm(spec.optimize.models_config, spec.optimize.summarize)
         if changes or where is not None:
@@ -256,12 +262,13 @@ def resume(
         _drive(db, run_id, output_dir or kept or default_output_dir(), quiet)
 
 
-def _check_backend(name: str, cluster: str | None = None) -> None:
-    """Stop (one line, exit code 2) when the backend cannot run on this host, or on the
-    cluster the run profiles on (cluster None: ACCELOPT_RAY_ADDRESS, else this host)."""
+def _check_backend(name: str, cluster: str | None = None) -> str | None:
+    """The hardware the backend's evaluations would run on; stops (one line, exit code 2)
+    when it cannot run on this host, or on the cluster the run profiles on (cluster None:
+    ACCELOPT_RAY_ADDRESS, else this host)."""
     address = cluster_address(cluster)
     try:
-        require_backend_where(name, address)
+        return require_backend_where(name, address)
     except (BackendUnavailableError, ClusterError, ValueError) as exc:
         shows = f"`accelopt backends --cluster {address}`" if address else "`accelopt backends`"
         fail(f"{exc}; {shows} shows what runs {'there' if address else 'here'}")

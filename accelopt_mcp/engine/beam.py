@@ -48,6 +48,7 @@ from accelopt_mcp.engine.claim import (
     lease_seconds,
     this_worker,
 )
+from accelopt_mcp.engine.config import RunSettingsError
 from accelopt_mcp.engine.context import RunContext, make_budget
 from accelopt_mcp.engine.events import EventSink
 from accelopt_mcp.engine.executor import derived_solution, implement_plan
@@ -244,8 +245,16 @@ class BeamSearch:
             if opened is None:
                 opened = await asyncio.to_thread(open_pool, factory.info, cfg.workers, cfg.cluster)
             pool = opened
+            hardware = await asyncio.to_thread(opened.hardware, factory)
             if checkpoint.hardware is None:
-                checkpoint.hardware = await asyncio.to_thread(opened.hardware, factory)
+                checkpoint.hardware = hardware
+            elif hardware is not None and hardware != checkpoint.hardware:
+                # Its stored figures (beam, parents, reused profiles) were measured there.
+                raise RunSettingsError(
+                    f"run {self.run_id} was measured on {checkpoint.hardware}, but it would "
+                    f"now profile on {hardware}; resume it where it ran (accelopt resume "
+                    f"{self.run_id} --cluster ...), or start a new run there"
+                )
             # Calls a dead worker had in flight were billed all the same: they stay in the
             # ledger (interrupted, with their estimated tokens) and in the budget.
             interrupted = await asyncio.to_thread(

@@ -17,7 +17,7 @@ from accelopt_mcp.backends.base import Baseline
 from accelopt_mcp.mcp_tools import ids
 from accelopt_mcp.mcp_tools.app import NotFoundError
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
-from accelopt_mcp.mcp_tools.views import View, clip
+from accelopt_mcp.mcp_tools.views import ClusterArg, View, clip
 from accelopt_mcp.models import (
     BenchmarkConfig,
     ComparedKernel,
@@ -194,13 +194,7 @@ def compare_kernels(
     iterations: Annotated[int, Field(ge=1, le=1000, description="Rounds per process set.")] = 10,
     max_timing_seconds: Annotated[float, Field(gt=0, le=600, description="Sampling cap.")] = 20.0,
     timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 60.0,
-    cluster: Annotated[
-        str | None,
-        Field(
-            description="Ray cluster to profile on (host:port, ray://host:port, auto; 'local': "
-            "this host). Default: the server's ACCELOPT_RAY_ADDRESS, else the server's host."
-        ),
-    ] = None,
+    cluster: ClusterArg = None,
 ) -> ComparisonReport:
     """Time 2-8 kernels of one task against each other (in the same interleaved rounds where
     the backend can): ranked by median with intervals, and a verdict per pair (faster /

@@ -19,7 +19,7 @@ from accelopt_mcp.engine.jobs import JobNotFinished, JobStatus, OptimizeRequest,
 from accelopt_mcp.engine.presets import PRESETS
 from accelopt_mcp.mcp_tools import ids
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
-from accelopt_mcp.mcp_tools.views import MAX_PAGE, SOURCE_CHARS, TextSlice, View, cut
+from accelopt_mcp.mcp_tools.views import MAX_PAGE, SOURCE_CHARS, ClusterArg, TextSlice, View, cut
 from accelopt_mcp.tasks.kernels import SOURCE_ORIGIN, kernel_solution, syntax_problem
 from accelopt_mcp.tasks.loader import load_task
 
@@ -156,13 +156,7 @@ def start_optimization(
             "and serves its model (the check costs one model listing, or a one-token call)."
         ),
     ] = False,
-    cluster: Annotated[
-        str | None,
-        Field(
-            description="Ray cluster to profile on (host:port, ray://host:port, auto; 'local': "
-            "this host). Default: the server's ACCELOPT_RAY_ADDRESS, else the server's host."
-        ),
-    ] = None,
+    cluster: ClusterArg = None,
 ) -> JobStarted:
     """Start an AccelOpt optimization of a kernel as a background job and return its id at
     once: planner, executor and summarizer LLM calls in a beam search, every attempt

@@ -17,7 +17,7 @@ from accelopt_mcp.comparing import figures_text, shown_counters, speedup_text
 from accelopt_mcp.linking import short
 from accelopt_mcp.mcp_tools import ids
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
-from accelopt_mcp.mcp_tools.views import View, clip
+from accelopt_mcp.mcp_tools.views import ClusterArg, View, clip
 from accelopt_mcp.models import BenchmarkConfig, Evaluation
 from accelopt_mcp.tasks.kernels import SOURCE_ORIGIN, kernel_solution
 from accelopt_mcp.tasks.loader import load_task
@@ -177,13 +177,7 @@ def profile_kernel(
             description="Other profiling settings, e.g. {'seeds': [0, 1], 'max_timing_seconds': 5}."
         ),
     ] = None,
-    cluster: Annotated[
-        str | None,
-        Field(
-            description="Ray cluster to profile on (host:port, ray://host:port, auto; 'local': "
-            "this host). Default: the server's ACCELOPT_RAY_ADDRESS, else the server's host."
-        ),
-    ] = None,
+    cluster: ClusterArg = None,
 ) -> ProfileReport:
     """Check a kernel against the task's reference (several seeds), time it, and store it
     with its lineage: one call profiles and links a candidate. Speedups are labelled by what

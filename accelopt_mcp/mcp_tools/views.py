@@ -5,7 +5,7 @@ page, and text cut to a size an MCP client accepts (Claude Code rejects a tool r
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,6 +19,15 @@ from accelopt_mcp.store.base import (
     StoredSolution,
     StoredWorkload,
 )
+
+# An argument several tools take (the profiling ones and start_optimization).
+ClusterArg = Annotated[
+    str | None,
+    Field(
+        description="Ray cluster to profile on (host:port, ray://host:port, auto; 'local': "
+        "this host). Default: the server's ACCELOPT_RAY_ADDRESS, else the server's host."
+    ),
+]
 
 MAX_PAGE = 200
 DEFAULT_PAGE = 50
