@@ -18,8 +18,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 RAY = str(Path(sys.executable).with_name("ray"))
 IN_NETNS_ENV = "ACCELOPT_IN_NETNS"
@@ -120,11 +122,6 @@ class RayCluster:
                 os.kill(pid, signal.SIGKILL)
         del self.nodes[name]
 
-    def alive_nodes(self) -> int:
-        import ray
-
-        return sum(1 for n in ray.nodes() if n.get("Alive"))
-
     def wait_for_nodes(self, count: int, within_s: float = 60.0) -> None:
         """Until the cluster has exactly `count` live nodes (from a throwaway driver)."""
         code = (
@@ -152,10 +149,22 @@ def _parent_of(pid: int) -> int | None:
     return int(stat.rsplit(")", 1)[1].split()[1])
 
 
-def wait_until(predicate: object, within_s: float, step_s: float = 0.1) -> bool:
+def wait_until(predicate: Callable[[], bool], within_s: float, step_s: float = 0.1) -> bool:
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
-        if callable(predicate) and predicate():
+        if predicate():
             return True
         time.sleep(step_s)
     return False
+
+
+def occupy(names: Iterable[str], seconds: float) -> list[Any]:
+    """Hold the one CPU of each named node for `seconds`; the refs to wait on."""
+    import ray
+
+    def hold(seconds: float) -> None:  # defined in here, so it travels by value
+        import time
+
+        time.sleep(seconds)
+
+    return [ray.remote(num_cpus=1, resources={name: 1})(hold).remote(seconds) for name in names]

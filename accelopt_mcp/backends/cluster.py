@@ -66,6 +66,11 @@ def ray_options(device_kind: str) -> dict[str, Any]:
     raise ValueError(f"no Ray resource for device kind {device_kind!r}")
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception as one short line, secrets masked: Ray's messages run to many lines."""
+    return redact((str(exc).strip().splitlines() or [type(exc).__name__])[0])[:300]
+
+
 def import_ray() -> Any:
     try:
         import ray
@@ -133,9 +138,8 @@ def connect(address: str) -> Any:
                     namespace="accelopt",
                 )
         except Exception as exc:  # Ray raises ConnectionError, RuntimeError, grpc errors ...
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise ClusterError(
-                f"cannot use the Ray cluster at {address}: {redact(first)[:300]} (with token "
+                f"cannot use the Ray cluster at {address}: {first_line(exc)} (with token "
                 "authentication on, set RAY_AUTH_MODE=token and the cluster's RAY_AUTH_TOKEN)"
             ) from None
         _connected = address
@@ -198,24 +202,26 @@ class NodeReport(ClusterNode):
     """Why the node did not answer, when it did not."""
 
 
+def ask_node(ray: Any, node_id: str) -> Any:
+    """Start ray_node.report_here on that node (its ObjectRef). It takes no device, so it
+    answers while every device of the node is busy."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from accelopt_mcp.backends import ray_node
+
+    strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+    report = ray.remote(max_retries=0)(ray_node.report_here)
+    return report.options(num_cpus=0, scheduling_strategy=strategy).remote()
+
+
 def describe_nodes(address: str, timeout_s: float = 60.0) -> list[NodeReport]:
     """Every live node of the cluster with its devices and the backends it can run: a backend
     counts when it is usable on the node and the node has its device resource."""
-    from accelopt_mcp.backends import ray_node
     from accelopt_mcp.backends.registry import backend_info
 
     ray = connect(address)
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     nodes = alive_nodes(ray)
-    report = ray.remote(max_retries=0)(ray_node.report_here)
-    refs = [
-        report.options(
-            num_cpus=0,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n.node_id, soft=False),
-        ).remote()
-        for n in nodes
-    ]
+    refs = [ask_node(ray, n.node_id) for n in nodes]
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
     out = []
     for node, ref in zip(nodes, refs, strict=True):
@@ -228,8 +234,7 @@ def describe_nodes(address: str, timeout_s: float = 60.0) -> list[NodeReport]:
         try:
             found = ray.get(ref)
         except Exception as exc:  # the node died, or accelopt-mcp is missing there
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            entry.problem = redact(first)[:300]
+            entry.problem = first_line(exc)
             out.append(entry)
             continue
         entry.hostname = found["hostname"]

@@ -32,8 +32,10 @@ from accelopt_mcp.backends.cluster import (
     ClusterError,
     EvaluationLost,
     alive_nodes,
+    ask_node,
     capacity,
     connect,
+    first_line,
     hold_connection,
     ray_options,
 )
@@ -41,7 +43,6 @@ from accelopt_mcp.backends.pool import BackendFactory, EvaluationPool, PooledEva
 from accelopt_mcp.backends.ray_node import UNJAILED_ENV
 from accelopt_mcp.backends.registry import backend_class
 from accelopt_mcp.models import BenchmarkConfig, Evaluation, KernelComparison, Solution, Task
-from accelopt_mcp.redaction import redact
 
 RETRIES_ENV = "ACCELOPT_RAY_RETRIES"
 NO_DEVICE_ENV = "ACCELOPT_RAY_NO_DEVICE_S"
@@ -50,10 +51,6 @@ _POLL_S = 2.0
 _hardware_seen: dict[tuple[str, str], str | None] = {}
 """(address, backend) -> what its node reported: the resume scans of a job server ask again
 and again."""
-
-
-def _first_line(exc: BaseException) -> str:
-    return redact((str(exc).strip().splitlines() or [type(exc).__name__])[0])[:300]
 
 
 def _env_number(name: str, default: float) -> float:
@@ -243,7 +240,7 @@ class RayPool(EvaluationPool):
                 except Exception as exc:  # the cluster itself did not answer
                     with contextlib.suppress(Exception):
                         ray.cancel(ref, force=True)
-                    return f"the cluster did not answer: {_first_line(exc)}"
+                    return f"the cluster did not answer: {first_line(exc)}"
                 if self._closed or time.monotonic() - started > self.task_timeout_s:
                     with contextlib.suppress(Exception):
                         ray.cancel(ref, force=True)
@@ -269,9 +266,9 @@ class RayPool(EvaluationPool):
                 if isinstance(cause, BackendUnavailableError):
                     raise BackendUnavailableError(f"on a node of the cluster: {cause}") from None
                 # Our node code failed (not the kernel: its failures are evaluations).
-                return f"the node's evaluator raised {_first_line(cause)}"
+                return f"the node's evaluator raised {first_line(cause)}"
             except Exception as exc:  # a worker or node died, OOM-killed, object lost, ...
-                return f"{type(exc).__name__}: {_first_line(exc)}"
+                return f"{type(exc).__name__}: {first_line(exc)}"
             return value
         finally:
             with self._lock:
@@ -287,24 +284,13 @@ class RayPool(EvaluationPool):
         key = (self.address, self.info.name)
         if key in _hardware_seen:
             return _hardware_seen[key]
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         import accelopt_mcp
-        from accelopt_mcp.backends import ray_node
 
         ray = self.ray
         node = next((n for n in alive_nodes(ray) if n.devices.get(self.resource, 0) >= 1), None)
         if node is None:
             raise ClusterError(f"the Ray cluster at {self.address} has no {self.resource} left")
-        # No device taken: the probe must answer while every device is busy.
-        ref = (
-            ray.remote(max_retries=0)(ray_node.report_here)
-            .options(
-                num_cpus=0,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
-            )
-            .remote()
-        )
+        ref = ask_node(ray, node.node_id)
         try:
             found = ray.get(ref, timeout=60)
         except Exception as exc:
@@ -312,7 +298,7 @@ class RayPool(EvaluationPool):
                 ray.cancel(ref, force=True)
             raise ClusterError(
                 f"node {node.address} of the Ray cluster at {self.address} did not report what "
-                f"it runs: {_first_line(exc)} (is accelopt-mcp installed there?)"
+                f"it runs: {first_line(exc)} (is accelopt-mcp installed there?)"
             ) from None
         where = f"node {found['hostname']} ({node.address}) of the Ray cluster at {self.address}"
         if found.get("version") != accelopt_mcp.__version__:

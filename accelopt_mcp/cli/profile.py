@@ -9,7 +9,12 @@ import typer
 from rich.table import Table
 
 from accelopt_mcp.backends.base import BackendUnavailableError
-from accelopt_mcp.backends.cluster import ClusterError, cluster_address, describe_nodes
+from accelopt_mcp.backends.cluster import (
+    ClusterError,
+    cluster_address,
+    describe_nodes,
+    first_line,
+)
 from accelopt_mcp.backends.cpu_peaks import CpuPeaks, PeakMeasurementError, PeakSource
 from accelopt_mcp.backends.registry import backend_help, backend_info
 from accelopt_mcp.cli.common import (
@@ -246,8 +251,7 @@ def _cluster_backends(address: str, as_json: bool) -> None:
     except ClusterError as exc:
         fail(str(exc))
     except Exception as exc:  # Ray's own errors: said in one line, not as a traceback
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        fail(f"the Ray cluster at {address} could not list its nodes: {first[:300]}")
+        fail(f"the Ray cluster at {address} could not list its nodes: {first_line(exc)}")
     if as_json:
         print_json({"cluster": address, "nodes": [n.model_dump(mode="json") for n in nodes]})
         return

@@ -23,7 +23,7 @@ from accelopt_mcp.backends.ray_pool import RayPool
 from accelopt_mcp.models import BenchmarkConfig
 from tests.backends.test_cpu_backend import python_solution, scale_task
 from tests.backends.test_pool import PINNED_KERNEL
-from tests.ray_cluster import RayCluster, wait_until
+from tests.ray_cluster import RayCluster, occupy, wait_until
 
 CONFIG = BenchmarkConfig(
     warmup_runs=1, iterations=3, min_processes=1, max_processes=1, max_timing_seconds=1
@@ -81,15 +81,7 @@ def test_a_node_killed_mid_evaluation_is_retried_on_another(ray_cluster: RayClus
     ray_cluster.add_node("node_c")
     try:
         # Both other nodes busy for a while: the evaluation can only start on node_c.
-        def hold(seconds: float) -> None:  # defined here, so it travels by value
-            import time
-
-            time.sleep(seconds)
-
-        blockers = [
-            ray.remote(num_cpus=1, resources={name: 1})(hold).remote(8)
-            for name in ("node_a", "node_b")
-        ]
+        blockers = occupy(("node_a", "node_b"), 8)
         pool = RayPool(ray_cluster.address, CpuBackend.info)
         assert pool.size == 3
         future = pool.submit(CpuBackend, scale_task(), python_solution(SLOW_KERNEL), CONFIG)
@@ -115,16 +107,7 @@ def test_an_evaluation_lost_with_no_tries_left_is_said_not_recorded(
 
     ray_cluster.add_node("node_d")
     try:
-
-        def hold(seconds: float) -> None:
-            import time
-
-            time.sleep(seconds)
-
-        blockers = [
-            ray.remote(num_cpus=1, resources={name: 1})(hold).remote(8)
-            for name in ("node_a", "node_b")
-        ]
+        blockers = occupy(("node_a", "node_b"), 8)
         # Every device busy: what the cluster runs is still asked and answered at once.
         ray_pool._hardware_seen.clear()
         with RayPool(ray_cluster.address, CpuBackend.info) as probe:
