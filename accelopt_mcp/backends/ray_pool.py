@@ -19,6 +19,7 @@ waiting forever.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 import time
@@ -53,11 +54,26 @@ _hardware_seen: dict[tuple[str, str], str | None] = {}
 and again."""
 
 
-def _env_number(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, "") or default)
-    except ValueError:
+def env_number(
+    name: str, default: float, low: float, high: float, *, integer: bool = False
+) -> float:
+    """$name as a number in [low, high], else `default` when unset or blank. A value that is
+    not one is refused (ClusterError naming the variable), not replaced by the default: a typo
+    in a retry count or a deadline would otherwise change how a run fails without a word."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
         return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not low <= value <= high or (integer and not value.is_integer()):  # NaN fails too
+        kind = "a whole number" if integer else "a number"
+        raise ClusterError(
+            f"{name}={raw!r} is not {kind} between {low:g} and {high:g}; fix or unset it "
+            f"(default {default:g})"
+        )
+    return value
 
 
 class RayPool(EvaluationPool):
@@ -76,14 +92,17 @@ class RayPool(EvaluationPool):
         kind the backend needs."""
         self.address = address
         self.info = info
-        self.ray = connect(address)
-        self.retries = max(0, int(retries if retries is not None else _env_number(RETRIES_ENV, 2)))
+        # Read before connecting: a bad setting is refused without touching the cluster.
+        if retries is None:
+            retries = int(env_number(RETRIES_ENV, 2, 0, 100, integer=True))
+        self.retries = max(0, int(retries))
         self.no_device_s = (
-            no_device_s if no_device_s is not None else _env_number(NO_DEVICE_ENV, 60.0)
+            no_device_s if no_device_s is not None else env_number(NO_DEVICE_ENV, 60.0, 0, 86400)
         )
         # Far above what any evaluation takes (its own limits end a hung kernel): this only
         # bounds a task that Ray keeps alive and that never answers.
-        self.task_timeout_s = _env_number(TASK_TIMEOUT_ENV, 1800.0)
+        self.task_timeout_s = env_number(TASK_TIMEOUT_ENV, 1800.0, 1, 7 * 86400)
+        self.ray = connect(address)
         devices = capacity(self.ray, info.device_kind)
         resource = RESOURCE_OF_KIND[info.device_kind]
         if devices < 1:
