@@ -54,9 +54,10 @@ def test_a_held_run_is_refused_to_others_and_given_again_to_its_holder(
 
 
 def test_an_expired_lease_is_free_for_any_worker(store: KernelStore, run_id: str) -> None:
-    assert store.claim_run(run_id, "a", lease_s=0.3, statuses=LIVE) is not None
+    # 2 s: a stall of the host between the two calls must not expire the lease under the test.
+    assert store.claim_run(run_id, "a", lease_s=2, statuses=LIVE) is not None
     assert store.claim_run(run_id, "b", lease_s=30, statuses=LIVE) is None
-    time.sleep(0.8)
+    time.sleep(2.5)
     taken = store.claim_run(run_id, "b", lease_s=30, statuses=LIVE)
     assert taken is not None and taken.worker_id == "b"
     # The old holder finds out at its next renewal, and its fenced writes are refused.
