@@ -18,6 +18,7 @@ from typing import Any
 
 from accelopt_mcp.backends.base import Baseline
 from accelopt_mcp.backends.cluster import cluster_address
+from accelopt_mcp.backends.placement import local_options_only
 from accelopt_mcp.backends.registry import backend_class, backend_info, get_backend
 from accelopt_mcp.backends.roofline import NO_ROOFLINE
 from accelopt_mcp.models import (
@@ -332,6 +333,7 @@ def compare_kernels(
     check_count(len(kernels))
     labelled = unique_labels(kernels)
     address = cluster_address(cluster)
+    local_options_only(backend_options, address)
     if address is None:
         found = get_backend(backend, **(backend_options or {})).compare(task, labelled, config)
     else:  # one node's device times them all, as one device here would

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from accelopt_mcp.backends.base import Backend, Baseline
 from accelopt_mcp.backends.cluster import cluster_address
 from accelopt_mcp.backends.cpu_peaks import PeakSource
+from accelopt_mcp.backends.placement import local_options_only
 from accelopt_mcp.backends.registry import get_backend
 from accelopt_mcp.hashing import CURRENT_HASH_VERSION, benchmark_config_hash, solution_hash
 from accelopt_mcp.linking import StoredKernel, plan_links, store_kernel
@@ -110,6 +111,7 @@ def profile_kernel(
     if parent_id is not None and store is None:
         raise ValueError("parent_id needs a database to find the parent in")
     parent = _parent(store, solution, parent_id, evolve_metadata, save=save, name_given=name_given)
+    local_options_only(backend_options, cluster_address(cluster))
     options = dict(backend_options or {})
     if backend == "cpu" and store is not None and "peaks" not in options:
         # Peaks measured once per host land in the database (and come from it).

@@ -4,6 +4,9 @@ named."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from accelopt_mcp.backends.base import BackendInfo
 from accelopt_mcp.backends.pool import DevicePool, EvaluationPool
 
@@ -37,3 +40,16 @@ def require_backend_where(name: str, cluster: str | None = None) -> str | None:
     factory = backend_class(name)
     with open_pool(factory.info, cluster=address) as pool:
         return pool.hardware(factory)
+
+
+def local_options_only(options: Mapping[str, Any] | None, address: str | None) -> None:
+    """Backend constructor options (cores, a profiler path ...) describe this host's backend;
+    a node of a cluster builds its own from its own devices. Given both, ValueError: dropping
+    the options without a word would time the kernel under settings the caller did not ask
+    for."""
+    if options and address is not None:
+        raise ValueError(
+            f"backend options ({', '.join(sorted(options))}) apply to this host's backend, but "
+            f"the evaluation runs on the Ray cluster at {address}, whose nodes build their own: "
+            "drop the options, or the cluster (cluster='local')"
+        )

@@ -1,10 +1,12 @@
-"""The Ray pool's settings from the environment: a malformed value is refused in one line that
-names the variable, before anything connects; it is never quietly replaced by the default."""
+"""What a caller sets for the Ray pool is used or refused, never dropped: a malformed setting
+from the environment is refused in one line that names the variable, and backend options for
+this host's backend with a cluster named, both before anything connects."""
 
 from __future__ import annotations
 
 import pytest
 
+from accelopt_mcp.backends.base import Baseline
 from accelopt_mcp.backends.cluster import ClusterError
 from accelopt_mcp.backends.ray_pool import (
     NO_DEVICE_ENV,
@@ -14,6 +16,9 @@ from accelopt_mcp.backends.ray_pool import (
     env_number,
 )
 from accelopt_mcp.backends.registry import backend_info
+from accelopt_mcp.comparing import compare_kernels
+from accelopt_mcp.profiling import profile_kernel
+from tests.backends.test_cpu_backend import VECTORIZED, python_solution, scale_task
 from tests.postgrest_standin.launcher import free_port
 
 BAD = [
@@ -60,3 +65,17 @@ def test_with_good_settings_the_pool_goes_on_to_connect(monkeypatch: pytest.Monk
     address = f"127.0.0.1:{free_port()}"
     with pytest.raises(ClusterError, match=f"cannot reach the Ray cluster at {address}"):
         RayPool(address, backend_info("cpu"))
+
+
+def test_backend_options_with_a_cluster_are_refused() -> None:
+    address = f"127.0.0.1:{free_port()}"  # nothing listens: a connection would fail otherwise
+    task, solution = scale_task(), python_solution(VECTORIZED)
+    with pytest.raises(ValueError, match=r"backend options \(cpus\) apply to this host") as caught:
+        profile_kernel(task, solution, backend_options={"cpus": {0}}, cluster=address)
+    assert address in str(caught.value) and "cluster='local'" in str(caught.value)
+    kernels = [Baseline(label=n, solution=solution) for n in ("a", "b")]
+    with pytest.raises(ValueError, match="backend options"):
+        compare_kernels(task, kernels, backend_options={"cpus": {0}}, cluster=address)
+    # Without options the same call goes on to the cluster (and finds nothing there).
+    with pytest.raises(ClusterError, match="cannot reach"):
+        profile_kernel(task, solution, cluster=address)
