@@ -49,6 +49,8 @@ class Relative(BaseModel):
     ci_low: float | None = None
     """The speedup's interval, when both were timed in the same rounds."""
     ci_high: float | None = None
+    """None with ci_low given: no upper bound (too few samples, or
+    a latency interval reaching 0)."""
     timing: Literal["interleaved", "stored"]
     """interleaved: timed in the same rounds as this kernel (noise cancels); stored: from the
     other kernel's stored profile on the same workload, settings and hardware."""

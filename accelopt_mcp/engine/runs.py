@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from accelopt_mcp.engine.checkpoint import Checkpoint, RunSpec, read_run, run_config
 from accelopt_mcp.engine.config import OptimizeConfig
 from accelopt_mcp.engine.selection import BeamEntry, finite_or_none
+from accelopt_mcp.isolation.sandbox import proc_stat_fields
 from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.stats import Interval, ratio_of_independent
 from accelopt_mcp.store.base import KernelStore, RunRecord, RunUpdate
@@ -73,10 +74,7 @@ def load_run(store: KernelStore, run_id: str) -> tuple[RunRecord, RunSpec, Check
 
 def process_start_token(pid: int) -> str | None:
     """The kernel's start time of a process, so a recycled pid is not taken for the worker."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
+    fields = proc_stat_fields(pid)
     if not fields or fields[0] in ("Z", "X"):
         return None  # dead, only not yet reaped by its parent
     return fields[19] if len(fields) > 19 else None

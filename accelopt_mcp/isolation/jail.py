@@ -90,6 +90,7 @@ from accelopt_mcp.isolation.sandbox import (
     launcher_command,
     marked_pids,
     memory_suspected,
+    process_state,
     resource_limits,
     sandbox_environment,
 )
@@ -426,15 +427,6 @@ def _translate(argv: Sequence[str], pairs: Sequence[tuple[str, str]]) -> list[st
     return out
 
 
-def _state(pid: int | str) -> str:
-    """The one-letter scheduler state of a process ("" when it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
-
-
 def _pids_in_namespace(inode: int) -> list[int]:
     """Host pids of every live process in the pid namespace `inode`. Zombies do not count:
     bwrap's pid 1 is left as one for the host's init to reap, which may take a while."""
@@ -447,7 +439,7 @@ def _pids_in_namespace(inode: int) -> list[int]:
                     continue
             except OSError:
                 continue
-            if _state(entry.name) not in ("", "Z", "X"):
+            if process_state(entry.name) not in ("", "Z", "X"):
                 found.append(int(entry.name))
     return found
 
@@ -458,7 +450,7 @@ def _stopped(pid: int) -> bool:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return True
-    return all(_state(f"{pid}/task/{tid}") in ("", "T", "t", "Z", "X") for tid in tasks)
+    return all(process_state(f"{pid}/task/{tid}") in ("", "T", "t", "Z", "X") for tid in tasks)
 
 
 class JailedProcess:
@@ -512,6 +504,9 @@ class JailedProcess:
         self._cleaned = False
         self._fork_limit_hit = False
         self._status: int | None = None
+        self._reap_lock = threading.Lock()
+        self._reaped = False
+        """True from the moment the reaper reaps the pid (under _reap_lock)."""
         self._usage: resource.struct_rusage | None = None
         self._exited = threading.Event()
         # pidfds name these processes for good: a plain pid may be reused once reaped.
@@ -537,9 +532,16 @@ class JailedProcess:
 
     def _reap(self) -> None:
         try:
-            _, status, usage = os.wait4(self.pid, 0)
-            self._status, self._usage = status, usage
-        except ChildProcessError:
+            # Seen first, reaped under the lock: while _terminate signals by pid (a group id,
+            # a process without a pidfd), the zombie keeps the number from being reused.
+            os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)
+            with self._reap_lock:
+                self._reaped = True
+                _, status, usage = os.wait4(self.pid, 0)
+                self._status, self._usage = status, usage
+        except ChildProcessError:  # reaped elsewhere: the number is not ours to signal any more
+            with self._reap_lock:
+                self._reaped = True
             self._status = None
         # Nothing else will ever wait for this pid: tell Popen so it does not try.
         self._popen.returncode = self._code() if self._status is not None else -1
@@ -638,7 +640,7 @@ class JailedProcess:
                 found.update(_pids_in_namespace(self.pid_namespace))
             elif self._marker is not None:
                 found.update(marked_pids(self._marker))
-            if not self._exited.is_set():
+            if not self._reaped:
                 found.add(self.pid)
         return sorted(found)
 
@@ -750,11 +752,16 @@ class JailedProcess:
                 if fd is not None:
                     with contextlib.suppress(OSError):
                         signal.pidfd_send_signal(fd, signal.SIGKILL)
-            if self._pidfd is None and not self._exited.is_set():
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(self.pid, signal.SIGKILL)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, signal.SIGKILL)
+            with self._reap_lock:
+                # By number only while unreaped (the reaper waits for this lock): once reaped
+                # it may already be someone else's, and the jail's cgroups and pid namespace
+                # find what is left.
+                if not self._reaped:
+                    if self._pidfd is None:
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.kill(self.pid, signal.SIGKILL)
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(self.pid, signal.SIGKILL)
             if isinstance(self._freezer, V2Group):
                 self._freezer.kill_all()
             remaining = self.jail_pids()

@@ -32,7 +32,6 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
@@ -43,9 +42,6 @@ from accelopt_mcp.isolation.cgroups import (
     pid_namespace,
     remove_stale_groups,
 )
-
-if TYPE_CHECKING:
-    import resource
 
 # Variables copied from the parent when set. Everything else is dropped.
 _ALLOWED_NAMES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "PYTHONHASHSEED", "TERM"})
@@ -322,7 +318,8 @@ def remove_abandoned_work_dirs(kind: str) -> None:
 def kill_everything(pgid: int, cgroup: Group | None, marker: bytes | None) -> None:
     """SIGKILL the child's process group and everything in its cgroup (without one: every
     process carrying the run's marker), until nothing is left. Frozen ones are thawed so that
-    they can die."""
+    they can die. The caller keeps the group's leader unreaped meanwhile (a zombie), so that
+    `pgid` cannot name anyone else's group."""
     for _ in range(200):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
@@ -331,14 +328,35 @@ def kill_everything(pgid: int, cgroup: Group | None, marker: bytes | None) -> No
         else:
             remaining = marked_pids(marker) if marker is not None else []
         kill_pids(remaining)
-        group_alive = True
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            group_alive = False
-        if not remaining and not group_alive:
+        if not remaining and not group_members(pgid):
             return
         time.sleep(0.005)
+
+
+def process_state(pid: int | str) -> str:
+    """The one-letter scheduler state of a process ("" when it is gone)."""
+    fields = proc_stat_fields(pid)
+    return fields[0] if fields else ""
+
+
+def proc_stat_fields(pid: int | str) -> list[str]:
+    """/proc/PID/stat after the command name: state, ppid, pgrp, ... ([] when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes of process group `pgid`; zombies (its unreaped leader) do not count."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            fields = proc_stat_fields(entry.name)
+            if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+                found.append(int(entry.name))
+    return found
 
 
 def memory_suspected(stderr: str, max_rss_mb: float, limit_mb: int, killed: bool) -> bool:
@@ -434,21 +452,24 @@ def run_sandboxed(
     for reader in readers:
         reader.start()
 
-    reaped: list[tuple[int, resource.struct_rusage]] = []  # (wait status, usage), once
     exited = threading.Event()
 
-    def reap() -> None:
-        _, status, usage = os.wait4(proc.pid, 0)
-        reaped.append((status, usage))
-        exited.set()
+    def notice_exit() -> None:
+        # Seen, not reaped: the child stays a zombie, holding its pid (our process group's id)
+        # until the group is killed. Reaped first, the number could be handed to a stranger's
+        # new session before the killpg below, which would then kill that.
+        try:
+            os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+        finally:
+            exited.set()
 
-    reaper = threading.Thread(target=reap, daemon=True)
-    reaper.start()
+    threading.Thread(target=notice_exit, daemon=True).start()
     timed_out = not exited.wait(timeout_s)
     wall_s = time.monotonic() - started
     try:
         kill_everything(proc.pid, cgroup, marker)
         exited.wait()
+        _, status, usage = os.wait4(proc.pid, 0)
         # Nothing else will ever wait for this pid: tell Popen so it does not try.
         proc.returncode = -1
         for reader in readers:
@@ -460,7 +481,6 @@ def run_sandboxed(
         if own_dir:
             shutil.rmtree(work_dir, ignore_errors=True)
 
-    status, usage = reaped[0]
     max_rss_mb = usage.ru_maxrss / 1024.0
     returncode: int | None = os.waitstatus_to_exitcode(status)
     term_signal: int | None = None

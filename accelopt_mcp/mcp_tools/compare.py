@@ -3,6 +3,7 @@ every pair."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -55,6 +56,8 @@ class RankedKernel(View):
     """Reference median / this median."""
     speedup_vs_reference_ci_low: float | None = None
     speedup_vs_reference_ci_high: float | None = None
+    """null with a lower end given: no upper bound (too few samples, or
+    a latency interval reaching 0)."""
     summary: str = ""
     """E.g. '0.412 ms [0.405, 0.419] (95% CI); 1.31x [1.27, 1.35] over the reference'."""
     flags: list[str] = Field(default_factory=list)
@@ -71,7 +74,9 @@ class PairResult(View):
     speedup_vs_baseline: float
     """baseline median / kernel median."""
     ci_low: float
-    ci_high: float
+    ci_high: float | None = None
+    """null: no upper bound (too few samples, or
+    a latency interval reaching 0)."""
     summary: str
 
 
@@ -172,7 +177,7 @@ def report(
                 verdict=p.verdict,
                 speedup_vs_baseline=p.speedup,
                 ci_low=p.ci_low,
-                ci_high=p.ci_high,
+                ci_high=p.ci_high if math.isfinite(p.ci_high) else None,
                 summary=comparing.pair_text(p),
             )
             for p in found.pairs

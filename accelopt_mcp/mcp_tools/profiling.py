@@ -61,11 +61,16 @@ class ProfileReport(View):
     """Reference median / this median (same rounds)."""
     speedup_vs_reference_ci_low: float | None = None
     speedup_vs_reference_ci_high: float | None = None
+    """null with a lower end given: no upper bound (too few samples, or
+    a latency interval reaching 0)."""
     parent_latency_ms: float | None = None
     speedup_vs_parent: float | None = None
     """Parent median / this median; null when the parent has no comparable figure."""
     speedup_vs_parent_ci_low: float | None = None
+    """The interval, when the parent was timed in the same rounds."""
     speedup_vs_parent_ci_high: float | None = None
+    """null with a lower end given: no upper bound (too few samples, or
+    a latency interval reaching 0)."""
     parent_timing: str | None = None
     """interleaved (timed in the same rounds) or stored (the parent's stored profile on the
     same workload, settings and hardware)."""

@@ -204,6 +204,11 @@ def _start_ticks(pid: int) -> int:
     return int(fields[19]) if len(fields) > 19 else 0
 
 
+OUR_PROGRAMS = ("accelopt_mcp", "/opt/accelopt/", "accelopt-mcp", "bin/accelopt")
+"""What the command lines of processes an evaluation starts hold: our modules, the installed
+candidate runner, the console scripts."""
+
+
 def _stray_processes(server_pid: int | None, server_start: int, exclude: set[int]) -> list[str]:
     """Live processes an evaluation left: tagged ones, ones still naming (in their command line
     or working dir) the server's per-evaluation work dirs, and accelopt processes started after
@@ -225,9 +230,11 @@ def _stray_processes(server_pid: int | None, server_start: int, exclude: set[int
         named = work_mark is not None and any(
             "accelopt-" in text and work_mark in text for text in (cmdline, cwd)
         )
+        # Our programs only (the harness, the candidate runner): a test PostgreSQL another
+        # test worker starts meanwhile also runs from an "accelopt-pg-" dir, orphaned to pid 1.
         orphan = (
             _start_ticks(pid) >= server_start
-            and "accelopt" in cmdline
+            and any(program in cmdline for program in OUR_PROGRAMS)
             and _proc_text(pid, "status").count("PPid:\t1\n") == 1
         )
         if TAG in cmdline or named or orphan:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from accelopt_mcp.isolation.sandbox import run_sandboxed
+from accelopt_mcp.isolation.sandbox import group_members, process_state, run_sandboxed
 
 
 def run_code(code: str, **kw):
@@ -25,11 +25,7 @@ def wait_until_dead(pid: int, within_s: float = 3.0) -> bool:
     """True once `pid` is gone or a zombie waiting for init to reap it."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        if state in ("Z", "X"):
+        if process_state(pid) in ("", "Z", "X"):
             return True
         time.sleep(0.05)
     return False
@@ -156,7 +152,7 @@ def test_missing_program_is_a_launcher_failure_not_an_exception() -> None:
 # does. The sandbox prints the daemon's pid and how the run ended.
 _DAEMON_RUN = r"""
 import sys
-from accelopt_mcp.isolation.sandbox import run_sandboxed
+from accelopt_mcp.isolation.sandbox import group_members, process_state, run_sandboxed
 
 code = '''
 import os, sys, time
@@ -299,3 +295,25 @@ def test_what_a_killed_profiler_left_is_cleaned_up_by_the_next_run(tmp_path: Pat
         if grandchild is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(grandchild, signal.SIGKILL)
+
+
+def test_a_zombie_leader_is_not_a_live_member_of_its_group() -> None:
+    # The sandbox keeps its child unreaped until the group is killed (so the group's id cannot
+    # be reused by a stranger's session meanwhile): the kill loop must not wait on that zombie.
+    leader = subprocess.Popen(
+        [sys.executable, "-c", "import os, time\nif os.fork() == 0:\n    time.sleep(60)\n"],
+        start_new_session=True,
+    )
+    try:
+        os.waitid(os.P_PID, leader.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped
+        members = group_members(leader.pid)
+        assert len(members) == 1 and members[0] != leader.pid  # the sleeping grandchild
+        os.killpg(leader.pid, signal.SIGKILL)  # safe: the zombie holds the number
+        deadline = time.monotonic() + 10
+        while group_members(leader.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert group_members(leader.pid) == []
+        assert process_state(leader.pid) == "Z"
+    finally:
+        leader.wait()
+    assert process_state(leader.pid) == ""

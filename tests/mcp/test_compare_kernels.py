@@ -60,16 +60,15 @@ async def test_the_fast_kernel_ranks_first_and_is_faster(client: Client) -> None
     for row in report["kernels"]:
         assert row["status"] == "PASSED"
         assert row["ci_low_ms"] <= row["median_ms"] <= row["ci_high_ms"]
-        assert (
-            row["speedup_vs_reference_ci_low"]
-            <= row["speedup_vs_reference"]
-            <= row["speedup_vs_reference_ci_high"]
-        )
+        high = row["speedup_vs_reference_ci_high"]  # null: no upper bound
+        assert row["speedup_vs_reference_ci_low"] <= row["speedup_vs_reference"]
+        assert high is None or row["speedup_vs_reference"] <= high
         assert "(95% CI)" in row["summary"] and "over the reference" in row["summary"]
         assert "timed_total_ms" not in str(row)
     [pair] = report["pairs"]
     assert (pair["kernel"], pair["baseline"], pair["verdict"]) == (FAST.name, slow_id, "faster")
-    assert 1 < pair["ci_low"] <= pair["speedup_vs_baseline"] <= pair["ci_high"]
+    assert 1 < pair["ci_low"] <= pair["speedup_vs_baseline"]
+    assert pair["ci_high"] is None or pair["speedup_vs_baseline"] <= pair["ci_high"]
     assert pair["summary"].startswith(f"{FAST.name} is faster than {slow_id}: ")
 
 

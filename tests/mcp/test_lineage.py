@@ -88,7 +88,8 @@ async def test_one_call_profiles_and_links_each_candidate(client: Client) -> Non
     # The parent was timed in the same rounds: a speedup with its interval, labelled.
     assert first["parent_timing"] == "interleaved"
     assert first["speedup_vs_parent_ci_low"] <= first["speedup_vs_parent"]
-    assert first["speedup_vs_parent"] <= first["speedup_vs_parent_ci_high"]
+    high = first["speedup_vs_parent_ci_high"]  # null: no upper bound (a busy host can do that)
+    assert high is None or first["speedup_vs_parent"] <= high
     # A Python loop against one NumPy expression in the same rounds: ~3x quiet, ~2.6x when busy.
     assert first["speedup_vs_parent"] > 1.2
     assert first["parent_latency_ms"] > first["latency_ms"]
