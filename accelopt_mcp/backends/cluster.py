@@ -38,8 +38,9 @@ RESOURCE_OF_KIND: dict[str, str] = {"cpu": "CPU", "gpu": "GPU", "neuron": "neuro
 
 
 class ClusterError(RuntimeError):
-    """The cluster cannot be used (not installed, unreachable, refused, nothing to run on);
-    the message is one line naming the address and what to do."""
+    """The cluster cannot be used (not installed, unreachable, refused, nothing to run on, a
+    malformed ACCELOPT_RAY_* setting); the message is one line naming what was wrong (the
+    address, or the variable) and what to do."""
 
 
 class EvaluationLost(ClusterError):

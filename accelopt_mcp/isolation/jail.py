@@ -87,6 +87,7 @@ from accelopt_mcp.isolation.sandbox import (
     THREAD_VARS,
     CappedReader,
     check_cpus,
+    group_members,
     launcher_command,
     marked_pids,
     memory_suspected,
@@ -705,8 +706,20 @@ class JailedProcess:
             self._freezer.set_frozen(False, _FREEZE_TIMEOUT_S)
         else:
             for pid in self.jail_pids():
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGCONT)
+                self._signal(pid, signal.SIGCONT)
+
+    def _signal(self, pid: int, signum: int) -> None:
+        """os.kill, except for the jail's own child: by its pidfd, else by number only while
+        it is unreaped (a reaped number may already be someone else's)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if pid != self.pid:
+                os.kill(pid, signum)
+            elif self._pidfd is not None:
+                signal.pidfd_send_signal(self._pidfd, signum)
+            else:
+                with self._reap_lock:
+                    if not self._reaped:
+                        os.kill(pid, signum)
 
     def _stop_all(self) -> None:
         """SIGSTOP every process until one full listing finds all of them stopped and no new
@@ -717,8 +730,7 @@ class JailedProcess:
         while True:
             members = set(self.jail_pids())
             for pid in members - stopped:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGSTOP)
+                self._signal(pid, signal.SIGSTOP)
             while not all(_stopped(pid) for pid in members):
                 if time.monotonic() > deadline:
                     raise TimeoutError("the jail's processes did not all stop")
@@ -752,21 +764,19 @@ class JailedProcess:
                 if fd is not None:
                     with contextlib.suppress(OSError):
                         signal.pidfd_send_signal(fd, signal.SIGKILL)
+            self._signal(self.pid, signal.SIGKILL)
             with self._reap_lock:
-                # By number only while unreaped (the reaper waits for this lock): once reaped
-                # it may already be someone else's, and the jail's cgroups and pid namespace
-                # find what is left.
-                if not self._reaped:
-                    if self._pidfd is None:
-                        with contextlib.suppress(ProcessLookupError, PermissionError):
-                            os.kill(self.pid, signal.SIGKILL)
+                # The group by its id while that cannot be anyone else's: its leader unreaped
+                # (the reaper waits for this lock), or a live member holding the id.
+                if not self._reaped or group_members(self.pid):
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.killpg(self.pid, signal.SIGKILL)
             if isinstance(self._freezer, V2Group):
                 self._freezer.kill_all()
             remaining = self.jail_pids()
             # kill_pids thaws a v1 freezer group of ours: its processes cannot die frozen.
-            kill_pids(remaining)
+            # The jail's own child was signalled above, the safe way.
+            kill_pids([pid for pid in remaining if pid != self.pid])
             if isinstance(self._freezer, FreezerGroup):
                 self._freezer.write("freezer.state", "THAWED")
             elif isinstance(self._freezer, V2Group):

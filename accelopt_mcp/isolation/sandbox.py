@@ -359,6 +359,16 @@ def group_members(pgid: int) -> list[int]:
     return found
 
 
+def _exit_code_seen(seen: os.waitid_result | None) -> int:
+    """The exit code (negative: the signal) from a waitid result. Nothing seen: this process
+    reaped its own child elsewhere, a bug of ours, never the child's doing."""
+    if seen is None:
+        raise RuntimeError("the sandboxed child was reaped by someone else in this process")
+    if seen.si_code == os.CLD_EXITED:
+        return seen.si_status
+    return -seen.si_status
+
+
 def memory_suspected(stderr: str, max_rss_mb: float, limit_mb: int, killed: bool) -> bool:
     if any(marker in stderr for marker in _MEMORY_MARKERS):
         return True
@@ -453,23 +463,31 @@ def run_sandboxed(
         reader.start()
 
     exited = threading.Event()
+    seen: list[os.waitid_result | None] = []
 
     def notice_exit() -> None:
         # Seen, not reaped: the child stays a zombie, holding its pid (our process group's id)
         # until the group is killed. Reaped first, the number could be handed to a stranger's
         # new session before the killpg below, which would then kill that.
         try:
-            os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+            seen.append(os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT))
         finally:
             exited.set()
 
-    threading.Thread(target=notice_exit, daemon=True).start()
+    threading.Thread(target=notice_exit, daemon=True, name="sandbox-exit").start()
     timed_out = not exited.wait(timeout_s)
     wall_s = time.monotonic() - started
     try:
         kill_everything(proc.pid, cgroup, marker)
         exited.wait()
-        _, status, usage = os.wait4(proc.pid, 0)
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+            returncode: int | None = os.waitstatus_to_exitcode(status)
+            max_rss_mb = usage.ru_maxrss / 1024.0
+        except ChildProcessError:
+            # Reaped by someone else in this process (SIGCHLD ignored, a waitpid(-1)): what
+            # the notice saw is all there is; no usage figures.
+            returncode, max_rss_mb = _exit_code_seen(seen[0] if seen else None), 0.0
         # Nothing else will ever wait for this pid: tell Popen so it does not try.
         proc.returncode = -1
         for reader in readers:
@@ -481,8 +499,6 @@ def run_sandboxed(
         if own_dir:
             shutil.rmtree(work_dir, ignore_errors=True)
 
-    max_rss_mb = usage.ru_maxrss / 1024.0
-    returncode: int | None = os.waitstatus_to_exitcode(status)
     term_signal: int | None = None
     if returncode is not None and returncode < 0:
         term_signal, returncode = -returncode, None

@@ -102,7 +102,7 @@ def evaluate(backend: CpuBackend, code: str, config: BenchmarkConfig = FAST, **k
     return backend.evaluate(scale_task(), python_solution(code, **kw), config)
 
 
-# A reference a few milliseconds slow (a Python loop per element): the vectorized kernel's
+# A reference 10-20 ms slow (a Python loop per element): the vectorized kernel's
 # lead then outlasts a busy host, where a sub-millisecond call can measure a millisecond or two.
 ELEMENTWISE_REFERENCE = textwrap.dedent(
     """

@@ -152,7 +152,7 @@ def test_missing_program_is_a_launcher_failure_not_an_exception() -> None:
 # does. The sandbox prints the daemon's pid and how the run ended.
 _DAEMON_RUN = r"""
 import sys
-from accelopt_mcp.isolation.sandbox import group_members, process_state, run_sandboxed
+from accelopt_mcp.isolation.sandbox import run_sandboxed
 
 code = '''
 import os, sys, time
@@ -317,3 +317,21 @@ def test_a_zombie_leader_is_not_a_live_member_of_its_group() -> None:
     finally:
         leader.wait()
     assert process_state(leader.pid) == ""
+
+
+def test_how_a_child_ended_is_read_from_what_the_exit_notice_saw() -> None:
+    # Used when something else in this process reaped the child first: the notice (waitid
+    # without reaping) is then all that is known.
+    from accelopt_mcp.isolation.sandbox import _exit_code_seen
+
+    exits = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    killed.kill()
+    try:
+        seen = [os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT) for p in (exits, killed)]
+        assert [_exit_code_seen(s) for s in seen] == [3, -signal.SIGKILL]
+    finally:
+        exits.wait()
+        killed.wait()
+    with pytest.raises(RuntimeError, match="reaped by someone else"):
+        _exit_code_seen(None)
