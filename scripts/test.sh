@@ -52,5 +52,5 @@ fi
 # Timing-sensitive tests (marked serial: measured speedups decide what they check) run alone
 # first; then the rest, two workers at a time (most of it waits on subprocesses and servers),
 # each test file kept on one worker.
-.venv/bin/python -m pytest -q -m serial
-.venv/bin/python -m pytest -q -m "not serial" -n 2 --dist loadfile
+.venv/bin/python -m pytest -q -m serial --durations=10
+.venv/bin/python -m pytest -q -m "not serial" -n 2 --dist loadfile --durations=15
