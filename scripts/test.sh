@@ -51,7 +51,6 @@ if [ "$#" -gt 0 ]; then
 fi
 # Timing-sensitive tests (marked serial: measured speedups decide what they check) run alone
 # first; then the rest, two workers at a time (most of it waits on subprocesses and servers),
-# each test file kept on one worker, the longest files first (tests/conftest.py LONG_FILES;
-# xdist would otherwise hand out the files with the most tests first).
+# each test file kept on one worker.
 .venv/bin/python -m pytest -q -m serial --durations=10
-.venv/bin/python -m pytest -q -m "not serial" -n 2 --dist loadfile --no-loadscope-reorder --durations=15
+.venv/bin/python -m pytest -q -m "not serial" -n 2 --dist loadfile --durations=15

@@ -22,30 +22,6 @@ if not os.environ.get("ACCELOPT_HOME"):
     os.environ["ACCELOPT_HOME"] = tempfile.mkdtemp(prefix="accelopt-test-home-")
 
 
-TESTS = Path(__file__).resolve().parent
-LONG_FILES = (
-    "test_ray_cluster.py",
-    "engine/test_jobs.py",
-    "engine/test_resume.py",
-    "test_cli.py",
-    "engine/test_jobs_outage.py",
-)
-"""The files that take longest (1-3 min each), longest first. Under `-n 2 --dist loadfile` files
-are handed to the workers in collection order, so one of these collected last (the Ray suite
-is a single 110 s test) would run alone at the end while the other worker idles."""
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        try:
-            name = item.path.relative_to(TESTS).as_posix()
-        except ValueError:
-            return len(LONG_FILES)
-        return LONG_FILES.index(name) if name in LONG_FILES else len(LONG_FILES)
-
-    items.sort(key=rank)  # stable: every file's tests stay together and in their order
-
-
 @pytest.fixture(scope="session")
 def pg_admin_dsn() -> Iterator[str]:
     """DSN of a real PostgreSQL server for this test session (started here unless
