@@ -10,7 +10,6 @@ evaluation naming the line as its author knows it, without starting the backend.
 
 from __future__ import annotations
 
-import math
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -31,6 +30,7 @@ from accelopt_mcp.models import (
     Solution,
     Task,
 )
+from accelopt_mcp.stats import finite_or_none
 from accelopt_mcp.store.base import KernelStore, StoredSolution, UnknownReferenceError
 from accelopt_mcp.tasks.kernels import syntax_problem
 
@@ -253,10 +253,6 @@ def stored_latency(
     return None
 
 
-def _finite(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
-
-
 def _relate(
     outcome: ProfileOutcome,
     store: KernelStore,
@@ -288,8 +284,8 @@ def _relate(
                 solution_id=parent.id,
                 baseline_latency_ms=beside.baseline_latency_ms,
                 speedup=beside.speedup,
-                ci_low=_finite(beside.ci_low),
-                ci_high=_finite(beside.ci_high),
+                ci_low=finite_or_none(beside.ci_low),
+                ci_high=finite_or_none(beside.ci_high),
                 timing="interleaved",
             )
         else:

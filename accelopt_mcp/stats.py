@@ -38,6 +38,13 @@ of a handful of values is narrow by accident, not by precision."""
 Verdict = Literal["faster", "slower", "indistinguishable"]
 
 
+def finite_or_none(value: float | None) -> float | None:
+    """A bound as JSON can carry it: JSON has no infinity (it would come back as null), so an
+    unbounded end is written as None (checkpoints read it back as infinite: see
+    engine.selection.interval_of)."""
+    return value if value is not None and math.isfinite(value) else None
+
+
 @dataclass(frozen=True)
 class Interval:
     """An estimate with its confidence interval."""

@@ -15,10 +15,10 @@ from pydantic import BaseModel
 
 from accelopt_mcp.engine.checkpoint import Checkpoint, RunSpec, read_run, run_config
 from accelopt_mcp.engine.config import OptimizeConfig
-from accelopt_mcp.engine.selection import BeamEntry, finite_or_none
+from accelopt_mcp.engine.selection import BeamEntry
 from accelopt_mcp.isolation.sandbox import proc_stat_fields
 from accelopt_mcp.models import Solution, Task
-from accelopt_mcp.stats import Interval, ratio_of_independent
+from accelopt_mcp.stats import Interval, finite_or_none, ratio_of_independent
 from accelopt_mcp.store.base import KernelStore, RunRecord, RunUpdate
 from accelopt_mcp.store.url import default_sqlite_path
 

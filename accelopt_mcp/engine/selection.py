@@ -39,7 +39,7 @@ from pydantic import BaseModel, Field
 
 from accelopt_mcp.models import Evaluation
 from accelopt_mcp.models.evaluation import Comparison, flags_trusted
-from accelopt_mcp.stats import Interval, ratio_of_independent, verdict
+from accelopt_mcp.stats import Interval, finite_or_none, ratio_of_independent, verdict
 
 PASSED = "PASSED"
 NO_CODE = "NO_CODE"
@@ -53,12 +53,6 @@ PARENT_LABEL = "parent"
 """How an attempt's parent is named among its evaluation's comparisons."""
 
 SpeedupMeasured = Literal["same_rounds", "apart"]
-
-
-def finite_or_none(value: float | None) -> float | None:
-    """A bound as checkpoints keep it: JSON has no infinity (it would come back as null), so an
-    unbounded end is stored as None and read back as infinite (see `interval_of`)."""
-    return value if value is not None and math.isfinite(value) else None
 
 
 def interval_of(estimate: float | None, low: float | None, high: float | None) -> Interval | None:

@@ -18,10 +18,10 @@ from accelopt_mcp.engine.selection import (
     BeamEntry,
     HeadToHead,
     TieDecision,
-    finite_or_none,
     next_beam,
 )
 from accelopt_mcp.models import KernelComparison, SourceFile
+from accelopt_mcp.stats import finite_or_none
 from accelopt_mcp.store.base import KernelStore
 
 log = logging.getLogger(__name__)

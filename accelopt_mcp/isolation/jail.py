@@ -711,7 +711,7 @@ class JailedProcess:
     def _signal(self, pid: int, signum: int) -> None:
         """os.kill, except for the jail's own child: by its pidfd, else by number only while
         it is unreaped (a reaped number may already be someone else's)."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
+        with contextlib.suppress(OSError):  # gone, not ours, or its pidfd already closed
             if pid != self.pid:
                 os.kill(pid, signum)
             elif self._pidfd is not None:
@@ -760,10 +760,9 @@ class JailedProcess:
         deadline = time.monotonic() + 10
         while True:
             # The jail's pid 1 first: its death takes down the whole pid namespace.
-            for fd in (self._init_pidfd, self._pidfd):
-                if fd is not None:
-                    with contextlib.suppress(OSError):
-                        signal.pidfd_send_signal(fd, signal.SIGKILL)
+            if self._init_pidfd is not None:
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(self._init_pidfd, signal.SIGKILL)
             self._signal(self.pid, signal.SIGKILL)
             with self._reap_lock:
                 # The group by its id while that cannot be anyone else's: its leader unreaped

@@ -463,7 +463,7 @@ def run_sandboxed(
         reader.start()
 
     exited = threading.Event()
-    seen: list[os.waitid_result | None] = []
+    seen: list[os.waitid_result | None] = []  # None only under WNOHANG, which is not used
 
     def notice_exit() -> None:
         # Seen, not reaped: the child stays a zombie, holding its pid (our process group's id)

@@ -3,7 +3,6 @@ every pair."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -26,6 +25,7 @@ from accelopt_mcp.models import (
     KernelComparison,
     Task,
 )
+from accelopt_mcp.stats import finite_or_none
 from accelopt_mcp.tasks.kernels import syntax_problem
 from accelopt_mcp.tasks.loader import load_task
 
@@ -177,7 +177,7 @@ def report(
                 verdict=p.verdict,
                 speedup_vs_baseline=p.speedup,
                 ci_low=p.ci_low,
-                ci_high=p.ci_high if math.isfinite(p.ci_high) else None,
+                ci_high=finite_or_none(p.ci_high),
                 summary=comparing.pair_text(p),
             )
             for p in found.pairs
