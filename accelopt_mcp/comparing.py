@@ -47,6 +47,8 @@ HARNESS_INTERNALS: frozenset[str] = frozenset(
         "calls_per_sample",
         "rounds",
         "retaken_rounds",
+        "foreign_share",
+        "host_load",
         "steal_fraction",
         "drift",
         "measurement_rounds",

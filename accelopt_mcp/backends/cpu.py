@@ -486,7 +486,7 @@ class CpuBackend(Backend):
         analysis = result["analysis"]
         summaries = analysis["summaries"]
         contention = analysis.get("contention") or {}
-        kernel = _stats(summaries[label], analysis, config.confidence, contention)
+        kernel = _stats(summaries[label], analysis, config.confidence, contention, label)
         reference = summaries["reference"]
         latency_ms, reference_ms = kernel.median_ms, reference["median"] / 1e6
         speedups = {(s["kernel"], s["baseline"]): s for s in analysis.get("speedups", [])}
@@ -538,24 +538,7 @@ class CpuBackend(Backend):
             f"{c.ci_high:.3f}] ({c.verdict})"
             for c in comparisons
         ]
-        if not analysis.get("target_met", True):
-            flags.append("noisy_timing")
-            why = (
-                f"the {config.max_timing_seconds:g} s timing cap"
-                if analysis.get("time_capped")
-                else f"{analysis['blocks']} sets of processes"
-            )
-            log.append(
-                f"the intervals stayed wider than ±{config.target_ci:.1%} "
-                f"(widest ±{float(analysis['widest']):.1%}) after {why}"
-            )
-        if kernel.contended:
-            log.append(
-                "the host was busy while timing (rounds re-taken: "
-                f"{contention.get('retaken_rounds', 0)}, steal "
-                f"{contention.get('steal_fraction', 0.0):.1%}, drift "
-                f"{contention.get('drift', 0.0):+.1%}): the interval covers what was kept"
-            )
+        log += _timing_lines(config, analysis, contention, flags)
         log.append(roofline_line)
         if "above_peak" in flags:
             log.append(
@@ -702,8 +685,10 @@ def _stats(
     analysis: dict[str, Any],
     confidence: float,
     contention: dict[str, Any],
+    label: str,
 ) -> LatencyStats:
     """LatencyStats in milliseconds from the harness's summary (nanoseconds) of one kernel."""
+    busy_rounds = (contention.get("busy_rounds_by_contestant") or {}).get(label, 0)
     ms = {k: float(v) / 1e6 for k, v in summary.items() if k != "samples"}
     return LatencyStats(
         mean_ms=ms["mean"],
@@ -720,9 +705,63 @@ def _stats(
         confidence=confidence,
         q1_ms=ms["q1"],
         q3_ms=ms["q3"],
-        contended_samples=int(contention.get("retaken_rounds", 0)),
+        contended_samples=int(busy_rounds),
         contended=bool(contention.get("contended")),
     )
+
+
+NOISY_WIDTH = 0.05
+"""A figure whose widest interval stays beyond ±5 % is flagged noisy_timing: too loose to tell
+apart the changes a search ranks on (a few percent)."""
+
+
+def _timing_lines(
+    config: BenchmarkConfig,
+    analysis: dict[str, Any],
+    contention: dict[str, Any],
+    flags: list[str],
+) -> list[str]:
+    """What the timing saw (how busy the host was, what was taken out, how wide the intervals
+    stayed) and, when the figures are loose, what to do about it; adds noisy_timing then."""
+    widest = float(analysis.get("widest", 0.0))
+    share = float(contention.get("foreign_share", 0.0))
+    load = (float(contention.get("load_before", 0.0)), float(contention.get("load_after", 0.0)))
+    cores = len(os.sched_getaffinity(0))
+    seen = (
+        f"timing: host load {load[0]:.1f} -> {load[1]:.1f} on {cores} usable cores; "
+        f"{share:.1%} of the timed windows went to other programs"
+    )
+    seen += (
+        " (taken out of every contestant's samples alike)"
+        if contention.get("accounted", True)
+        else " (not taken out: this host gives no per-jail CPU time, the figures are wall clock)"
+    )
+    steal = float(contention.get("steal_fraction", 0.0))
+    if steal > 0.01:
+        seen += f"; steal {steal:.1%}"
+    seen += f"; widest interval ±{widest:.1%} (target ±{config.target_ci:.1%})"
+    if analysis.get("target_met", True):
+        return [seen]
+    why = (
+        f"the {config.max_timing_seconds:g} s timing cap"
+        if analysis.get("time_capped")
+        else f"{analysis['blocks']} sets of processes"
+    )
+    seen += f", reached after {why}"
+    if widest <= NOISY_WIDTH:
+        return [seen]
+    flags.append("noisy_timing")
+    if contention.get("contended"):
+        step = (
+            "the host was busy: time it again when it is quieter, on a core of its own "
+            "(fewer --workers), or raise --max-timing"
+        )
+    else:
+        step = (
+            "the kernel's own times vary from call to call (or process to process): raise "
+            "--max-timing, or make each call longer than a millisecond"
+        )
+    return [seen, f"next step: {step}"]
 
 
 def _measurement(result: dict[str, Any], analysis: dict[str, Any], label: str) -> dict[str, float]:
@@ -738,7 +777,8 @@ def _measurement(result: dict[str, Any], analysis: dict[str, Any], label: str) -
         "harness_overhead_us": result.get("harness_overhead_ns", 0) / 1e3,
         "calls_per_sample": float(analysis.get("calls_per_sample", 1)),
         "rounds": float(analysis.get("rounds", 0)),
-        "retaken_rounds": float(contention.get("retaken_rounds", 0)),
+        "foreign_share": float(contention.get("foreign_share", 0.0)),
+        "host_load": float(contention.get("load_after", 0.0)),
         "steal_fraction": float(contention.get("steal_fraction", 0.0)),
         "drift": float(contention.get("drift", 0.0)),
     }

@@ -438,8 +438,13 @@ class JailedRunner:
         self.arena_out = mmap.mmap(fd_out, arena_bytes)
         self._frozen = False
         self.call_timeout_s = float(job.get("timeout_seconds", 60.0))
-        self.last_off_cpu_ns = 0
-        """Time inside the last `call`'s timed windows that its process was not on a CPU."""
+        self.last_foreign_ns = 0
+        """Time inside the last `call`'s timed windows that went to other programs (taken out
+        of what `call` returns)."""
+        self.last_wall_ns = 0
+        """The last `call`'s timed windows, wall clock."""
+        self.accounted = True
+        """Whether the jail's CPU time could be read for every call (else wall clock only)."""
         # Unpredictable, so that no ack can be forged in advance for a request to come.
         self._sequence = secrets.randbits(30)
 
@@ -527,19 +532,46 @@ class JailedRunner:
             self._frozen = False
 
     def ping(self) -> int:
-        """The round trip of an empty call, ns: the same clock, thaw, request, ack and freeze
-        steps as one timed call. Measured on the reference jail only, which runs our runner and
-        the task's code: a candidate could answer pings slowly to inflate what is subtracted."""
+        """The round trip of an empty call, ns: the same clock, thaw, request, ack, freeze and
+        contention steps as one timed call. Measured on the reference jail only, which runs our
+        runner and the task's code: a candidate could answer pings slowly to inflate what is
+        subtracted."""
+        elapsed, foreign, _, _ = self._timed(OP_PING)
+        return elapsed - foreign
+
+    def _timed(self, op: int) -> tuple[int, int, int, int]:
+        """One timed request: (wall ns from before the thaw to the ack, of which ns that went
+        to other programs, ack status, ack value). The process is frozen again on return.
+
+        What went to others: the time the jail's threads and this harness were runnable but
+        waiting for a CPU, never more than the window less what the jail's tasks ran (all of
+        them, exited ones included). A kernel cannot pass its own work off as someone else's:
+        its threads' time on a CPU counts as its own, and time asleep is no wait. The counters
+        are read while it is frozen (before the thaw, after the freeze): no untimed CPU for
+        the kernel. Every contestant, the reference included, is measured this one way."""
+        usage_before = self.process.cpu_usage_ns()
+        wait_before = self.process.run_queue_wait_ns() + _own_wait_ns()
         start = time.perf_counter_ns()
         self.thaw()
-        sequence = self._request(OP_PING)
-        self._read_ack(sequence)
+        sequence = self._request(op)
+        status, value = self._read_ack(sequence)
         elapsed = time.perf_counter_ns() - start
+        harness_wait = _own_wait_ns()
+        # Frozen the moment it says "done", before anything else: it gets no untimed CPU to
+        # finish work in the background or to evict the caches the next contestant will use.
+        # What it wrote by then is what is judged (unfinished background work fails).
         self.freeze()
-        return elapsed
+        usage_after = self.process.cpu_usage_ns()
+        waited = self.process.run_queue_wait_ns() + harness_wait - wait_before
+        if usage_before is None or usage_after is None:
+            self.accounted = False
+            return elapsed, 0, status, value
+        ran = usage_after - usage_before
+        return elapsed, min(max(0, waited), max(0, elapsed - ran)), status, value
 
     def call(self, sets: list[list[Any]]) -> tuple[int, list[list[Any]], list[list[str]]]:
-        """Time len(sets) calls, one input set per round trip: (total ns, outputs, dtype names).
+        """Time len(sets) calls, one input set per round trip: (total ns less the time that
+        went to other programs, outputs, dtype names).
 
         Each set is written while the process is frozen, so it never sees an input before its
         own call is on the clock (no work ahead, no batching across calls); the clock runs from
@@ -549,7 +581,7 @@ class JailedRunner:
         total = 0
         outputs: list[list[Any]] = []
         names: list[list[str]] = []
-        self.last_off_cpu_ns = 0
+        self.last_foreign_ns = self.last_wall_ns = 0
         for values in sets:
             try:
                 elapsed, out, out_names = self._call_one(values)
@@ -563,25 +595,12 @@ class JailedRunner:
         return total, outputs, names
 
     def _call_one(self, values: list[Any]) -> tuple[int, list[Any], list[str]]:
+        """One call on one input set: (ns it took less what went to other programs, outputs,
+        their dtype names)."""
         write_arena(self.arena_in, [values])
-        # How much of the timed window (thaw to "done") the process was NOT on a CPU: waiting
-        # for one, and the harness waiting for one to read the "done" on a shared core, both
-        # show. Less the calibrated round trip (Session), what is left is contention: the
-        # timed code computes and never sleeps. Read outside the clock and before the freeze
-        # (freezing itself makes a frozen task runnable for a moment, which is not
-        # contention); for a kernel that read is a few microseconds between "done" and the
-        # freeze, and its figure only ever reports contention, never decides what is kept.
-        cpu_before = self.process.cpu_time_ns()
-        start = time.perf_counter_ns()
-        self.thaw()
-        sequence = self._request(OP_CALL)
-        status, code = self._read_ack(sequence)
-        elapsed = time.perf_counter_ns() - start
-        self.last_off_cpu_ns += max(0, elapsed - (self.process.cpu_time_ns() - cpu_before))
-        # Frozen the moment it says "done", before anything else: it gets no untimed CPU to
-        # finish work in the background or to evict the caches the next contestant will use.
-        # What it wrote by then is what is judged (unfinished background work fails).
-        self.freeze()
+        elapsed, foreign, status, code = self._timed(OP_CALL)
+        self.last_foreign_ns += foreign
+        self.last_wall_ns += elapsed
         if status != ACK_OK:
             if code == FAILED_NOT_ARRAYS:
                 raise Verdict("INCORRECT_DTYPE", self._error_text())
@@ -593,7 +612,7 @@ class JailedRunner:
             raise Verdict(
                 "INCORRECT_SHAPE", f"the {self.role}'s outputs are malformed: {exc}"
             ) from None
-        return elapsed, sets[0], names[0]
+        return elapsed - foreign, sets[0], names[0]
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -609,6 +628,24 @@ class JailedRunner:
         for fd in (self._ctl, self._ack, *self._arena_fds):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def _load_average() -> float:
+    """The host's one-minute load average (runnable tasks), 0.0 when unreadable."""
+    try:
+        with open("/proc/loadavg") as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _own_wait_ns() -> int:
+    """Nanoseconds this thread has spent runnable but waiting for a CPU (0 if unknown)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _padded(spec: dict[str, Any]) -> str:
@@ -677,15 +714,10 @@ def _declared_roofline(module: Any) -> dict[str, Any] | None:
 
 REFERENCE = "reference"
 PRIMARY = "candidate"
-CONTENDED_SHARE = 0.10
-"""A call that spent more than this share of its time waiting for a CPU is contended."""
-MAX_RETAKES_PER_ROUND = 2
-"""A contended round is taken again, at most this many times per round of a block."""
-CONTENDED_ROUNDS_SHARE = 0.2
+CONTENDED_SHARE = 0.05
+"""The host reads as busy when, over all contestants' timed calls, more than this share of the
+time went to other programs (taken out of the samples, but their caches were shared)."""
 STEAL_LIMIT = 0.05
-KERNEL_OFF_CPU_SHARE = 0.30
-"""A kernel's own call off the CPU for more than this share reads as a busy host (reported
-only; it may be the kernel's own doing, e.g. a thread it keeps runnable)."""
 STOP_RESAMPLES = 1000
 BLOCK_SECONDS = 0.25
 MIN_ROUNDS = 8
@@ -809,12 +841,12 @@ class Session:
         self.block_of: list[int] = []
         self.per_call: dict[str, list[int]] = {}
         self.batch = 1
-        self.retaken = 0
-        self.kept_contended = 0
-        self.reference_off_cpu: list[float] = []
-        """Per timed reference call: the share of it spent off the CPU (contention)."""
-        self.kernel_waits: list[bool] = []
-        """Per timed kernel call: did it wait for a CPU (reported, never used to drop one)."""
+        self.foreign: dict[str, list[float]] = {REFERENCE: [], **{k: [] for k in self.kernels}}
+        """Per contestant and timed round: the share of its window that went to other programs
+        (taken out of its sample; reported)."""
+        self.accounted = True
+        """Whether every jail's CPU time could be read (else samples are wall clock)."""
+        self.load_before = _load_average()
         self.stderr: dict[str, str] = {}
         self.timed_ns: dict[str, int] = {}
         self.timed_calls = 0
@@ -1111,11 +1143,12 @@ class Session:
     def _pass(self, rounds: int, min_seconds: float) -> None:
         """At least `rounds` rounds (and `min_seconds` of them), each on the live process set
         with the fewest samples: every contestant once per round, on the same fresh inputs,
-        in a random order. A round in which someone waited for a CPU is taken again (a few
-        times at most)."""
+        in a random order. Every round is kept, and no contestant's figures decide anything
+        about the others': what went to other programs is taken out of each call alike
+        (JailedRunner._timed), so a busy host costs precision, not fairness, and a kernel has
+        no re-take to buy."""
         harness, job = self.harness, self.job
         assert self.clock is not None
-        retakes = 0
         taken = 0
         started = time.monotonic()
         # Starting a set of processes costs a few hundred ms, and within-process noise shrinks
@@ -1140,7 +1173,6 @@ class Session:
             order = [REFERENCE, *self.live]
             self.shuffler.shuffle(order)
             timed: dict[str, tuple[int, list[list[Any]], list[list[str]]]] = {}
-            contended = False
             failed = False
             for role in order:
                 runner = pset.runners[role]
@@ -1156,17 +1188,8 @@ class Session:
                         self._fail(role, exc)
                         failed = True
                         break
-                off_cpu = runner.last_off_cpu_ns - pset.round_trip * len(sets)
-                share = max(0.0, off_cpu) / max(timed[role][0], 1)
-                # Only the reference's wait decides: a kernel could keep a thread of its own
-                # runnable to make its slow rounds look contended and have them re-taken. The
-                # reference runs next to it in every round, on the same core, in random
-                # order, so a busy host shows in its calls too.
-                if role == REFERENCE:
-                    self.reference_off_cpu.append(share)
-                    contended = share > CONTENDED_SHARE
-                else:
-                    self.kernel_waits.append(share > KERNEL_OFF_CPU_SHARE)
+                self.foreign[role].append(runner.last_foreign_ns / max(runner.last_wall_ns, 1))
+                self.accounted = self.accounted and runner.accounted
             if failed:
                 continue
             _, refs, ref_names = timed[REFERENCE]
@@ -1194,12 +1217,6 @@ class Session:
                         break
             if failed:
                 continue
-            if contended and retakes < MAX_RETAKES_PER_ROUND * max(rounds, taken):
-                retakes += 1
-                self.retaken += 1
-                continue
-            if contended:
-                self.kept_contended += 1
             for role in [REFERENCE, *self.live]:
                 elapsed = timed[role][0]
                 net = max(elapsed - int(pset.round_trip) * len(sets), len(sets))
@@ -1278,12 +1295,10 @@ class Session:
         )
         rounds = len(self.block_of)
         widest = analysis.widest()
-        contended = (
-            self.kept_contended > 0
-            or self.retaken > CONTENDED_ROUNDS_SHARE * rounds
-            or steal > STEAL_LIMIT
-            or sum(self.kernel_waits) > CONTENDED_ROUNDS_SHARE * max(len(self.kernel_waits), 1)
-        )
+        shares = {name: self.foreign[name] for name in [REFERENCE, *self.live]}
+        every = [v for values in shares.values() for v in values]
+        foreign_share = float(np.mean(every)) if every else 0.0
+        contended = foreign_share > CONTENDED_SHARE or steal > STEAL_LIMIT
         result["analysis"] = {
             "blocks": analysis.blocks,
             "rounds": rounds,
@@ -1313,15 +1328,21 @@ class Session:
                 for (a, b), i in analysis.speedups.items()
             ],
             "contention": {
-                "retaken_rounds": self.retaken,
-                "kept_contended_rounds": self.kept_contended,
                 "steal_fraction": steal,
                 "drift": shift,
                 "contended": contended,
-                "kernel_calls_waiting": sum(self.kernel_waits),
-                "wait_share_quantiles": [
-                    float(q) for q in np.percentile(self.reference_off_cpu or [0.0], [50, 90, 99])
-                ],
+                "foreign_share": foreign_share,
+                "foreign_share_by_contestant": {
+                    name: float(np.median(values)) if values else 0.0
+                    for name, values in shares.items()
+                },
+                "busy_rounds_by_contestant": {
+                    name: sum(v > CONTENDED_SHARE for v in values)
+                    for name, values in shares.items()
+                },
+                "accounted": self.accounted,
+                "load_before": self.load_before,
+                "load_after": _load_average(),
             },
         }
         result["timed_calls"] = self.timed_calls

@@ -190,6 +190,23 @@ class CpusetGroup(Group):
         return group
 
 
+class CpuacctGroup(Group):
+    """A cgroup-v1 `cpuacct` group: the CPU time of every task that was ever in it, threads and
+    processes that already exited included (per-task counters lose those)."""
+
+    @classmethod
+    def make(cls) -> CpuacctGroup | None:
+        group = cls.create(v1_parent("cpuacct"))
+        if group is not None and group.usage_ns() is None:
+            group.remove(1)
+            return None
+        return group
+
+    def usage_ns(self) -> int | None:
+        text = self.read("cpuacct.usage")
+        return int(text) if text is not None and text.strip().isdigit() else None
+
+
 class FreezerGroup(Group):
     """A cgroup-v1 `freezer` group. Its processes cannot die while frozen (SIGKILL waits for
     the thaw), which is why everything that kills also thaws."""
@@ -237,6 +254,14 @@ class V2Group(Group):
 
     def kill_all(self) -> None:
         self.write("cgroup.kill", "1")
+
+    def usage_ns(self) -> int | None:
+        """CPU time of everything that ever ran in the group (cpu.stat, microseconds)."""
+        for line in (self.read("cpu.stat") or "").splitlines():
+            name, _, value = line.partition(" ")
+            if name == "usage_usec" and value.strip().isdigit():
+                return int(value) * 1000
+        return None
 
     def limit_hit(self) -> bool:
         events = self.read("pids.events") or ""
@@ -304,7 +329,7 @@ def kill_pids(pids: Iterable[int]) -> None:
 
 def _stale_groups() -> list[Group]:
     prefix = group_prefix()
-    parents = [v1_parent(c) for c in ("pids", "freezer", "cpuset")] + [v2_parent()]
+    parents = [v1_parent(c) for c in ("pids", "freezer", "cpuset", "cpuacct")] + [v2_parent()]
     stale: list[Group] = []
     for parent in parents:
         if parent is None:

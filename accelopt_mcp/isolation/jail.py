@@ -73,6 +73,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict
 
 from accelopt_mcp.isolation.cgroups import (
+    CpuacctGroup,
     CpusetGroup,
     FreezerGroup,
     Group,
@@ -472,6 +473,7 @@ class JailedProcess:
         freezer: FreezerGroup | V2Group | None,
         pids_group: PidsGroup | None,
         cpuset: CpusetGroup | None,
+        cpuacct: CpuacctGroup | None = None,
         init_pid: int | None,
         pid_namespace: int | None,
         marker: bytes | None,
@@ -496,6 +498,7 @@ class JailedProcess:
         self._freezer = freezer
         self._pids_group = pids_group
         self._cpuset = cpuset
+        self._cpuacct = cpuacct
         self._marker = marker
         self._memory_limit_mb = memory_limit_mb
         self._max_processes = max_processes
@@ -645,32 +648,42 @@ class JailedProcess:
                 found.add(self.pid)
         return sorted(found)
 
-    def cpu_time_ns(self) -> int:
-        """Nanoseconds the jail's processes have so far spent on a CPU (/proc/PID/schedstat),
-        summed over the processes seen the first time this was asked; 0 where the kernel does
-        not keep it."""
-        return self.sched_times()[0]
+    def cpu_usage_ns(self) -> int | None:
+        """Nanoseconds every task of the jail has spent on a CPU so far, threads and processes
+        that already exited included (its cpuacct group, or its cgroup-v2 group); None where
+        no such group could be made. Per-task counters (/proc/PID/schedstat) cannot stand in:
+        a thread that does the work and exits before it is read would take its time along."""
+        if self._cpuacct is not None:
+            return self._cpuacct.usage_ns()
+        if isinstance(self._freezer, V2Group):
+            return self._freezer.usage_ns()
+        return None
 
-    def sched_times(self) -> tuple[int, int]:
-        """(on-CPU, waiting for a CPU in the run queue) nanoseconds so far, from
-        /proc/PID/schedstat."""
+    def run_queue_wait_ns(self) -> int:
+        """Nanoseconds the jail's threads have so far spent runnable but waiting for a CPU
+        (/proc/PID/task/TID/schedstat), over the processes seen the first time this was
+        asked (not bwrap's own); 0 where the kernel does not keep it. A thread that exits
+        takes its wait along, so this can only under-read."""
         if self._delay_pids is None:
             self._delay_pids = [
                 pid for pid in self.jail_pids() if pid not in (self.pid, self.init_pid)
             ] or [self.pid]
-        running = waiting = 0
+        waiting = 0
         for pid in self._delay_pids:
             try:
-                with open(f"/proc/{pid}/schedstat") as f:
-                    fields = f.read().split()
-                running += int(fields[0])
-                waiting += int(fields[1])
-            except (OSError, ValueError, IndexError):
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
                 continue
-        return running, waiting
+            for tid in tids:
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                        waiting += int(f.read().split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+        return waiting
 
     def _groups(self) -> list[Group]:
-        groups: list[Group | None] = [self._pids_group, self._freezer, self._cpuset]
+        groups: list[Group | None] = [self._pids_group, self._freezer, self._cpuset, self._cpuacct]
         return [g for g in groups if g is not None]
 
     # -- freezing
@@ -942,7 +955,12 @@ def spawn_jailed(
     pids_group = PidsGroup.make(max_processes + extra if max_processes is not None else None)
     freezer_group = _make_freezer(freezer, max_processes + extra if max_processes else None)
     cpuset = CpusetGroup.make(cpus) if cpus else None
-    groups: list[Group] = [g for g in (pids_group, freezer_group, cpuset) if g is not None]
+    # The CPU time of the whole jail, for the harness's contention correction (a v2 group
+    # keeps it in cpu.stat already).
+    cpuacct = None if isinstance(freezer_group, V2Group) else CpuacctGroup.make()
+    groups: list[Group] = [
+        g for g in (pids_group, freezer_group, cpuset, cpuacct) if g is not None
+    ]
     method: FreezeMethod = "signals" if freezer_group is None else freezer_group.method
     # As root the program runs as JAIL_UID, which RLIMIT_NPROC does bind; it counts every
     # process of that uid on the host (all jails), so there it is only the fallback for a
@@ -1013,6 +1031,7 @@ def spawn_jailed(
         freezer=freezer_group,
         pids_group=pids_group,
         cpuset=cpuset,
+        cpuacct=cpuacct,
         init_pid=info.get("child-pid"),
         pid_namespace=info.get("pid-namespace"),
         marker=marker,

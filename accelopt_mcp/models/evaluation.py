@@ -183,10 +183,13 @@ class LatencyStats(Record):
     q3_ms: float | None = None
     """Third quartile of the samples."""
     contended_samples: int = 0
-    """Samples thrown away and re-taken because the kernel waited for a CPU while timed."""
+    """Samples in which more than 5 % of the kernel's timed window went to other programs
+    (cpu: that time is taken out of every contestant's samples alike; none is thrown away).
+    Records from before 2026-12-02 count samples that were re-taken instead."""
     contended: bool = False
-    """The host was busy: many samples waited for a CPU, steal time, or the timings drifted
-    while they were taken. The interval accounts for what was kept; read it with care."""
+    """The host was busy: other programs took a noticeable share of the timed windows, or
+    steal time. The figures have that time taken out, but the caches were shared: read it
+    with care."""
     measurements: int = 1
     """How many measurements (separate evaluations) this figure pools (stored profiles)."""
 
