@@ -958,9 +958,7 @@ def spawn_jailed(
     # The CPU time of the whole jail, for the harness's contention correction (a v2 group
     # keeps it in cpu.stat already).
     cpuacct = None if isinstance(freezer_group, V2Group) else CpuacctGroup.make()
-    groups: list[Group] = [
-        g for g in (pids_group, freezer_group, cpuset, cpuacct) if g is not None
-    ]
+    groups: list[Group] = [g for g in (pids_group, freezer_group, cpuset, cpuacct) if g is not None]
     method: FreezeMethod = "signals" if freezer_group is None else freezer_group.method
     # As root the program runs as JAIL_UID, which RLIMIT_NPROC does bind; it counts every
     # process of that uid on the host (all jails), so there it is only the fallback for a

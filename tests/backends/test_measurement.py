@@ -14,7 +14,11 @@ import pytest
 
 from accelopt_mcp.backends.base import Baseline
 from accelopt_mcp.backends.cpu import CpuBackend
-from accelopt_mcp.models import BenchmarkConfig, EvaluationStatus
+from accelopt_mcp.models import BenchmarkConfig, EvaluationStatus, Task
+from accelopt_mcp.tasks.kernels import solution_from_source
+from accelopt_mcp.tasks.loader import load_task
+from tests.backends.test_attacks import ATTACK_DIR as ATTACKS
+from tests.backends.test_attacks import EXAMPLES
 from tests.backends.test_cpu_backend import SLOW_REFERENCE, VECTORIZED, python_solution, scale_task
 
 # Timing-sensitive (measured speedups decide what is kept): run alone, not beside other tests
@@ -133,24 +137,79 @@ def test_compare_refuses_one_kernel(backend: CpuBackend) -> None:
         backend.compare(scale_task(), [Baseline(label="a", solution=python_solution(VECTORIZED))])
 
 
-def test_rounds_that_waited_for_a_cpu_are_retaken(tmp_path) -> None:
-    """A busy loop on the evaluation's own core: the kernel waits for the CPU in timed calls,
-    which the harness sees (run-queue delay) and re-takes or reports."""
+def _spinners(cores: list[int]) -> list[subprocess.Popen[bytes]]:
+    return [
+        subprocess.Popen(
+            [sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{c}}})\nwhile True: pass"]
+        )
+        for c in cores
+    ]
+
+
+def _stop(spinners: list[subprocess.Popen[bytes]]) -> None:
+    for spinner in spinners:
+        spinner.kill()
+        spinner.wait()
+
+
+def test_a_busy_core_is_seen_and_taken_out_of_every_contestant_alike() -> None:
+    """A busy loop on the evaluation's own core: the kernel and the reference both wait for
+    the CPU in timed calls; the harness sees it (the log says how much), takes it out of
+    every contestant's calls alike and keeps every round."""
     core = min(os.sched_getaffinity(0))
-    spinner = subprocess.Popen(
-        [sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{core}}})\nwhile True: pass"]
-    )
+    spinners = _spinners([core])
     try:
         backend = CpuBackend(cpus={core})
         evaluation = backend.evaluate(scale_task(), python_solution(VECTORIZED), CONFIG)
     finally:
-        spinner.kill()
-        spinner.wait()
+        _stop(spinners)
     assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
     assert evaluation.latency_stats is not None
-    assert evaluation.measurement["retaken_rounds"] > 0 or evaluation.latency_stats.contended
-    assert evaluation.latency_stats.contended
-    assert "busy" in evaluation.log
+    assert evaluation.latency_stats.contended, evaluation.log
+    assert evaluation.measurement["foreign_share"] > 0.1, evaluation.measurement
+    assert "went to other programs" in evaluation.log
+    assert "retaken" not in json.dumps(evaluation.measurement)
+
+
+def test_a_copy_of_the_reference_reads_one_on_a_busy_host() -> None:
+    """A/A under load, unpinned, a busy loop on every core (what the engine's own evaluations
+    plus one other job do to a 2-core laptop). Before the harness took other programs' time
+    out of every contestant alike, it re-took rounds in which the reference alone had waited,
+    and such a copy read 0.23-0.69x."""
+    task = _softmax_task()
+    twin = solution_from_source(
+        task.definition.reference + "\n\ndef kernel(x):\n    return forward(x)\n",
+        task.definition.name,
+        name="twin",
+    )
+    spinners = _spinners(sorted(os.sched_getaffinity(0)))
+    try:
+        evaluation = CpuBackend().evaluate(task, twin, CONFIG)
+    finally:
+        _stop(spinners)
+    assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
+    assert evaluation.performance is not None
+    assert 0.85 < evaluation.performance.speedup_factor < 1.15, evaluation.log
+
+
+def _softmax_task() -> Task:
+    return load_task(EXAMPLES / "reference" / "softmax_M256_N1024_numpy_0.py")
+
+
+def test_a_kernel_cannot_pass_its_own_work_off_as_another_programs() -> None:
+    """Attack a19: the work is done by a thread that exits before "done" while the calling
+    thread waits runnable behind it. A harness that summed the CPU time of the threads it can
+    still see measured it at 1.35x the reference; counted over the whole jail (exited threads
+    included), it is the reference's work plus a thread's cost: slower than the reference."""
+    task = _softmax_task()
+    attack = solution_from_source(
+        (ATTACKS / "a19_pass_off_work.py").read_text(), task.definition.name, name="a19"
+    )
+    backend = CpuBackend(cpus={min(os.sched_getaffinity(0))})
+    evaluation = backend.evaluate(task, attack, CONFIG)
+    assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
+    assert evaluation.performance is not None
+    assert evaluation.performance.speedup_factor < 1.0, evaluation.log
 
 
 SPINNER_KERNEL = textwrap.dedent(
@@ -221,14 +280,16 @@ SELF_CONTENDING = textwrap.dedent(
 )
 
 
-def test_a_kernel_cannot_have_its_slow_rounds_retaken() -> None:
-    """Only the reference's wait for a CPU decides whether a round is re-taken: a kernel
-    that contends with itself on its slow calls keeps those calls in its figures."""
+def test_a_kernel_that_contends_with_itself_is_charged_for_it() -> None:
+    """A kernel whose slow calls keep a second thread of its own runnable: its main thread
+    waits for the CPU, but behind its own work, which is no other program's. Those calls stay
+    in its figures at their full length: none of its rounds reads as busy."""
     backend = CpuBackend(cpus={min(os.sched_getaffinity(0))})
     evaluation = backend.evaluate(scale_task(), python_solution(SELF_CONTENDING), CONFIG)
     assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
+    assert evaluation.latency_stats is not None
     rounds = evaluation.measurement["rounds"]
-    assert evaluation.measurement["retaken_rounds"] < 0.25 * rounds, evaluation.log
+    assert evaluation.latency_stats.contended_samples < 0.25 * rounds, evaluation.log
 
 
 def test_every_jailed_runner_gets_a_command_line_of_one_length() -> None:
