@@ -48,6 +48,7 @@ HARNESS_INTERNALS: frozenset[str] = frozenset(
         "rounds",
         "retaken_rounds",
         "foreign_share",
+        "reference_busy_rounds",
         "host_load",
         "steal_fraction",
         "drift",

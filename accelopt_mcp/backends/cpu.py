@@ -778,6 +778,9 @@ def _measurement(result: dict[str, Any], analysis: dict[str, Any], label: str) -
         "calls_per_sample": float(analysis.get("calls_per_sample", 1)),
         "rounds": float(analysis.get("rounds", 0)),
         "foreign_share": float(contention.get("foreign_share", 0.0)),
+        "reference_busy_rounds": float(
+            (contention.get("busy_rounds_by_contestant") or {}).get("reference", 0)
+        ),
         "host_load": float(contention.get("load_after", 0.0)),
         "steal_fraction": float(contention.get("steal_fraction", 0.0)),
         "drift": float(contention.get("drift", 0.0)),

@@ -283,13 +283,18 @@ SELF_CONTENDING = textwrap.dedent(
 def test_a_kernel_that_contends_with_itself_is_charged_for_it() -> None:
     """A kernel whose slow calls keep a second thread of its own runnable: its main thread
     waits for the CPU, but behind its own work, which is no other program's. Those calls stay
-    in its figures at their full length: none of its rounds reads as busy."""
+    in its figures at their full length: no more of its rounds read as busy than of the
+    reference's, timed beside it on the same core (a busy host makes both busy alike)."""
     backend = CpuBackend(cpus={min(os.sched_getaffinity(0))})
     evaluation = backend.evaluate(scale_task(), python_solution(SELF_CONTENDING), CONFIG)
     assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
     assert evaluation.latency_stats is not None
     rounds = evaluation.measurement["rounds"]
-    assert evaluation.latency_stats.contended_samples < 0.25 * rounds, evaluation.log
+    busy_reference = evaluation.measurement["reference_busy_rounds"]
+    assert evaluation.latency_stats.contended_samples < busy_reference + 0.25 * rounds, (
+        evaluation.measurement,
+        evaluation.log,
+    )
 
 
 def test_every_jailed_runner_gets_a_command_line_of_one_length() -> None:
