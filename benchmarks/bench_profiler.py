@@ -10,14 +10,22 @@
     interleaved intervals (extracted from git, run side by side in this run).
 (d) ranking: three kernels doing 1.00x, 1.05x and 1.20x the work, compared head to head
     (Backend.compare) 20 times; target: ordered correctly in >= 19 of 20.
+(e) calibration under load (issue 24), side by side in one run, in three conditions: quiet, a
+    busy loop on every core, and the engine's default concurrency (one evaluation per core at
+    once, as a run's DevicePool does). Per condition: A/A against the reference (a kernel whose
+    body is the reference) and A/A between two copies of one kernel (compare), each as bias
+    (median estimate - 1) and coverage (share of 95 % intervals holding 1.00); and the
+    1.00/1.05/1.20x ranking. Targets: |bias| <= 2 % quiet, <= 5 % loaded; coverage >= 90 %;
+    ordering >= 19/20 of the trials.
 
-    .venv/bin/python benchmarks/bench_profiler.py [--only a,b,c,d] [--repeats 10]
+    .venv/bin/python benchmarks/bench_profiler.py [--only a,b,c,d,e] [--repeats 10]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -28,6 +36,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from accelopt_mcp.backends.base import Baseline
 from accelopt_mcp.backends.cpu import CpuBackend
@@ -158,6 +167,7 @@ def bench_identical(repeats: int) -> None:
 COST_SCRIPT = """
 import json, sys, time
 from pathlib import Path
+from typing import Any
 from accelopt_mcp.backends.cpu import CpuBackend
 from accelopt_mcp.models import BenchmarkConfig
 from accelopt_mcp.tasks.kernels import load_solution
@@ -219,28 +229,28 @@ def bench_cost(repeats: int) -> None:
     )
 
 
+RATIO_CODE = """
+import numpy as np
+
+def kernel(x):
+    scratch = np.empty_like(x)
+    for _ in range({n}):
+        np.multiply(x, np.float32(1.0001), out=scratch)
+    return (x / (np.float32(1.0) + np.exp(-x))).astype(np.float32)
+"""
+
+
+def _ratio_kernels(task: Task) -> list[Baseline]:
+    """Correct silu (x * sigmoid(x)) plus 20, 21 and 24 units of extra work."""
+    return [
+        Baseline(label=label, solution=python_kernel(task, RATIO_CODE.format(n=n), label))
+        for label, n in (("1.00x", 20), ("1.05x", 21), ("1.20x", 24))
+    ]
+
+
 def bench_ranking(trials: int) -> None:
     task = load_task(EXAMPLES / "reference" / "silu_M512_N1024_numpy_0.py")
-    # Correct output (x * sigmoid(x)) plus a known amount of extra work.
-    base = 20
-    kernels = {
-        "1.00x": base,
-        "1.05x": base + 1,
-        "1.20x": base + 4,
-    }
-    code = """
-    import numpy as np
-
-    def kernel(x):
-        scratch = np.empty_like(x)
-        for _ in range({n}):
-            np.multiply(x, np.float32(1.0001), out=scratch)
-        return (x / (np.float32(1.0) + np.exp(-x))).astype(np.float32)
-    """
-    solutions = [
-        Baseline(label=label, solution=python_kernel(task, code.format(n=n), label))
-        for label, n in kernels.items()
-    ]
+    solutions = _ratio_kernels(task)
     backend = CpuBackend(cpus={min(os.sched_getaffinity(0))})
     correct, told_apart = 0, 0
     for trial in range(trials):
@@ -256,11 +266,132 @@ def bench_ranking(trials: int) -> None:
     )
 
 
+def _twin(task: Task, name: str) -> Solution:
+    code = task.definition.reference + "\n\ndef kernel(x):\n    return forward(x)\n"
+    return python_kernel(task, code, name)
+
+
+def _load(condition: str) -> list[subprocess.Popen[bytes]]:
+    if condition != "busy":
+        return []
+    return [
+        subprocess.Popen(
+            [sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{c}}})\nwhile True: pass"]
+        )
+        for c in sorted(os.sched_getaffinity(0))
+    ]
+
+
+def _summary(estimates: list[float], held: int, loaded: bool) -> str:
+    bias = statistics.median(estimates) - 1.0
+    coverage = held / len(estimates)
+    ok = abs(bias) <= (0.05 if loaded else 0.02) and coverage >= 0.9
+    return (
+        f"bias {bias:+.1%}, coverage {held}/{len(estimates)} ({coverage:.0%}), range "
+        f"{min(estimates):.3f}..{max(estimates):.3f}: {verdict(ok)}"
+    )
+
+
+def _aa_evaluations(task: Task, twin: Solution, pool: Any, repeats: int) -> list[Evaluation]:
+    """`repeats` evaluations of `twin` on the first core, or, with the engine's pool, as many
+    at once as it has cores (every one of them an A/A sample)."""
+    if pool is None:
+        backend = CpuBackend(cpus={min(os.sched_getaffinity(0))})
+        return [backend.evaluate(task, twin, CONFIG) for _ in range(repeats)]
+    found: list[Evaluation] = []
+    while len(found) < repeats:
+        found += [p.evaluation for p in pool.map(CpuBackend, [(task, twin)] * pool.size, CONFIG)]
+    return found[:repeats]
+
+
+def _compare_beside(task: Task, kernels: list[Baseline], other: Solution, *, loaded: bool) -> Any:
+    """compare on the first core; when `loaded`, the other cores run A/A evaluations
+    meanwhile, as a run's pool would."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cores = sorted(os.sched_getaffinity(0))
+    backend = CpuBackend(cpus={cores[0]})
+    if not loaded or len(cores) == 1:
+        return backend.compare(task, kernels, CONFIG)
+    with ThreadPoolExecutor(len(cores) - 1) as side:
+        others = [
+            side.submit(CpuBackend(cpus={c}).evaluate, task, other, CONFIG) for c in cores[1:]
+        ]
+        found = backend.compare(task, kernels, CONFIG)
+        for future in others:
+            future.result()
+    return found
+
+
+def bench_calibration(repeats: int, trials: int) -> None:
+    from accelopt_mcp.backends.pool import DevicePool
+
+    task = load_task(EXAMPLES / "reference" / "softmax_M256_N1024_numpy_0.py")
+    twin_a, twin_b = _twin(task, "a"), _twin(task, "b")
+    cores = sorted(os.sched_getaffinity(0))
+    for condition in ("quiet", "busy", "engine"):
+        loaded = condition != "quiet"
+        hogs = _load(condition)
+        pool = DevicePool.for_cpu() if condition == "engine" else None
+        try:
+            time.sleep(0.2)
+
+            started = time.perf_counter()
+            estimates, held = [], 0
+            for evaluation in _aa_evaluations(task, twin_a, pool, repeats):
+                performance = _passed(evaluation).performance
+                assert performance is not None
+                low = performance.speedup_ci_low or 0.0
+                high = performance.speedup_ci_high or math.inf
+                estimates.append(performance.speedup_factor)
+                held += low <= 1.0 <= high
+            seconds = (time.perf_counter() - started) / repeats
+            print(
+                f"(e) {condition}: A/A against the reference, {repeats} evaluations "
+                f"({seconds:.1f} s each): {_summary(estimates, held, loaded)}"
+            )
+            pair_estimates, pair_held = [], 0
+            for _ in range(max(2, repeats // 2)):
+                comparison = _compare_beside(
+                    task,
+                    [Baseline(label="a", solution=twin_a), Baseline(label="b", solution=twin_b)],
+                    twin_b,
+                    loaded=pool is not None,
+                )
+                (pair,) = comparison.pairs
+                value = pair.speedup if pair.kernel == "a" else 1.0 / pair.speedup
+                pair_estimates.append(value)
+                pair_held += pair.ci_low <= 1.0 <= (pair.ci_high or math.inf)
+            print(
+                f"(e) {condition}: A/A between two copies (compare): "
+                f"{_summary(pair_estimates, pair_held, loaded)}"
+            )
+            correct = 0
+            solutions = _ratio_kernels(
+                task_silu := load_task(EXAMPLES / "reference" / "silu_M512_N1024_numpy_0.py")
+            )
+            for trial in range(trials):
+                order = solutions[trial % 3 :] + solutions[: trial % 3]
+                backend = CpuBackend(cpus={cores[0]})
+                ranked = [k.label for k in backend.compare(task_silu, order, CONFIG).kernels]
+                correct += ranked == ["1.00x", "1.05x", "1.20x"]
+            print(
+                f"(e) {condition}: 1.00/1.05/1.20x ordered correctly in {correct}/{trials} "
+                f"(target >= {trials - 1}: {verdict(correct >= trials - 1)})"
+            )
+        finally:
+            for hog in hogs:
+                hog.kill()
+                hog.wait()
+            if pool is not None:
+                pool.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--trials", type=int, default=20)
-    parser.add_argument("--only", default="a,b,c,d")
+    parser.add_argument("--only", default="a,b,c,d,e")
     args = parser.parse_args()
     wanted = set(args.only.split(","))
     print(
@@ -276,6 +407,8 @@ def main() -> None:
         bench_cost(args.repeats)
     if "d" in wanted:
         bench_ranking(args.trials)
+    if "e" in wanted:
+        bench_calibration(args.repeats, args.trials)
 
 
 if __name__ == "__main__":
