@@ -18,8 +18,8 @@ from typing import Any
 
 from accelopt_mcp.backends.base import Baseline
 from accelopt_mcp.backends.cluster import cluster_address
-from accelopt_mcp.backends.placement import local_options_only
-from accelopt_mcp.backends.registry import backend_class, backend_info, get_backend
+from accelopt_mcp.backends.placement import local_backend, local_options_only
+from accelopt_mcp.backends.registry import backend_class, backend_info
 from accelopt_mcp.backends.roofline import NO_ROOFLINE
 from accelopt_mcp.models import (
     BenchmarkConfig,
@@ -338,7 +338,7 @@ def compare_kernels(
     address = cluster_address(cluster)
     local_options_only(backend_options, address)
     if address is None:
-        found = get_backend(backend, **(backend_options or {})).compare(task, labelled, config)
+        found = local_backend(backend, backend_options).compare(task, labelled, config)
     else:  # one node's device times them all, as one device here would
         from accelopt_mcp.backends.ray_pool import RayPool
 

@@ -18,8 +18,7 @@ from pydantic import BaseModel
 from accelopt_mcp.backends.base import Backend, Baseline
 from accelopt_mcp.backends.cluster import cluster_address
 from accelopt_mcp.backends.cpu_peaks import PeakSource
-from accelopt_mcp.backends.placement import local_options_only
-from accelopt_mcp.backends.registry import get_backend
+from accelopt_mcp.backends.placement import local_backend, local_options_only
 from accelopt_mcp.hashing import CURRENT_HASH_VERSION, benchmark_config_hash, solution_hash
 from accelopt_mcp.linking import StoredKernel, plan_links, store_kernel
 from accelopt_mcp.models import (
@@ -118,7 +117,7 @@ def profile_kernel(
     if backend == "cpu" and store is not None and "peaks" not in options:
         # Peaks measured once per host land in the database (and come from it).
         options["peaks"] = PeakSource(store)
-    engine = get_backend(backend, **options)
+    engine = local_backend(backend, options)
     problem = syntax_problem(solution, origin)
     if problem is not None:
         evaluation = _compile_error(engine, problem)

@@ -538,7 +538,7 @@ class CpuBackend(Backend):
             f"{c.ci_high:.3f}] ({c.verdict})"
             for c in comparisons
         ]
-        log += _timing_lines(config, analysis, contention, flags)
+        log += _timing_lines(config, analysis, contention, flags, self.cpus)
         log.append(roofline_line)
         if "above_peak" in flags:
             log.append(
@@ -720,6 +720,7 @@ def _timing_lines(
     analysis: dict[str, Any],
     contention: dict[str, Any],
     flags: list[str],
+    cpus: set[int] | None,
 ) -> list[str]:
     """What the timing saw (how busy the host was, what was taken out, how wide the intervals
     stayed) and, when the figures are loose, what to do about it; adds noisy_timing then."""
@@ -727,8 +728,16 @@ def _timing_lines(
     share = float(contention.get("foreign_share", 0.0))
     load = (float(contention.get("load_before", 0.0)), float(contention.get("load_after", 0.0)))
     cores = len(os.sched_getaffinity(0))
+    if cpus:
+        where = (
+            f"pinned to core{'s' if len(cpus) > 1 else ''} {','.join(map(str, sorted(cpus)))} "
+            f"with {len(cpus)} BLAS/OpenMP thread{'s' if len(cpus) > 1 else ''}"
+        )
+    else:
+        where = f"on every usable core ({cores}), BLAS/OpenMP threads at the library's default"
     seen = (
-        f"timing: host load {load[0]:.1f} -> {load[1]:.1f} on {cores} usable cores; "
+        f"timing: {where}; host load {load[0]:.1f} -> {load[1]:.1f} "
+        f"on {cores} usable cores; "
         f"{share:.1%} of the timed windows went to other programs"
     )
     seen += (
@@ -753,8 +762,8 @@ def _timing_lines(
     flags.append("noisy_timing")
     if contention.get("contended"):
         step = (
-            "the host was busy: time it again when it is quieter, on a core of its own "
-            "(fewer --workers), or raise --max-timing"
+            "the host was busy: time it again when it is quieter (in a run: fewer --workers), "
+            "or raise --max-timing"
         )
     else:
         step = (

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import time
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -212,3 +213,30 @@ def environment_libs(cpus: set[int] | None = None) -> dict[str, str]:
         libs[CACHE_KEYS["L3"]] += f" shared by {facts.l3_shared_by} logical CPUs"
     libs[CORES_KEY] = str(len(cpus) if cpus else _usable_cores())
     return libs
+
+
+def quietest_core(window_s: float = 0.05) -> int:
+    """The usable core that was idle the longest over the next `window_s` seconds (/proc/stat;
+    the lowest-numbered usable core when it cannot be read). What a one-off evaluation (the CLI's
+    profile and compare, the MCP tools) is pinned to, so that it runs, like a run's pooled
+    evaluations, on one core with one BLAS thread."""
+    usable = sorted(os.sched_getaffinity(0))
+
+    def idle() -> dict[int, int]:
+        found: dict[int, int] = {}
+        try:
+            with open("/proc/stat") as f:
+                for line in f:
+                    name, *values = line.split()
+                    if name.startswith("cpu") and name[3:].isdigit() and len(values) > 4:
+                        found[int(name[3:])] = int(values[3]) + int(values[4])
+        except (OSError, ValueError):
+            return {}
+        return found
+
+    before = idle()
+    time.sleep(window_s)
+    after = idle()
+    if not before or not after:
+        return usable[0]
+    return max(usable, key=lambda c: (after.get(c, 0) - before.get(c, 0), -c))

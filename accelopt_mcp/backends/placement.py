@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from accelopt_mcp.backends.base import BackendInfo
+from accelopt_mcp.backends.base import Backend, BackendInfo
 from accelopt_mcp.backends.pool import DevicePool, EvaluationPool
 
 
@@ -53,3 +53,17 @@ def local_options_only(options: Mapping[str, Any] | None, address: str | None) -
             f"the evaluation runs on the Ray cluster at {address}, whose nodes build their own: "
             "drop the options, or the cluster (cluster='local')"
         )
+
+
+def local_backend(name: str, options: Mapping[str, Any] | None = None) -> Backend:
+    """A backend for one evaluation on this host. A cpu one is pinned to the quietest usable
+    core unless `options` name the cores: on one core, with one BLAS thread, as a run's pooled
+    evaluations are, so that a figure from `accelopt profile` or an MCP tool means what a run's
+    does (and its percent of peak is against one core's peak)."""
+    from accelopt_mcp.backends.host_facts import quietest_core
+    from accelopt_mcp.backends.registry import get_backend
+
+    chosen = dict(options or {})
+    if name == "cpu" and chosen.get("cpus") is None:
+        chosen["cpus"] = {quietest_core()}
+    return get_backend(name, **chosen)

@@ -160,6 +160,10 @@ def _print_evaluation(outcome: ProfileOutcome) -> None:
             f"  spread (IQR / median) {s.relative_spread:.1%} over {s.runs} samples in "
             f"{s.measurement_rounds} sets of fresh processes{busy}"
         )
+    # What the timing saw (cores, load, what was taken out) and, for a loose figure, what to do.
+    for line in ev.log.splitlines():
+        if line.startswith(("timing: ", "next step: ")):
+            say(f"  {line}")
     roofline = roofline_text(ev)
     if roofline is not None:
         say(f"  roofline {roofline}")
