@@ -845,7 +845,10 @@ def _died(run: SandboxResult, stage: str, config: BenchmarkConfig) -> tuple[Eval
     where = f"during {stage}"
     if run.timed_out:
         status = EvaluationStatus.TIMEOUT
-        line = f"timed out after {config.timeout_seconds:g} s {where}"
+        line = (
+            f"timed out after {config.timeout_seconds:g} s {where}: if the kernel is slow rather "
+            "than stuck, raise timeout_seconds (CLI --timeout)"
+        )
     elif run.memory_exceeded:
         status = EvaluationStatus.RUNTIME_ERROR
         line = f"ran out of memory (limit {config.memory_limit_mb} MB) {where}"

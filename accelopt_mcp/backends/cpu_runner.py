@@ -471,7 +471,8 @@ class JailedRunner:
                 self.process.kill()
                 raise CallFailed(
                     f"the {self.role} did not answer within {self.call_timeout_s:g} s "
-                    "(a hang, or far too slow)",
+                    "(a hang, or far too slow: a slow kernel needs a larger timeout_seconds, "
+                    "CLI --timeout)",
                     died=True,
                     timed_out=True,
                 )

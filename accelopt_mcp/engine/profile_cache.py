@@ -25,7 +25,14 @@ from accelopt_mcp.backends.base import Baseline
 from accelopt_mcp.backends.pool import BackendFactory, EvaluationPool
 from accelopt_mcp.engine.selection import PARENT_LABEL
 from accelopt_mcp.hashing import benchmark_config_hash, solution_hash
-from accelopt_mcp.models import BenchmarkConfig, Evaluation, KernelComparison, Solution, Task
+from accelopt_mcp.models import (
+    BenchmarkConfig,
+    Evaluation,
+    EvaluationStatus,
+    KernelComparison,
+    Solution,
+    Task,
+)
 from accelopt_mcp.models.evaluation import Comparison
 from accelopt_mcp.redaction import redact
 from accelopt_mcp.store.base import KernelStore
@@ -193,6 +200,10 @@ class ProfileCache:
             if (
                 profile.benchmark_config_hash == self.perf_hash
                 and profile.eval_hardware == self.hardware
+                # A time-out depends on timeout_seconds, which the settings' hash leaves out
+                # (a latency does not): with a longer one the kernel may finish, so it is timed
+                # again rather than handed back as the old verdict.
+                and profile.evaluation.status != EvaluationStatus.TIMEOUT
             ):
                 return profile.evaluation
         return None

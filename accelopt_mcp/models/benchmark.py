@@ -39,7 +39,12 @@ class BenchmarkConfig(BaseModel):
     """cpu: a cap on the time spent sampling, per evaluation; reaching it leaves a wider
     interval (flag `noisy_timing`), never a failure."""
     timeout_seconds: float = Field(default=60.0, gt=0)
+    """The longest any one call of a kernel (or of the reference) may take, checking and
+    timing alike; a call past it ends the evaluation as TIMEOUT (CLI `--timeout`, MCP
+    `timeout_seconds`). A kernel that takes seconds per call needs more than the default."""
     memory_limit_mb: int = Field(default=4096, ge=64)
+    """Address-space cap of each jailed process, MB; a kernel past it fails as RUNTIME_ERROR
+    (out of memory)."""
 
     # Settings that change what a latency figure means. Timeouts and memory caps do not.
     PERF_FIELDS: ClassVar[tuple[str, ...]] = (
