@@ -748,9 +748,13 @@ def _timing_lines(
     steal = float(contention.get("steal_fraction", 0.0))
     if steal > 0.01:
         seen += f"; steal {steal:.1%}"
-    seen += f"; widest interval ±{widest:.1%} (target ±{config.target_ci:.1%})"
-    if analysis.get("target_met", True):
-        return [seen]
+    seen += f"; widest speedup interval ±{widest:.1%} (target ±{config.target_ci:.1%}"
+    thresholds = analysis.get("decide_at") or []
+    if thresholds:
+        seen += ", or clear of " + " and ".join(f"{float(t):g}x" for t in thresholds)
+    seen += ")"
+    if analysis.get("answered", analysis.get("target_met", True)):
+        return [seen + f", answered after {analysis.get('blocks', 1)} sets of processes"]
     why = (
         f"the {config.max_timing_seconds:g} s timing cap"
         if analysis.get("time_capped")

@@ -445,6 +445,9 @@ class JailedRunner:
         """The last `call`'s timed windows, wall clock."""
         self.accounted = True
         """Whether the jail's CPU time could be read for every call (else wall clock only)."""
+        self.last_ping_foreign_ns = 0
+        """What the last empty call's window gave to others: where this harness shares the
+        jail's core, its own steps (thaw, request, reading the ack) while the jail waits."""
         # Unpredictable, so that no ack can be forged in advance for a request to come.
         self._sequence = secrets.randbits(30)
 
@@ -538,6 +541,7 @@ class JailedRunner:
         runner and the task's code: a candidate could answer pings slowly to inflate what is
         subtracted."""
         elapsed, foreign, _, _ = self._timed(OP_PING)
+        self.last_ping_foreign_ns = foreign
         return elapsed - foreign
 
     def _timed(self, op: int) -> tuple[int, int, int, int]:
@@ -720,6 +724,13 @@ CONTENDED_SHARE = 0.05
 time went to other programs (taken out of the samples, but their caches were shared)."""
 STEAL_LIMIT = 0.05
 STOP_RESAMPLES = 1000
+LOOK_GROWTH = 1.5
+"""Sampling looks at whether its question is answered each time the rounds have grown by half
+since the last look (30, 45, 68, ... rounds): a dozen looks at most in an evaluation."""
+LOOKS = 12
+"""Every look is a chance for a kernel no different from its rival to seem clear of 1.0 by
+luck; the looks share the 5 % error between them: an interval must clear a threshold at
+confidence 1 - 0.05 / LOOKS to stop sampling (the reported interval stays at 95 %)."""
 BLOCK_SECONDS = 0.25
 MIN_ROUNDS = 8
 MAX_ROUNDS_PER_PASS = 400
@@ -802,6 +813,10 @@ class ProcessSet:
         self.index = index
         self.runners: dict[str, JailedRunner] = {}
         self.round_trip = 0.0
+        self.own_share_ns = 0.0
+        """Of an empty call's window, what read as others' time: this harness's own steps
+        when it shares the core. Taken out of the samples like any other program's time,
+        but not counted as the host being busy."""
 
 
 class Session:
@@ -857,6 +872,10 @@ class Session:
         self.opened = 0
         self.per_set: dict[int, int] = {}
         self.rounds_done = 0
+        self.next_look = 0
+        self.answered = False
+        """Whether sampling stopped because the question was answered."""
+        """Rounds before the next look at whether the question is answered (LOOK_GROWTH)."""
         # Its own generator: the task's input drawing reseeds the `random` module.
         self.shuffler = random.Random(secrets.randbits(64))
         self.clock: _Clock | None = None
@@ -932,8 +951,7 @@ class Session:
                 first = False
                 if self.clock is not None and self.clock.capped:
                     break
-                analysis = self._analyse(STOP_RESAMPLES)
-                if analysis is not None and analysis.widest() <= target:
+                if self.answered or self._should_stop():
                     break
                 if self.opened >= max_sets or (self.clock is not None and self.clock.expired()):
                     break
@@ -1007,9 +1025,12 @@ class Session:
             # Calibrated on the reference jail: the same runner, thaw and freeze as the
             # kernels', but code we trust; a candidate could answer pings slowly to shrink its
             # own figures.
-            pset.round_trip = statistics.median(
-                pset.runners[REFERENCE].ping() for _ in range(PING_ROUNDS)
-            )
+            trips, own = [], []
+            for _ in range(PING_ROUNDS):
+                trips.append(pset.runners[REFERENCE].ping())
+                own.append(pset.runners[REFERENCE].last_ping_foreign_ns)
+            pset.round_trip = statistics.median(trips)
+            pset.own_share_ns = statistics.median(own)
             self.round_trips.append(pset.round_trip)
             self._correctness(pset)
             if not self.live:
@@ -1189,7 +1210,8 @@ class Session:
                         self._fail(role, exc)
                         failed = True
                         break
-                self.foreign[role].append(runner.last_foreign_ns / max(runner.last_wall_ns, 1))
+                others = max(0.0, runner.last_foreign_ns - pset.own_share_ns * len(sets))
+                self.foreign[role].append(others / max(runner.last_wall_ns, 1))
                 self.accounted = self.accounted and runner.accounted
             if failed:
                 continue
@@ -1228,8 +1250,52 @@ class Session:
             self.timed_calls += len(sets)
             self.rounds_done += 1
             taken += 1
+            # Past the pass's minimum, the rest of it only buys precision: none is needed once
+            # the question is answered.
+            if taken >= rounds and self._should_stop():
+                return
 
     # -- statistics
+
+    def _decisive(self, analysis: Any) -> list[Any]:
+        """The speedup intervals the caller reads: the candidate's over the reference and each
+        baseline (in a comparison, every pair)."""
+        return [analysis.speedups[pair] for pair in self._pairs() if pair in analysis.speedups]
+
+    def _should_stop(self) -> bool:
+        """A look, when one is due (LOOK_GROWTH): is the question answered?"""
+        if self.rounds_done < max(MIN_ROUNDS, self.next_look):
+            return False
+        self.next_look = math.ceil(self.rounds_done * LOOK_GROWTH)
+        level = float(self.job.get("confidence", 0.95))
+        usual = self._analyse(STOP_RESAMPLES)
+        strict = self._analyse(STOP_RESAMPLES, confidence=1 - (1 - level) / LOOKS)
+        self.answered = usual is not None and strict is not None and self._answered(usual, strict)
+        return self.answered
+
+    def _answered(self, analysis: Any, strict: Any = None) -> bool:
+        """Whether sampling has answered what it was asked, for every speedup the caller reads:
+        its interval is within ±target_ci, or it lies wholly on one side of every ratio in
+        decide_at (say 1.0: "faster or slower?"; a run's thresholds: "does it clear 1.04x?").
+        An interval that still straddles one of them needs more samples; the median
+        latencies' own intervals (which differ between processes far more than a paired
+        ratio does) are reported, not sampled down. Never before MIN_ROUNDS. `strict`: the same
+        samples' intervals at the stricter level a threshold must be cleared at while sampling
+        (LOOKS); the width target is judged at the usual level."""
+        if self.rounds_done < MIN_ROUNDS:
+            return False
+        target = float(self.job.get("target_ci", 0.01))
+        intervals = self._decisive(analysis)
+        if not intervals:
+            return bool(analysis.widest() <= target)
+        clearing = self._decisive(strict) if strict is not None else intervals
+        thresholds = [float(t) for t in self.job.get("decide_at") or []]
+        for interval, cleared in zip(intervals, clearing, strict=True):
+            if interval.relative_half_width <= target:
+                continue
+            if not thresholds or any(cleared.low <= t <= cleared.high for t in thresholds):
+                return False
+        return True
 
     def _pairs(self) -> list[tuple[str, str]]:
         if self.primary:
@@ -1240,7 +1306,7 @@ class Session:
         pairs += [(a, b) for a in self.live for b in self.live if a != b]
         return pairs
 
-    def _analyse(self, resamples: int) -> Any:
+    def _analyse(self, resamples: int, confidence: float | None = None) -> Any:
         from accelopt_mcp.stats import analyse
 
         if not self.block_of:
@@ -1249,7 +1315,7 @@ class Session:
         self.analysis = analyse(
             {name: self.samples[name] for name in names},
             self.block_of,
-            confidence=float(self.job.get("confidence", 0.95)),
+            confidence=confidence or float(self.job.get("confidence", 0.95)),
             resamples=resamples,
             pairs=self._pairs(),
         )
@@ -1295,7 +1361,9 @@ class Session:
             [v / reference[b] for v, b in zip(self.samples[REFERENCE], self.block_of, strict=True)]
         )
         rounds = len(self.block_of)
-        widest = analysis.widest()
+        decisive = self._decisive(analysis)
+        widest = max(i.relative_half_width for i in decisive) if decisive else analysis.widest()
+        medians = [s.median.relative_half_width for s in analysis.summaries.values()]
         shares = {name: self.foreign[name] for name in [REFERENCE, *self.live]}
         every = [v for values in shares.values() for v in values]
         foreign_share = float(np.mean(every)) if every else 0.0
@@ -1306,7 +1374,10 @@ class Session:
             "calls_per_sample": self.batch,
             "target_ci": target,
             "widest": widest,
+            "widest_median": max(medians, default=math.inf),
             "target_met": widest <= target,
+            "decide_at": [float(t) for t in self.job.get("decide_at") or []],
+            "answered": self.answered,
             "time_capped": bool(clock and clock.capped),
             "summaries": {
                 name: {

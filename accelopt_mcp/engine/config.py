@@ -99,6 +99,12 @@ class OptimizeConfig(BaseModel):
                 f"(got negative {self.negative_threshold}, positive {self.positive_threshold}); "
                 "e.g. 0.87 and 1.04"
             )
+        if "decide_at" not in self.benchmark.model_fields_set:
+            # What the run decides on: a pair is positive or negative by these, so sampling an
+            # attempt further once its interval clears both buys nothing the run uses.
+            self.benchmark = self.benchmark.model_copy(
+                update={"decide_at": [self.negative_threshold, self.positive_threshold]}
+            )
         return self
 
     @property

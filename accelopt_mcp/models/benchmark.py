@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field, model_validator
@@ -25,8 +26,16 @@ class BenchmarkConfig(BaseModel):
     max_measurement_rounds: int = Field(default=3, ge=1)
     """nki, flashinfer: at most this many rounds."""
     target_ci: float = Field(default=0.01, gt=0, lt=1)
-    """cpu: sample until every median's and every speedup's confidence interval is within this
-    fraction of it (half-width), or `max_timing_seconds` is spent."""
+    """cpu: sampling stops once every speedup the caller reads (the kernel's over the reference
+    and each baseline; in a comparison, every pair) has a confidence interval within this
+    fraction of it (half-width), or answers `decide_at`, or `max_timing_seconds` is spent. The
+    median latencies' intervals are reported as they came out."""
+    decide_at: list[float] = Field(default_factory=lambda: [1.0])
+    """cpu: the speedups the caller decides on. Sampling also stops once every speedup interval
+    lies wholly above or below each of them: with the default [1.0], once it is clear whether
+    the kernel is faster or slower; a run passes its selection thresholds (say [0.87, 1.04]).
+    A kernel whose interval keeps straddling one is sampled to `target_ci` or the cap. [] asks
+    for `target_ci` alone."""
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
     """Level of every confidence interval."""
     min_processes: int = Field(default=3, ge=1)
@@ -56,6 +65,7 @@ class BenchmarkConfig(BaseModel):
         "max_relative_spread",
         "max_measurement_rounds",
         "target_ci",
+        "decide_at",
         "confidence",
         "min_processes",
         "max_processes",
@@ -64,6 +74,12 @@ class BenchmarkConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_processes(self) -> BenchmarkConfig:
+        bad = [t for t in self.decide_at if not (math.isfinite(t) and t > 0)]
+        if bad:
+            raise ValueError(
+                f"decide_at holds {bad}: every speedup to decide on must be a positive number, "
+                "like 1.0 or 1.04"
+            )
         if self.max_processes < self.min_processes:
             raise ValueError(
                 f"max_processes ({self.max_processes}) is below min_processes "
