@@ -112,6 +112,23 @@ def reference_style(reference: str) -> str:
     return "nkibench" if "get_inputs" in names else "flashinfer"
 
 
+EVALUATION_CAP_S = 1800.0
+"""No cpu evaluation runs longer than this, whatever its settings (see evaluation_backstop_s)."""
+
+
+def evaluation_backstop_s(config: BenchmarkConfig, kernels: int) -> float:
+    """How long the harness may run in all before it is killed. The harness bounds every call
+    itself (timeout_seconds for the import and first call, then a limit scaled from that
+    call) and its sampling (max_timing_seconds, at least MIN_ROUNDS rounds), so this is the
+    backstop for a harness that stops answering: every untimed call of every contestant at
+    the per-call limit, plus the sampling cap, never past EVALUATION_CAP_S. A slow baseline
+    (seconds per call) fits at the defaults; it is refused only by its own calls' limits."""
+    contestants = kernels + 1
+    untimed = len(config.seeds) + 2 + config.warmup_runs + config.max_processes
+    needed = config.timeout_seconds * contestants * untimed + config.max_timing_seconds * 2
+    return min(EVALUATION_CAP_S, needed)
+
+
 def runner_argv(job: Path, result: Path) -> list[str]:
     # -I: the sandbox dir (where the candidate's files are) is not on sys.path, so a kernel
     # file cannot shadow numpy or our runner.
@@ -277,10 +294,7 @@ class CpuBackend(Backend):
                 )
             run = run_sandboxed(
                 runner_argv(work / "job.json", work / "result.json"),
-                # Checking and every timed call are bounded by timeout_seconds; sampling by
-                # its own cap; more kernels take longer to start and check.
-                timeout_s=config.timeout_seconds * max(1.0, len(kernels) / 2)
-                + config.max_timing_seconds,
+                timeout_s=evaluation_backstop_s(config, len(kernels)),
                 memory_limit_mb=config.memory_limit_mb * len(kernels),
                 # The harness itself needs a handful; every live jail has its own cap as well
                 # (JAIL_MAX_PROCESSES) and counts against this one too.
@@ -354,6 +368,8 @@ class CpuBackend(Backend):
             "use_torch": use_torch,
             "cpus": sorted(self.cpus) if self.cpus else None,
             "memory_limit_mb": config.memory_limit_mb,
+            # Not a perf field (a latency does not depend on it), but every call is held to it.
+            "timeout_seconds": config.timeout_seconds,
             "jail_max_processes": JAIL_MAX_PROCESSES,
             # Added to the jail's own minimal environment (isolation.jail sets the rest, thread
             # counts included): the harness's allocator settings, so both time alike.
@@ -850,8 +866,10 @@ def _died(run: SandboxResult, stage: str, config: BenchmarkConfig) -> tuple[Eval
     if run.timed_out:
         status = EvaluationStatus.TIMEOUT
         line = (
-            f"timed out after {config.timeout_seconds:g} s {where}: if the kernel is slow rather "
-            "than stuck, raise timeout_seconds (CLI --timeout)"
+            f"the whole evaluation ran past its limit ({run.wall_s:.0f} s) {where} "
+            f"(timeout_seconds {config.timeout_seconds:g} s per call, for every untimed call of "
+            f"every contestant, plus the sampling cap; never more than {EVALUATION_CAP_S:g} s): "
+            "if the kernel is slow rather than stuck, raise timeout_seconds (CLI --timeout)"
         )
     elif run.memory_exceeded:
         status = EvaluationStatus.RUNTIME_ERROR

@@ -438,6 +438,9 @@ class JailedRunner:
         self.arena_out = mmap.mmap(fd_out, arena_bytes)
         self._frozen = False
         self.call_timeout_s = float(job.get("timeout_seconds", 60.0))
+        """The longest one answer may take: timeout_seconds for the import and the first call,
+        then what the first call's time calls for (Session._scale_call_limit)."""
+        self.limit_reason = "timeout_seconds"
         self.last_foreign_ns = 0
         """Time inside the last `call`'s timed windows that went to other programs (taken out
         of what `call` returns)."""
@@ -474,8 +477,8 @@ class JailedRunner:
                 self.process.kill()
                 raise CallFailed(
                     f"the {self.role} did not answer within {self.call_timeout_s:g} s "
-                    "(a hang, or far too slow: a slow kernel needs a larger timeout_seconds, "
-                    "CLI --timeout)",
+                    f"({self.limit_reason}; a hang, or far too slow: a slow kernel needs a "
+                    "larger timeout_seconds, CLI --timeout)",
                     died=True,
                     timed_out=True,
                 )
@@ -733,6 +736,14 @@ luck; the looks share the 5 % error between them: an interval must clear a thres
 confidence 1 - 0.05 / LOOKS to stop sampling (the reported interval stays at 95 %)."""
 BLOCK_SECONDS = 0.25
 MIN_ROUNDS = 8
+CALL_LIMIT_FACTOR = 20
+"""After its first call, a contestant's calls may each take this many times as long as that
+one did (never less than CALL_LIMIT_FLOOR_S, never more than timeout_seconds): a kernel that
+hangs in round 5 is given up on in seconds, not a minute."""
+CALL_LIMIT_FLOOR_S = 5.0
+SLOW_CALL_NS = 500_000_000
+"""A contestant whose calls take longer than this gets no warm-up calls: the correctness
+calls before them have warmed it, and each would cost as much as a timed round."""
 MAX_ROUNDS_PER_PASS = 400
 MAX_LIVE_JAILS = 24
 """Processes (all frozen but the one being timed) kept alive at once; more sets than fit are
@@ -856,6 +867,8 @@ class Session:
         self.samples: dict[str, list[float]] = {REFERENCE: [], **{k: [] for k in self.kernels}}
         self.block_of: list[int] = []
         self.per_call: dict[str, list[int]] = {}
+        self.call_limit: dict[str, float] = {}
+        """Per contestant, the longest one call may take once its first call is timed."""
         self.batch = 1
         self.foreign: dict[str, list[float]] = {REFERENCE: [], **{k: [] for k in self.kernels}}
         """Per contestant and timed round: the share of its window that went to other programs
@@ -1041,14 +1054,21 @@ class Session:
             _stage(f"warm-up (process set {pset.index + 1})")
             for _ in range(job["warmup_runs"]):
                 sets = [_as_arena_values(harness.inputs(secrets.randbits(31)))]
-                self._reference(pset, sets)
+                if self._needs_warmup(REFERENCE):
+                    self._reference(pset, sets)
                 for label in list(self.live):
+                    if not self._needs_warmup(label):
+                        continue
                     try:
                         self._kernel(pset, label, sets, "during warm-up")
                     except (Verdict, StageError) as exc:
                         self._fail(label, exc)
         if self.clock is None:
             self.clock = _Clock(float(job.get("max_timing_seconds", 20.0)))
+
+    def _needs_warmup(self, label: str) -> bool:
+        times = self.per_call.get(label) or [0]
+        return min(times) <= SLOW_CALL_NS
 
     def _ready(self, pset: ProcessSet) -> None:
         _stage("reference import")
@@ -1094,10 +1114,12 @@ class Session:
             inputs = [_as_arena_values(harness.inputs(seed))]
             ref_ns, refs, ref_names = self._reference(pset, inputs)
             self.per_call.setdefault(REFERENCE, []).append(ref_ns)
+            self._scale_call_limit(pset, REFERENCE)
             for label in list(self.live):
                 try:
                     cand_ns, outs, out_names = self._kernel(pset, label, inputs, f"on {label_text}")
                     self.per_call.setdefault(label, []).append(cand_ns)
+                    self._scale_call_limit(pset, label)
                     self._check(
                         label,
                         outs[0],
@@ -1114,6 +1136,22 @@ class Session:
                     self._fail(label, exc)
         for label in self.live:
             self._worst(label)
+
+    def _scale_call_limit(self, pset: ProcessSet, label: str) -> None:
+        """From its first timed call on, a contestant's calls are bounded by what that call
+        took (CALL_LIMIT_FACTOR, floor and cap), in this and every later process set."""
+        if label not in self.call_limit:
+            full = float(self.job.get("timeout_seconds", 60.0))
+            first_s = self.per_call[label][0] / 1e9
+            self.call_limit[label] = min(full, max(CALL_LIMIT_FLOOR_S, CALL_LIMIT_FACTOR * first_s))
+        runner = pset.runners.get(label)
+        if runner is not None and runner.call_timeout_s != self.call_limit[label]:
+            runner.call_timeout_s = self.call_limit[label]
+            runner.limit_reason = (
+                "timeout_seconds"
+                if runner.call_timeout_s >= float(self.job.get("timeout_seconds", 60.0))
+                else f"{CALL_LIMIT_FACTOR}x its first call, at least {CALL_LIMIT_FLOOR_S:g} s"
+            )
 
     def _worst(self, label: str) -> dict[str, float]:
         """The kernel's worst errors so far (all zero before its first check)."""
