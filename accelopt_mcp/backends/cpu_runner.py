@@ -730,6 +730,9 @@ STOP_RESAMPLES = 1000
 LOOK_GROWTH = 1.5
 """Sampling looks at whether its question is answered each time the rounds have grown by half
 since the last look (30, 45, 68, ... rounds): a dozen looks at most in an evaluation."""
+LOOK_SET_ROUNDS = 3
+"""A look may come before a pass's minimum once every live process set has this many rounds:
+a kernel of seconds per call is not held to `iterations` rounds per set once it is clear."""
 LOOKS = 12
 """Every look is a chance for a kernel no different from its rival to seem clear of 1.0 by
 luck; the looks share the 5 % error between them: an interval must clear a threshold at
@@ -1290,7 +1293,7 @@ class Session:
             taken += 1
             # Past the pass's minimum, the rest of it only buys precision: none is needed once
             # the question is answered.
-            if taken >= rounds and self._should_stop():
+            if (taken >= rounds or self._every_set_has(LOOK_SET_ROUNDS)) and self._should_stop():
                 return
 
     # -- statistics
@@ -1299,6 +1302,9 @@ class Session:
         """The speedup intervals the caller reads: the candidate's over the reference and each
         baseline (in a comparison, every pair)."""
         return [analysis.speedups[pair] for pair in self._pairs() if pair in analysis.speedups]
+
+    def _every_set_has(self, rounds: int) -> bool:
+        return all(self.per_set.get(pset.index, 0) >= rounds for pset in self.sets)
 
     def _should_stop(self) -> bool:
         """A look, when one is due (LOOK_GROWTH): is the question answered?"""
