@@ -118,6 +118,8 @@ def profile_kernel(
         # Peaks measured once per host land in the database (and come from it).
         options["peaks"] = PeakSource(store)
     engine = local_backend(backend, options)
+    # One evaluation alone, on the cores the backend pins it to (a cpu one: all when None).
+    key = config.profile_key(cores=engine.cores_per_evaluation)
     problem = syntax_problem(solution, origin)
     if problem is not None:
         evaluation = _compile_error(engine, problem)
@@ -150,11 +152,11 @@ def profile_kernel(
         outcome.solution_id = outcome.stored.solution_id
         outcome.solution_name = outcome.stored.name
         outcome.profile_id = store.upsert_profile(
-            task.workload.uuid, outcome.solution_id, evaluation, config.perf_fields()
+            task.workload.uuid, outcome.solution_id, evaluation, key
         )
         pooled = store.get_profile(outcome.profile_id)
         outcome.pooled = pooled.evaluation if pooled is not None else None
-    _relate(outcome, store, task, config, parent, evolve_metadata)
+    _relate(outcome, store, task, key, parent, evolve_metadata)
     return outcome
 
 
@@ -239,11 +241,12 @@ def _median(evaluation: Evaluation) -> float | None:
 
 
 def stored_latency(
-    store: KernelStore, solution_id: str, task: Task, config: BenchmarkConfig, hardware: str
+    store: KernelStore, solution_id: str, task: Task, key: dict[str, Any], hardware: str
 ) -> float | None:
     """The pooled median of a solution's stored profile on this workload, settings and
-    hardware, when it passed with a trusted result; None otherwise."""
-    wanted = benchmark_config_hash(config.perf_fields())
+    hardware, filed under `key` (BenchmarkConfig.profile_key), when it passed with a trusted
+    result; None otherwise."""
+    wanted = benchmark_config_hash(key)
     for profile in store.list_profiles(
         solution_id=solution_id, workload_uuid=task.workload.uuid, hardware=hardware
     ):
@@ -256,7 +259,7 @@ def _relate(
     outcome: ProfileOutcome,
     store: KernelStore,
     task: Task,
-    config: BenchmarkConfig,
+    key: dict[str, Any],
     parent: StoredSolution | None,
     evolve_metadata: dict[str, Any] | None,
 ) -> None:
@@ -266,7 +269,7 @@ def _relate(
     hardware = evaluation.environment.hardware
 
     def from_store(solution_id: str) -> Relative | None:
-        theirs = stored_latency(store, solution_id, task, config, hardware)
+        theirs = stored_latency(store, solution_id, task, key, hardware)
         if mine is None or theirs is None:
             return None
         return Relative(

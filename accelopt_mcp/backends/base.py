@@ -89,6 +89,12 @@ class Backend(abc.ABC):
     `compare` times every kernel together). Otherwise baselines are ignored by evaluate and
     compare measures each kernel on its own."""
 
+    @property
+    def cores_per_evaluation(self) -> int | None:
+        """How many cores one evaluation has (None: every core of the host); part of what a
+        stored profile is filed under (BenchmarkConfig.profile_key). One device: 1."""
+        return 1
+
     @abc.abstractmethod
     def evaluate(
         self,

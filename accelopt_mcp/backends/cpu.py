@@ -180,6 +180,10 @@ class CpuBackend(Backend):
         self.jail = "bwrap" if jail_status().kind == "bwrap" else "none"
         isolation_summary()
 
+    @property
+    def cores_per_evaluation(self) -> int | None:
+        return len(self.cpus) if self.cpus else None
+
     def availability(self) -> Availability:
         cores = len(self.cpus) if self.cpus else len(os.sched_getaffinity(0))
         return Availability(

@@ -66,6 +66,12 @@ class EvaluationPool(abc.ABC):
     local: bool = True
     """Whether the devices are this host's (a cluster's nodes measure their own peaks)."""
 
+    def measuring_conditions(self) -> dict[str, int | None]:
+        """How evaluations here run, where that changes what a latency means: `workers` at
+        once (they share caches and memory bandwidth) and `cores` per evaluation (None: all).
+        Stored profiles are filed under these (BenchmarkConfig.profile_key)."""
+        return {"workers": self.size, "cores": 1}
+
     @property
     def where(self) -> str:
         """One line for the live view and job status: which devices, on what."""
@@ -163,6 +169,11 @@ class DevicePool(EvaluationPool):
         # survive between candidates; a device is used by one thread at a time.
         self._backends: dict[tuple[int, str], Backend] = {}
         self._lock = threading.Lock()
+
+    def measuring_conditions(self) -> dict[str, int | None]:
+        cpus = [d.backend_kwargs.get("cpus") for d in self.devices if d.kind == "cpu"]
+        cores = min((len(c) for c in cpus if c), default=1) if cpus else 1
+        return {"workers": self.size, "cores": None if cpus and not all(cpus) else cores}
 
     # ------------------------------------------------------------------ constructors
 

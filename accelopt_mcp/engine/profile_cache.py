@@ -80,7 +80,10 @@ class ProfileCache:
             if interleaves is None
             else interleaves
         )
-        self.perf = benchmark.perf_fields()
+        conditions = pool.measuring_conditions()
+        self.perf = benchmark.profile_key(
+            workers=conditions["workers"] or 1, cores=conditions["cores"]
+        )
         self.perf_hash = benchmark_config_hash(self.perf)
         self._inflight: dict[str, asyncio.Future[Evaluation]] = {}
         self._beside_parent: dict[tuple[str, str], Comparison] = {}

@@ -89,3 +89,16 @@ class BenchmarkConfig(BaseModel):
 
     def perf_fields(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.PERF_FIELDS}
+
+    def profile_key(self, *, workers: int = 1, cores: int | None = 1) -> dict[str, Any]:
+        """What a stored profile is filed (and found) under: the perf fields, plus how the
+        evaluation ran where that is not one evaluation alone on one core: `workers`
+        evaluations at once on the host, `cores` per evaluation (None: every core). Both
+        change what a latency means; a profile taken under other conditions is not reused,
+        and measurements are pooled only with their like."""
+        key = self.perf_fields()
+        if workers != 1:
+            key["workers"] = workers
+        if cores != 1:
+            key["cores"] = cores
+        return key

@@ -14,6 +14,7 @@ import pytest
 
 from accelopt_mcp.engine.beam import BeamSearch
 from accelopt_mcp.engine.checkpoint import Checkpoint, run_config
+from accelopt_mcp.engine.config import OptimizeConfig
 from accelopt_mcp.engine.memory import OptimizationMemory
 from accelopt_mcp.engine.runs import (
     RunNotFound,
@@ -44,7 +45,11 @@ from tests.llm_standin.process import StandinProcess
 pytestmark = pytest.mark.serial
 
 StartStandin = Callable[[dict[str, Any]], StandinProcess]
-PERF_HASH = benchmark_config_hash(FAST_BENCH.perf_fields())
+# Filed as the engine files them: the run's settings (its thresholds are what it decides at),
+# two workers, one core each (tests/engine/conftest.py).
+PERF_HASH = benchmark_config_hash(
+    OptimizeConfig(benchmark=FAST_BENCH).benchmark.profile_key(workers=2, cores=1)
+)
 
 
 def _beams(checkpoint: Checkpoint) -> dict[int, list[str]]:

@@ -1,0 +1,73 @@
+"""What a stored profile is filed under: the settings that change a latency, plus how the
+evaluation ran (evaluations at once, cores each). A profile taken alone on one core is not
+handed to a run that evaluates two at a time, and the other way round."""
+
+from __future__ import annotations
+
+from accelopt_mcp.backends.cpu import CpuBackend
+from accelopt_mcp.backends.pool import DevicePool, DeviceSlot
+from accelopt_mcp.engine.profile_cache import ProfileCache
+from accelopt_mcp.hashing import benchmark_config_hash
+from accelopt_mcp.models import BenchmarkConfig, EvaluationStatus
+from accelopt_mcp.profiling import profile_kernel
+from accelopt_mcp.store.base import KernelStore
+from tests.backends.test_cpu_backend import VECTORIZED, python_solution, scale_task
+
+FAST = BenchmarkConfig(
+    seeds=[0], warmup_runs=0, iterations=4, min_processes=1, max_processes=1, timeout_seconds=20
+)
+
+
+def test_one_evaluation_on_one_core_files_under_the_settings_alone() -> None:
+    config = BenchmarkConfig()
+    assert config.profile_key() == config.perf_fields()
+    keys = [
+        config.profile_key(),
+        config.profile_key(workers=2),
+        config.profile_key(cores=None),
+        config.profile_key(cores=4),
+        BenchmarkConfig(decide_at=[0.9, 1.1]).profile_key(),
+        BenchmarkConfig(iterations=20).profile_key(),
+    ]
+    assert len({benchmark_config_hash(k) for k in keys}) == len(keys)
+
+
+def test_a_pool_says_how_its_evaluations_run() -> None:
+    one = DevicePool([DeviceSlot(kind="cpu", id="cpu0", backend_kwargs={"cpus": {0}})])
+    assert one.measuring_conditions() == {"workers": 1, "cores": 1}
+    unpinned = DevicePool([DeviceSlot(kind="cpu", id="all", backend_kwargs={})])
+    assert unpinned.measuring_conditions() == {"workers": 1, "cores": None}
+    two = DevicePool(
+        [
+            DeviceSlot(kind="cpu", id="cpu0", backend_kwargs={"cpus": {0}}),
+            DeviceSlot(kind="cpu", id="cpu1", backend_kwargs={"cpus": {1}}),
+        ]
+    )
+    assert two.measuring_conditions() == {"workers": 2, "cores": 1}
+    assert CpuBackend(cpus={0}).cores_per_evaluation == 1
+    assert CpuBackend().cores_per_evaluation is None
+
+
+def test_a_profile_is_reused_only_under_its_own_conditions(store: KernelStore) -> None:
+    task = scale_task()
+    outcome = profile_kernel(task, python_solution(VECTORIZED), config=FAST, store=store)
+    assert outcome.evaluation.status == EvaluationStatus.PASSED, outcome.evaluation.log
+    assert outcome.solution_id is not None
+    hardware = outcome.evaluation.environment.hardware
+
+    def cache(pool: DevicePool) -> ProfileCache:
+        return ProfileCache(store, task, FAST, pool, CpuBackend, hardware)
+
+    # Taken alone on one core (the one-off profile's pinning): found by a one-worker run...
+    alone = cache(DevicePool([DeviceSlot(kind="cpu", id="c", backend_kwargs={"cpus": {0}})]))
+    assert alone._find_stored_evaluation(outcome.solution_id) is not None
+    # ...and not by a run that evaluates two at a time, nor by one on every core.
+    two = DevicePool(
+        [
+            DeviceSlot(kind="cpu", id="a", backend_kwargs={"cpus": {0}}),
+            DeviceSlot(kind="cpu", id="b", backend_kwargs={"cpus": {0}}),
+        ]
+    )
+    assert cache(two)._find_stored_evaluation(outcome.solution_id) is None
+    every = DevicePool([DeviceSlot(kind="cpu", id="all", backend_kwargs={})])
+    assert cache(every)._find_stored_evaluation(outcome.solution_id) is None
