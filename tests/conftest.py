@@ -42,3 +42,31 @@ def pg_admin_dsn() -> Iterator[str]:
 def fib_site() -> Path:
     """Unpacked sources of flashinfer-bench 0.1.2 (fetched from PyPI once per machine)."""
     return flashinfer_bench_site()
+
+
+BUSY_VARIABLE = "ACCELOPT_TEST_BUSY_CORES"
+"""Set to 1 to run the tests with a busy loop on every usable core (scripts/test.sh does, for
+the timing-sensitive subset): a measurement that is fair only on a quiet host fails then."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def busy_cores() -> Iterator[int]:
+    """One spinning process pinned to each usable core for the whole session when
+    ACCELOPT_TEST_BUSY_CORES=1 (else none); yields how many spin."""
+    import subprocess
+    import sys
+
+    if os.environ.get(BUSY_VARIABLE) != "1":
+        yield 0
+        return
+    spin = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass\n"
+    spinners = [
+        subprocess.Popen([sys.executable, "-c", spin, str(core)])
+        for core in sorted(os.sched_getaffinity(0))
+    ]
+    try:
+        yield len(spinners)
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()

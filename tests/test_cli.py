@@ -90,6 +90,14 @@ def test_profile_reports_a_wrong_kernel_with_exit_code_1(sqlite_url: str, tmp_pa
             ["profile", str(FAST), "--task", str(TASK), "--backend", "tpu", "--no-store"],
             "unknown backend 'tpu'",
         ),
+        (
+            ["profile", str(FAST), "--task", str(TASK), "--no-store", "--decide-at", "1,x"],
+            "is not a comma-separated list of numbers",
+        ),
+        (
+            ["compare", str(FAST), str(SLOW), "--task", str(TASK), "--decide-at", "-1"],
+            "holds a ratio that is not positive",
+        ),
         (["db", "stats", "--store", "mysql:whatever"], "cannot tell which database"),
         (["db", "best", "no_such_definition"], "no definition named"),
         (["db", "import", "/nonexistent/dir"], "not a directory"),

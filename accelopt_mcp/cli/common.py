@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.text import Text
 
+from accelopt_mcp.models import BenchmarkConfig
 from accelopt_mcp.store import STORE_ENV, open_store
 from accelopt_mcp.store.base import KernelStore, StoreError
 
@@ -111,3 +112,34 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     return str(value)
+
+
+DECIDE_AT_HELP = (
+    "Speedups to decide on, comma-separated (default 1.0: faster or slower?). Sampling stops "
+    "once every speedup interval is wholly above or below each; 'none': only --target-ci."
+)
+
+
+def parse_ratios(text: str | None) -> list[float] | None:
+    """--decide-at's value: None when not given, [] for 'none', else the positive ratios;
+    a bad one fails in one line."""
+    if text is None:
+        return None
+    if text.strip().lower() in ("none", ""):
+        return []
+    try:
+        ratios = [float(part) for part in text.split(",")]
+    except ValueError:
+        fail(f"--decide-at {text!r} is not a comma-separated list of numbers: try 1.0 or 0.9,1.1")
+    if any(not (0 < r < float("inf")) for r in ratios):
+        fail(f"--decide-at {text!r} holds a ratio that is not positive: try 1.0 or 0.9,1.1")
+    return ratios
+
+
+def benchmark_config(updates: dict[str, object]) -> BenchmarkConfig:
+    """The defaults with the command line's settings, validated (one line when refused)."""
+    try:
+        return BenchmarkConfig.model_validate(updates)
+    except ValidationError as exc:
+        first = exc.errors()[0]["msg"] if exc.errors() else str(exc)
+        fail(str(first).removeprefix("Value error, "))

@@ -14,12 +14,15 @@ from accelopt_mcp.backends.base import BackendUnavailableError, Baseline
 from accelopt_mcp.backends.cluster import ClusterError
 from accelopt_mcp.backends.registry import backend_help, backend_info
 from accelopt_mcp.cli.common import (
+    DECIDE_AT_HELP,
     ClusterOption,
     JsonOption,
     StoreOption,
+    benchmark_config,
     console,
     fail,
     opened_store,
+    parse_ratios,
     plain,
     print_json,
     say,
@@ -35,7 +38,7 @@ from accelopt_mcp.comparing import (
     shown_comparison,
     stored_kernel,
 )
-from accelopt_mcp.models import BenchmarkConfig, KernelComparison, Task
+from accelopt_mcp.models import KernelComparison, Task
 from accelopt_mcp.store.base import KernelStore, StoreError
 from accelopt_mcp.tasks.flashinfer_format import TaskFileError
 from accelopt_mcp.tasks.loader import load_task
@@ -86,7 +89,15 @@ def compare(
     max_timing: Annotated[
         float | None, typer.Option(min=0.1, help="Cap on the time spent sampling, s.")
     ] = None,
-    timeout: Annotated[float | None, typer.Option(min=1, help="Wall-clock limit, s.")] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=1,
+            help="Longest one call of a kernel or the reference may take, s (default 60); "
+            "later calls are held to 20x the first (at least 5 s).",
+        ),
+    ] = None,
+    decide_at: Annotated[str | None, typer.Option(help=DECIDE_AT_HELP)] = None,
     store: StoreOption = None,
     as_json: JsonOption = False,
     cluster: ClusterOption = None,
@@ -100,6 +111,9 @@ def compare(
     except (TaskFileError, FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     updates: dict[str, object] = {}
+    ratios = parse_ratios(decide_at)
+    if ratios is not None:
+        updates["decide_at"] = ratios
     if seeds is not None:
         updates["seeds"] = [21 * i for i in range(seeds)]
     if iterations is not None:
@@ -108,7 +122,7 @@ def compare(
         updates["max_timing_seconds"] = max_timing
     if timeout is not None:
         updates["timeout_seconds"] = timeout
-    config = BenchmarkConfig().model_copy(update=updates)
+    config = benchmark_config(updates)
     hardware = list(info.target_hardware)
 
     with ExitStack() as stack:

@@ -18,12 +18,15 @@ from accelopt_mcp.backends.cluster import (
 from accelopt_mcp.backends.cpu_peaks import CpuPeaks, PeakMeasurementError, PeakSource
 from accelopt_mcp.backends.registry import backend_help, backend_info
 from accelopt_mcp.cli.common import (
+    DECIDE_AT_HELP,
     ClusterOption,
     JsonOption,
     StoreOption,
+    benchmark_config,
     console,
     fail,
     opened_store,
+    parse_ratios,
     plain,
     print_json,
     say,
@@ -37,7 +40,7 @@ from accelopt_mcp.comparing import (
     shown_counters,
     shown_evaluation,
 )
-from accelopt_mcp.models import BenchmarkConfig, Evaluation
+from accelopt_mcp.models import Evaluation
 from accelopt_mcp.profiling import ProfileOutcome, profile_kernel
 from accelopt_mcp.store import open_store
 from accelopt_mcp.store.base import KernelStore, StoreError
@@ -61,7 +64,15 @@ def profile(
     ] = None,
     seeds: Annotated[int | None, typer.Option(min=1, help="Number of correctness seeds.")] = None,
     iterations: Annotated[int | None, typer.Option(min=1, help="Timed runs per round.")] = None,
-    timeout: Annotated[float | None, typer.Option(min=1, help="Wall-clock limit, s.")] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=1,
+            help="Longest one call of a kernel or the reference may take, s (default 60); "
+            "later calls are held to 20x the first (at least 5 s).",
+        ),
+    ] = None,
+    decide_at: Annotated[str | None, typer.Option(help=DECIDE_AT_HELP)] = None,
     max_timing: Annotated[
         float | None,
         typer.Option(
@@ -75,8 +86,8 @@ def profile(
         typer.Option(
             min=0.001,
             max=0.5,
-            help="Time until every median's and speedup's interval is within this fraction "
-            "(default 0.01: +-1%).",
+            help="Time until every speedup's interval is within this fraction (default 0.01: "
+            "+-1%), unless --decide-at is answered first.",
         ),
     ] = None,
     store: StoreOption = None,
@@ -91,8 +102,10 @@ def profile(
         solution = load_solution(kernel, loaded_task, target_hardware=list(info.target_hardware))
     except (TaskFileError, FileNotFoundError, ValueError) as exc:
         fail(str(exc))
-    config = BenchmarkConfig()
     updates: dict[str, object] = {}
+    ratios = parse_ratios(decide_at)
+    if ratios is not None:
+        updates["decide_at"] = ratios
     if seeds is not None:
         updates["seeds"] = [21 * i for i in range(seeds)]
     if iterations is not None:
@@ -103,7 +116,7 @@ def profile(
         updates["max_timing_seconds"] = max_timing
     if target_ci is not None:
         updates["target_ci"] = target_ci
-    config = config.model_copy(update=updates)
+    config = benchmark_config(updates)
 
     def run(db: KernelStore | None) -> ProfileOutcome:
         try:

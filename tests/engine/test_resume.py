@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from accelopt_mcp.backends.pool import DevicePool
 from accelopt_mcp.engine.checkpoint import Checkpoint
 from accelopt_mcp.engine.runs import load_run
 from accelopt_mcp.profiling import profile_kernel
@@ -134,8 +135,18 @@ def test_resume_after_sigkill_loses_and_redoes_nothing(
         _, spec, _ = load_run(store, run_id)
         stored = store.get_solution(profiled.solution_id)
         assert stored is not None
+        # Profiled here, filed as the run files its profiles (its pool's conditions).
         hand = profile_kernel(
-            spec.task, stored.solution, config=spec.optimize.benchmark, store=store
+            spec.task, stored.solution, config=spec.optimize.benchmark, store=store, save=False
+        )
+        conditions = DevicePool.for_cpu(spec.optimize.workers).measuring_conditions()
+        store.upsert_profile(
+            spec.task.workload.uuid,
+            profiled.solution_id,
+            hand.evaluation,
+            spec.optimize.benchmark.profile_key(
+                workers=conditions["workers"] or 1, cores=conditions["cores"]
+            ),
         )
         hand_stamps = [
             p.evaluation.timestamp for p in store.list_profiles(solution_id=profiled.solution_id)
