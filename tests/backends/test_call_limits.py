@@ -76,7 +76,8 @@ def test_a_slow_kernel_fits_and_skips_its_warm_up(backend: CpuBackend) -> None:
     took = time.monotonic() - started
     assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
     assert evaluation.latency_stats is not None
-    assert evaluation.latency_stats.median_ms > 550
+    # A spin on the wall clock: on a busy core, the time it waited for the CPU is taken out.
+    assert evaluation.latency_stats.median_ms > 300
     # 3 seeds + 2 fresh sets, 1 fresh set in the second process set, at least 8 timed rounds:
     # 14 calls of 0.6 s; the four warm-up calls would add 2.4 s more.
     assert took < 14 * 0.6 + 2.4 + 4, took
