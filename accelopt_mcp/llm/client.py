@@ -31,11 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-import openai
-from openai import AsyncOpenAI
-from openai.types.chat import ChatCompletion
 from pydantic import BaseModel
 
 from accelopt_mcp.llm.budget import Budget, BudgetExceeded, Reservation
@@ -43,6 +40,12 @@ from accelopt_mcp.llm.config import ROLES, LlmConfigError, ModelConfig, RoleConf
 from accelopt_mcp.llm.parsing import MalformedReply
 from accelopt_mcp.models import LlmCallIn, LlmCallStatus, LlmMessage
 from accelopt_mcp.redaction import mask_secrets, redact, redacted_url
+
+if TYPE_CHECKING:
+    # The SDK is imported where a call is made: it takes half a second to import, which every
+    # `accelopt` command (profile, db, ...) would pay at start-up otherwise.
+    import openai
+    from openai import AsyncOpenAI
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -295,6 +298,8 @@ class LlmClient:
     async def _attempt(
         self, client: AsyncOpenAI, config: ModelConfig, chat: list[ChatMessage], api_key: str
     ) -> _Outcome:
+        import openai
+
         secrets = [api_key]
         try:
             completion = await client.chat.completions.create(**_request_args(config, chat))
@@ -319,6 +324,8 @@ class LlmClient:
     def _reply_outcome(
         self, completion: object, config: ModelConfig, chat: list[ChatMessage], secrets: list[str]
     ) -> _Outcome:
+        from openai.types.chat import ChatCompletion
+
         if not isinstance(completion, ChatCompletion):
             # A body that is not JSON at all comes back from the SDK as a plain string.
             return _Outcome(
@@ -365,6 +372,8 @@ class LlmClient:
             return cached
         if cached is not None:
             self._stale.append(cached[1])
+        from openai import AsyncOpenAI
+
         client = AsyncOpenAI(
             api_key=api_key,
             base_url=config.resolved_base_url(),
