@@ -20,7 +20,12 @@ from accelopt_mcp.backends.base import Baseline
 from accelopt_mcp.backends.cluster import cluster_address
 from accelopt_mcp.backends.placement import local_backend, local_options_only
 from accelopt_mcp.backends.registry import backend_class, backend_info
-from accelopt_mcp.backends.roofline import NO_ROOFLINE
+from accelopt_mcp.backends.roofline import (
+    NO_ROOFLINE,
+    compute_peak_name,
+    memory_peak_name,
+    peak_against,
+)
 from accelopt_mcp.models import (
     BenchmarkConfig,
     ComparedKernel,
@@ -81,34 +86,43 @@ def shown_counters(evaluation: Evaluation) -> dict[str, float]:
 
 
 def roofline_text(evaluation: Evaluation, *, short: bool = False) -> str | None:
-    """How close the kernel comes to the hardware: '13.2% of the roofline (memory-bound:
-    2.12 GB/s of 16 GB/s, 1.06 GFLOP/s of 35.5 GFLOP/s, one core)' from the percent-of-peak
-    counters (roofline.PERCENT_COUNTERS); 'no roofline declared...' with how to declare one
-    when the backend said the task has none (`short`: without the how-to); None when neither
-    (a failed evaluation, a backend without peaks)."""
+    """How close the kernel comes to the hardware, naming the peaks it is held against where
+    the backend says how many cores' they are (cpu: roofline.PEAK_NAME_COUNTERS): '13.2% of
+    the roofline (memory-bound: 2.12 GB/s of the 1-core memory peak 16 GB/s, 1.06 GFLOP/s of
+    the 1-core elementwise fp32 peak 35.5 GFLOP/s)', from the percent-of-peak counters
+    (roofline.PERCENT_COUNTERS); `short`: '13.2% of the roofline (memory-bound, against the
+    1-core memory peak of 16 GB/s)'. 'no roofline declared...' with how to declare one when
+    the backend said the task has none (`short`: without the how-to); None when neither (a
+    failed evaluation, a backend without peaks)."""
     counters = evaluation.hardware_counters
     percent = counters.get("roofline_pct_of_peak")
     if percent is not None:
         bound = "memory" if counters.get("memory_bound", 0.0) >= 0.5 else "compute"
         text = f"{_figure(percent)}% of the roofline ({bound}-bound"
+        cores = counters.get("peak_cores")
         if short:
-            return text + ")"
+            against = peak_against(counters)
+            return text + (f", against {against})" if against else ")")
         rates = []
         if "gbytes_per_s" in counters and "peak_gbytes_per_s" in counters:
+            of = "" if cores is None else f"the {memory_peak_name(cores)} "
             rates.append(
-                f"{_figure(counters['gbytes_per_s'])} GB/s of "
+                f"{_figure(counters['gbytes_per_s'])} GB/s of {of}"
                 f"{_figure(counters['peak_gbytes_per_s'])} GB/s"
             )
         if "gflops" in counters and "peak_gflops" in counters:
+            matmul = counters.get("peak_matmul")
+            of = (
+                ""
+                if cores is None
+                else f"the {compute_peak_name(cores, None if matmul is None else matmul >= 0.5)} "
+            )
             rates.append(
-                f"{_figure(counters['gflops'])} GFLOP/s of {_figure(counters['peak_gflops'])} "
-                "GFLOP/s"
+                f"{_figure(counters['gflops'])} GFLOP/s of {of}"
+                f"{_figure(counters['peak_gflops'])} GFLOP/s"
             )
         if bound == "compute":
             rates.reverse()
-        cores = counters.get("peak_cores")
-        if cores is not None:
-            rates.append("one core" if cores == 1 else f"{cores:g} cores")
         return text + (": " + ", ".join(rates) if rates else "") + ")"
     for line in evaluation.log.splitlines():
         if line.startswith(NO_ROOFLINE):

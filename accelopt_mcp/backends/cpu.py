@@ -28,16 +28,10 @@ from accelopt_mcp.backends.base import (
     Baseline,
     ranked_comparison,
 )
-from accelopt_mcp.backends.cpu_peaks import PeakMeasurementError, PeakSource
+from accelopt_mcp.backends.cpu_peaks import PeakMeasurementError, PeakSource, measured_roofline
 from accelopt_mcp.backends.cpu_runner import live_jails
 from accelopt_mcp.backends.host_facts import environment_libs
-from accelopt_mcp.backends.roofline import (
-    NO_ROOFLINE_LINE,
-    ROOFLINE_LINE,
-    is_above_peak,
-    percent_counters,
-    percent_of_peak,
-)
+from accelopt_mcp.backends.roofline import NO_ROOFLINE_LINE, ROOFLINE_LINE, is_above_peak
 from accelopt_mcp.isolation.jail import MODE_VARIABLE, jail_status
 from accelopt_mcp.isolation.sandbox import (
     SandboxResult,
@@ -589,51 +583,22 @@ class CpuBackend(Backend):
     ) -> tuple[dict[str, float], str, bool]:
         """Percent of peak (counters), its log line and whether it is above the peak
         (roofline.is_above_peak: clearly over 100 %): the task's work over the latency, held
-        against this host's measured peaks for the cores the evaluation ran on (one, when
-        pinned) and, for memory, the bandwidth of the level its working set fits in."""
+        against this host's peaks measured with as many cores working as the evaluation had
+        (one, when pinned; measured now if they never were) and, for memory, the bandwidth of
+        the level its working set fits in; the line names each peak (cpu_peaks.
+        measured_roofline)."""
         if roofline is None:
             return {}, NO_ROOFLINE_LINE, False
         if latency_ms <= 0:
             return {}, "no percent of peak: no latency was measured", False
+        cores = len(self.cpus) if self.cpus else len(os.sched_getaffinity(0))
         try:
-            measured = self.peaks.peaks(self.hardware)
+            measured = self.peaks.peaks(self.hardware, cores=cores, cpus=self.cpus)
         except PeakMeasurementError as exc:
             line = f"no percent of peak: this host's peaks could not be measured ({exc})"
             return {}, line, False
-        cores = len(self.cpus) if self.cpus else len(os.sched_getaffinity(0))
-        peaks = measured.for_cores(cores)
-        _, point = peaks.bandwidth_at(roofline.bytes_moved)
-        peak = measured.hardware_peak(cores, roofline.bytes_moved)
-        report = percent_of_peak(latency_ms, roofline, peak, unit=roofline.compute_unit)
-        gflops = float(report["achieved_tflops_per_s"]) * 1e3
-        gbytes = float(report["achieved_gbytes_per_s"])
-        peak_gflops = peak.flops_per_s(roofline.compute_unit) / 1e9
-        peak_gbytes = peak.memory_bytes_per_s / 1e9
-        counters = {
-            "gflops": gflops,
-            "gbytes_per_s": gbytes,
-            "peak_gflops": peak_gflops,
-            "peak_gbytes_per_s": peak_gbytes,
-            "peak_cores": float(cores),
-            **percent_counters(report),
-        }
-        where = (
-            f"in {point.level}"
-            if point is not None and point.holds_bytes is not None
-            else "streamed from memory"
-        )
-        unit = {"vector": "elementwise fp32", "matmul_fp32": "fp32 matmul"}.get(
-            roofline.compute_unit, "fp32 matmul (NumPy has no bf16 matmul)"
-        )
-        on = "one core" if cores == 1 else f"{cores} cores"
-        line = (
-            f"{ROOFLINE_LINE}{gflops:.3g} GFLOP/s = {counters['flops_pct_of_peak']:.1f}% of the "
-            f"{unit} peak of {on} ({peak_gflops:.3g} GFLOP/s); {gbytes:.3g} GB/s = "
-            f"{counters['bandwidth_pct_of_peak']:.1f}% of {peak_gbytes:.3g} GB/s (a "
-            f"{_size(roofline.bytes_moved)} working set, {where}); {report['bound']}-bound, at "
-            f"{counters['roofline_pct_of_peak']:.1f}% of its roofline (peaks measured "
-            f"{measured.measured_at})"
-        )
+        counters, text, report = measured_roofline(measured, cores, roofline, latency_ms)
+        line = ROOFLINE_LINE + text
         if float(report["roofline_fraction"]) > 1.0:
             # Measured peaks are lower bounds (a short, cached measurement), so a kernel just
             # over them is shown as such; only one clearly beyond them is untrusted.
@@ -652,13 +617,6 @@ skips work or the roofline overstates it."""
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _size(count: float) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if count >= scale:
-            return f"{count / scale:.3g} {unit}"
-    return f"{count:.0f} B"
 
 
 def _output_plan(definition: Definition, axes: dict[str, int]) -> list[dict[str, Any]]:

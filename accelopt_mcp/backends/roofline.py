@@ -7,6 +7,7 @@ much room is left. A ratio above 1 means the measurement (or the stated work) ca
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -164,6 +165,45 @@ def peak_counters(report: dict[str, float | str]) -> dict[str, float]:
     and the same figures in percent under the names every backend shares (PERCENT_COUNTERS)."""
     counters = {f"peak_{k}": float(v) for k, v in report.items() if isinstance(v, int | float)}
     return counters | percent_counters(report)
+
+
+PEAK_NAME_COUNTERS = ("peak_cores", "peak_matmul", "peak_gflops", "peak_gbytes_per_s")
+"""The counters that name the peak a percent is against, where a backend measures its peaks
+per core count (cpu): how many cores' peak, 1.0 when the compute peak is the fp32 matmul one
+and 0.0 when it is the elementwise one, and the two peaks themselves."""
+
+
+def compute_peak_name(cores: float, matmul: bool | None) -> str:
+    """'1-core fp32 matmul peak', '2-core elementwise fp32 peak' ('1-core compute peak' when
+    the unit is not known)."""
+    unit = {True: "fp32 matmul ", False: "elementwise fp32 ", None: "compute "}[matmul]
+    return f"{cores:g}-core {unit}peak"
+
+
+def memory_peak_name(cores: float) -> str:
+    return f"{cores:g}-core memory peak"
+
+
+def peak_against(counters: Mapping[str, float]) -> str | None:
+    """The peak a percent of peak (roofline_pct_of_peak) is taken against, from the counters
+    (PEAK_NAME_COUNTERS): 'the 1-core fp32 matmul peak of 96.8 GFLOP/s' when compute binds,
+    'the 1-core memory peak of 20.1 GB/s' when memory does; None when the counters do not
+    say how many cores' peak it is (a backend with datasheet peaks, an older profile)."""
+    cores = counters.get("peak_cores")
+    if cores is None:
+        return None
+    if counters.get("memory_bound", 0.0) >= 0.5 and "peak_gbytes_per_s" in counters:
+        return f"the {memory_peak_name(cores)} of {_rate(counters['peak_gbytes_per_s'])} GB/s"
+    if "peak_gflops" not in counters:
+        return None
+    matmul = counters.get("peak_matmul")
+    name = compute_peak_name(cores, None if matmul is None else matmul >= 0.5)
+    return f"the {name} of {_rate(counters['peak_gflops'])} GFLOP/s"
+
+
+def _rate(value: float) -> str:
+    """Three significant digits, whole numbers from 1000 up."""
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
 
 
 NO_ROOFLINE = "no roofline declared"

@@ -321,17 +321,20 @@ def _cpu_peaks(
 
 
 def _print_peaks(peaks: CpuPeaks) -> None:
-    one, every = peaks.one_core, peaks.all_cores
+    entries = peaks.by_cores
     table = Table(
         title=plain(
-            f"cpu peaks: {peaks.hardware}, measured {peaks.measured_at} in "
+            f"cpu peaks: {peaks.hardware}, last measured {peaks.measured_at} in "
             f"{peaks.measure_seconds:.1f} s (NumPy {peaks.numpy}, BLAS {peaks.blas or '?'})"
         ),
         title_justify="left",
     )
     table.add_column("figure")
-    table.add_column("one core", justify="right")
-    table.add_column(f"all {every.cores} cores", justify="right")
+    for entry in entries:
+        table.add_column(
+            f"{entry.cores} core{'s' if entry.cores > 1 else ''} (cpus {_cpus(entry.cpus)})",
+            justify="right",
+        )
 
     def rate(value: float | None, unit: str) -> str:
         return "-" if value is None else f"{value / 1e9:.4g} {unit}"
@@ -342,23 +345,44 @@ def _print_peaks(peaks: CpuPeaks) -> None:
         ("elementwise fp32", "vector_fp32_flops_per_s"),
         ("elementwise fp64", "vector_fp64_flops_per_s"),
     ):
-        table.add_row(
-            label, rate(getattr(one, name), "GFLOP/s"), rate(getattr(every, name), "GFLOP/s")
-        )
-    for point in one.bandwidth:
-        where = (
-            "streaming"
-            if point.holds_bytes is None
-            else f"data in {point.level} (holds {point.holds_bytes / (1 << 20):.3g} MiB)"
-        )
-        shared = every.memory_bytes_per_s if point.holds_bytes is None else None
-        table.add_row(
-            f"memory, {where}: {point.working_set_bytes / (1 << 20):.3g} MiB moved",
-            rate(point.bytes_per_s, "GB/s"),
-            rate(shared, "GB/s"),
-        )
+        table.add_row(label, *(rate(getattr(e, name), "GFLOP/s") for e in entries))
+    for method, label in (("processes", "one process per core"), ("blas", "BLAS threads")):
+        if any(method in e.by_method for e in entries):
+            table.add_row(
+                f"  fp32 matmul, {label}",
+                *(
+                    rate(e.by_method.get(method, {}).get("matmul_fp32_flops_per_s"), "GFLOP/s")
+                    for e in entries
+                ),
+            )
+    levels = list(dict.fromkeys(p.level for e in entries for p in e.bandwidth))
+    for level in levels:
+        where = "streaming" if level == "memory" else f"data in {level}"
+        cells = []
+        for entry in entries:
+            point = next((p for p in entry.bandwidth if p.level == level), None)
+            cells.append(
+                "-"
+                if point is None
+                else f"{rate(point.bytes_per_s, 'GB/s')} "
+                f"({point.working_set_bytes / (1 << 20):.3g} MiB)"
+            )
+        table.add_row(f"memory, {where} (working set)", *cells)
+    table.add_row("measured", *(plain(e.measured_at) for e in entries))
+    table.add_row("host", *(plain(e.load.describe()) for e in entries))
     console.print(table)
+    if any(e.load.busy for e in entries):
+        say(
+            ("  under load:", "yellow"),
+            " figures taken on a busy host are lower than the cores can do; they are measured "
+            "again when next needed on a quieter host (the best of each figure is kept)",
+        )
     say(
-        "  every cpu profile of a task with a roofline reports its percent of these (one core "
-        "when the evaluation is pinned to one); `accelopt backends --remeasure` measures again"
+        "  every cpu profile of a task with a roofline reports its percent of the peaks of as "
+        "many cores as it ran on (one when pinned to one), measured with that many working at "
+        "once; `accelopt backends --remeasure` measures again"
     )
+
+
+def _cpus(cpus: list[int]) -> str:
+    return ",".join(map(str, cpus)) or "?"

@@ -123,13 +123,16 @@ def _rate(value: float, unit: str) -> str:
 
 def _cpu_peaks_line(environment: Environment | None, cores: str | None) -> str | None:
     """This CPU's measured peaks, for as many cores as an evaluation gets: only when they
-    were measured already (building a prompt never measures) and describe its CPU model."""
+    were measured already with that many cores working (building a prompt never measures)
+    and describe its CPU model."""
     hardware = environment.hardware if environment is not None else host_hardware()
     measured = PeakSource().known(hardware)
     if measured is None:
         return None
     count = int(cores) if cores is not None and cores.isdigit() else 1
-    peaks: CorePeaks = measured.for_cores(count)
+    peaks: CorePeaks | None = measured.for_cores(count)
+    if peaks is None:
+        return None
     memory = [
         f"{_rate(p.bytes_per_s, 'GB/s')} "
         + (
@@ -139,7 +142,7 @@ def _cpu_peaks_line(environment: Environment | None, cores: str | None) -> str |
         )
         for p in peaks.bandwidth
     ] or [f"{_rate(peaks.memory_bytes_per_s, 'GB/s')} streaming from memory"]
-    who = "one core" if count == 1 else f"{count} cores"
+    who = "one core" if count == 1 else f"{count} cores working at once"
     return (
         f"- Measured peaks of {who} (percent of peak in a profile is taken against these): "
         f"fp32 matmul {_rate(peaks.matmul_fp32_flops_per_s, 'GFLOP/s')}, fp64 matmul "

@@ -35,6 +35,7 @@ from pydantic import BaseModel, Field, model_validator
 from accelopt_mcp.backends.cluster import cluster_address
 from accelopt_mcp.backends.placement import require_backend_where
 from accelopt_mcp.backends.registry import backend_info
+from accelopt_mcp.backends.roofline import PEAK_NAME_COUNTERS, peak_against
 from accelopt_mcp.engine.checkpoint import Checkpoint, IterationSummary, RunSpec
 from accelopt_mcp.engine.claim import lease_seconds
 from accelopt_mcp.engine.config import OptimizeConfig
@@ -152,6 +153,9 @@ class JobResult(BaseModel):
     best_source: str | None
     speedup: float | None
     percent_of_peak: dict[str, float] | None
+    peak: str | None = None
+    """The peak the percent is against, where the backend names it (roofline.peak_against:
+    'the 1-core fp32 matmul peak of 96.8 GFLOP/s')."""
     cost_usd: float
     iterations: list[IterationSummary]
     winning_kernel_path: str | None
@@ -280,6 +284,7 @@ class JobManager:
             best_source=best_source,
             speedup=status.best_speedup,
             percent_of_peak=percent,
+            peak=peak_against(percent) if percent else None,
             cost_usd=status.cost_usd,
             iterations=checkpoint.history,
             winning_kernel_path=checkpoint.winning_kernel_path,
@@ -471,7 +476,14 @@ class JobManager:
     def _percent_of_peak(self, solution_id: str) -> dict[str, float]:
         for profile in self.store.list_profiles(solution_id=solution_id):
             counters = profile.evaluation.hardware_counters
-            found = {k: v for k, v in counters.items() if "of_peak" in k or "percent" in k}
+            found = {
+                k: v
+                for k, v in counters.items()
+                if "of_peak" in k
+                or "percent" in k
+                or k in PEAK_NAME_COUNTERS
+                or k == "memory_bound"
+            }
             if found:
                 return found
         return {}

@@ -76,7 +76,10 @@ class JobResultView(View):
     speedup_vs_initial: float | None = None
     """The initial kernel's latency / the best one's."""
     percent_of_peak: dict[str, float] | None = None
-    """Percent of the hardware's peak, where the backend knows it."""
+    """Percent of the hardware's peak, where the backend knows it (with, on cpu, the counters
+    that say which peak: peak_cores, peak_matmul, peak_gflops, peak_gbytes_per_s)."""
+    peak: str | None = None
+    """The peak the percent is against: 'the 1-core fp32 matmul peak of 96.8 GFLOP/s'."""
     cost_usd: float = 0.0
     winning_kernel_path: str | None = None
     best_source: TextSlice | None = None
@@ -250,6 +253,7 @@ def job_result(
         best_solution_id=result.best_solution_id,
         speedup_vs_initial=result.speedup,
         percent_of_peak=result.percent_of_peak,
+        peak=result.peak,
         cost_usd=result.cost_usd,
         winning_kernel_path=(
             str(result.winning_kernel_path) if result.winning_kernel_path else None

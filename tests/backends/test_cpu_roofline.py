@@ -1,5 +1,6 @@
-"""Percent of peak on the cpu backend: real profiles of the example tasks, pinned to one core,
-held against this host's peaks (measured for real with tiny sizes, kept in a real store)."""
+"""Percent of peak on the cpu backend: real profiles of the example tasks, pinned to one core
+(and to two), held against this host's peaks for as many cores (measured for real with tiny
+sizes, kept in a real store), the peak named wherever the percent is shown."""
 
 from __future__ import annotations
 
@@ -80,6 +81,7 @@ def test_percent_of_peak_is_latency_times_the_stored_peaks(
     record = store.get_hardware_peaks(backend.hardware)
     assert record is not None
     peaks = CpuPeaks.model_validate(record.peaks).for_cores(1)
+    assert peaks is not None
     roofline = rmsnorm.roofline
     assert roofline is not None and evaluation.performance is not None
     seconds = evaluation.performance.latency_ms / 1e3
@@ -94,13 +96,19 @@ def test_percent_of_peak_is_latency_times_the_stored_peaks(
     assert counters["gbytes_per_s"] == pytest.approx(roofline.bytes_moved / seconds / 1e9)
     assert counters["peak_gflops"] == pytest.approx(peaks.vector_fp32_flops_per_s / 1e9)
     assert counters["peak_gbytes_per_s"] == pytest.approx(memory_peak / 1e9)
-    assert counters["peak_cores"] == 1.0
+    assert counters["peak_cores"] == 1.0 and counters["peak_matmul"] == 0.0
     # A 2 MiB working set: more than the tiny sizes' L2 stand-in holds, so the memory figure.
     assert point is not None and point.level == "memory"
 
     line = next(x for x in evaluation.log.splitlines() if x.startswith("roofline: "))
-    assert "peak of one core" in line
+    # Each percent names the peak it is against: how many cores', which, and how much.
+    assert (
+        f"{counters['flops_pct_of_peak']:.1f}% of the 1-core elementwise fp32 peak "
+        f"({counters['peak_gflops']:.3g} GFLOP/s)"
+    ) in line
+    assert f"{counters['bandwidth_pct_of_peak']:.1f}% of the 1-core memory peak for a" in line
     assert f"at {counters['roofline_pct_of_peak']:.1f}% of its roofline" in line
+    assert f"measured on core {peaks.cpus[0]} at {peaks.measured_at}" in line
 
     # What people, agents and the planner are shown: the figures, no harness internals.
     shown = shown_counters(evaluation)
@@ -109,8 +117,12 @@ def test_percent_of_peak_is_latency_times_the_stored_peaks(
     assert evaluation.measurement["max_rss_mb"] > 0
     text = roofline_text(evaluation)
     assert text is not None and text.startswith(f"{counters['roofline_pct_of_peak']:.3g}% of")
-    assert text.endswith(", one core)")
-    assert f"{text.split(' (')[0]} (" in figures_text(evaluation)
+    assert f"GB/s of the 1-core memory peak {counters['peak_gbytes_per_s']:.3g} GB/s" in text
+    assert f"GFLOP/s of the 1-core elementwise fp32 peak {counters['peak_gflops']:.3g}" in text
+    short = roofline_text(evaluation, short=True)
+    assert short is not None and short in figures_text(evaluation)
+    named = "memory peak" if counters["memory_bound"] else "elementwise fp32 peak"
+    assert f", against the 1-core {named} of " in short
     assert f"roofline_pct_of_peak: {counters['roofline_pct_of_peak']:.6g}" in describe_profile(
         evaluation, random.Random(0)
     )
@@ -153,3 +165,26 @@ def test_a_task_without_a_roofline_says_so_and_how_to_declare_one(backend: CpuBa
     assert "def roofline()" in text and "bytes_moved" in text
     assert text in evaluation.log
     assert "no roofline declared: add roofline() to the task" in figures_text(evaluation)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable cores")
+def test_an_evaluation_on_two_cores_is_held_to_the_peaks_of_two_cores_working(
+    store: SqliteStore, rmsnorm: Task
+) -> None:
+    """Not one core's figures relabelled: the two-core figures are measured (with two cores
+    working) the first time an evaluation on two cores needs them, on its cores, and named."""
+    cores = set(sorted(os.sched_getaffinity(0))[:2])
+    two = CpuBackend(cpus=cores, peaks=PeakSource(store, sizes=ONE_CORE, peaks_file=None))
+    evaluation = _profile(two, rmsnorm, RMSNORM_KERNEL)
+    counters = evaluation.hardware_counters
+    record = store.get_hardware_peaks(two.hardware)
+    assert record is not None
+    peaks = CpuPeaks.model_validate(record.peaks).for_cores(2)
+    assert peaks is not None and peaks.cpus == sorted(cores) and "processes" in peaks.by_method
+    assert counters["peak_cores"] == 2.0
+    assert counters["peak_gflops"] == pytest.approx(peaks.vector_fp32_flops_per_s / 1e9)
+    line = next(x for x in evaluation.log.splitlines() if x.startswith("roofline: "))
+    assert "of the 2-core elementwise fp32 peak" in line and "2-core memory peak" in line
+    assert f"measured on cores {','.join(map(str, sorted(cores)))}" in line
+    text = roofline_text(evaluation)
+    assert text is not None and "of the 2-core elementwise fp32 peak" in text

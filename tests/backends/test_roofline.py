@@ -10,6 +10,7 @@ from accelopt_mcp.backends.roofline import (
     TRN2,
     HardwarePeak,
     is_above_peak,
+    peak_against,
     peak_counters,
     peak_for,
     percent_counters,
@@ -85,3 +86,21 @@ def test_gpu_names_resolve_and_unknown_hardware_is_a_clear_error() -> None:
         peak_for("tpu-v5")
     with pytest.raises(ValueError, match="latency_ms must be positive"):
         percent_of_peak(0.0, Roofline(flops=1, bytes_moved=1), "trn1")
+
+
+def test_a_percent_of_a_measured_peak_names_whose_peak_it_is() -> None:
+    counters = {"peak_cores": 2.0, "peak_matmul": 1.0, "peak_gflops": 182.4}
+    counters |= {"peak_gbytes_per_s": 40.0, "memory_bound": 0.0}
+    assert peak_against(counters) == "the 2-core fp32 matmul peak of 182 GFLOP/s"
+    assert peak_against(counters | {"peak_matmul": 0.0}) == (
+        "the 2-core elementwise fp32 peak of 182 GFLOP/s"
+    )
+    assert peak_against(counters | {"memory_bound": 1.0}) == "the 2-core memory peak of 40 GB/s"
+    assert peak_against(counters | {"peak_cores": 1.0, "peak_gflops": 1234.0}) == (
+        "the 1-core fp32 matmul peak of 1234 GFLOP/s"
+    )
+    # Datasheet peaks (no core count among the counters): nothing to name here.
+    assert (
+        peak_against(peak_counters(percent_of_peak(1.0, Roofline(flops=1, bytes_moved=1), TRN1)))
+        is None
+    )

@@ -359,3 +359,11 @@ def test_the_planner_sees_how_far_the_kernel_is_from_its_roofline(
     )
     _, user = planner_messages("cpu", silu_task, silu_baseline, measured, [], random.Random(0))
     assert "roofline: 9.8% of the roofline (memory-bound)" in user.content
+    # Where the backend says whose peak it is (cpu), the planner is told which peak.
+    measured.hardware_counters.update(
+        {"peak_cores": 1.0, "peak_matmul": 0.0, "peak_gflops": 19.8, "peak_gbytes_per_s": 21.4}
+    )
+    _, user = planner_messages("cpu", silu_task, silu_baseline, measured, [], random.Random(0))
+    assert (
+        "roofline: 9.8% of the roofline (memory-bound, against the 1-core memory peak of 21.4 GB/s)"
+    ) in user.content
