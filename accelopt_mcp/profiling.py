@@ -128,6 +128,9 @@ def profile_kernel(
         if time_parent and parent is not None and parent.definition_name == task.definition.name:
             baselines = [Baseline(label=PARENT_LABEL, solution=parent.solution)]
         evaluation = evaluate_somewhere(engine, task, solution, config, baselines, cluster)
+        if baselines and parent is not None:
+            # Stored with the comparison: which kernel the 'parent' was (engine/lineage.py).
+            evaluation = evaluation.with_baseline_id(PARENT_LABEL, parent.id)
     evaluation = evaluation.redacted()
     outcome = ProfileOutcome(
         evaluation=evaluation,

@@ -70,7 +70,9 @@ def test_profile_stores_the_result_and_db_queries_find_it(sqlite_url: str) -> No
     text = accelopt("profile", str(FAST), "--task", str(TASK), "--store", sqlite_url, *QUICK)
     assert "PASSED" in text.stdout and "speedup" in text.stdout
     lineage = accelopt("db", "lineage", fast_out["solution_id"], "--store", sqlite_url, "--json")
-    assert json.loads(lineage.stdout) == {"ancestors": [], "descendants": []}
+    shown = json.loads(lineage.stdout)
+    assert (shown["ancestors"], shown["descendants"]) == ([], [])
+    assert shown["solution"]["id"] == fast_out["solution_id"]
 
 
 def test_profile_reports_a_wrong_kernel_with_exit_code_1(sqlite_url: str, tmp_path: Path) -> None:

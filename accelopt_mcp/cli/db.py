@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -18,8 +18,10 @@ from accelopt_mcp.cli.common import (
     print_json,
     say,
 )
+from accelopt_mcp.engine.lineage import speedup_between, timed_beside_children
+from accelopt_mcp.engine.runs import SpeedupFigure, figure_text
 from accelopt_mcp.models import LatencyStats
-from accelopt_mcp.store.base import StoreError
+from accelopt_mcp.store.base import StoredProfile, StoredSolution, StoreError
 from accelopt_mcp.store.url import describe_store_url
 
 app = typer.Typer(
@@ -116,17 +118,47 @@ def best(
     as_json: JsonOption = False,
 ) -> None:
     """The fastest correct solutions of a definition, by each profile's latency pooled over all
-    its measurements (shown with its confidence interval and how many measurements it pools).
-    A result flagged untrusted (its numbers cannot be believed: above_peak, constant_output,
-    ...) is left out unless --include-flagged."""
+    its measurements (shown with its confidence interval and how many measurements it pools,
+    plus how many times its children timed it beside them, which are not pooled), and each
+    one's speedup over its parent: timed in the same rounds where that was measured (interval
+    and verdict), else labelled "timed apart" (two medians from different times). A result
+    flagged untrusted (its numbers cannot be believed: above_peak, constant_output, ...) is
+    left out unless --include-flagged."""
     with opened_store(store) as db:
         if db.get_definition(definition) is None:
             fail(f"no definition named {definition!r}; `accelopt db stats` shows what is stored")
         ranked = db.best_solutions(
             definition, hardware=hardware, limit=limit, include_flagged=include_flagged
         )
+        every = db.ranked_solutions(definition, hardware=hardware, include_flagged=include_flagged)
+        profiles = {e.solution.id: e.best_profile for e in every}
+        children: dict[str, list[StoredSolution]] = {}
+        for entry in every:
+            if entry.solution.parent_id is not None:
+                children.setdefault(entry.solution.parent_id, []).append(entry.solution)
+        rows = []
+        for r in ranked:
+            parent_id = r.solution.parent_id
+            figure = None
+            if parent_id is not None:
+                figure = speedup_between(
+                    db, r.solution, r.profile, parent_id, profiles.get(parent_id)
+                )
+            beside = timed_beside_children(
+                db, r.solution.id, r.profile, children.get(r.solution.id, [])
+            )
+            rows.append((r, figure, beside))
     if as_json:
-        print_json([r.model_dump(mode="json") for r in ranked])
+        print_json(
+            [
+                {
+                    **r.model_dump(mode="json"),
+                    "speedup_vs_parent": figure.model_dump(mode="json") if figure else None,
+                    "timed_beside_children": beside,
+                }
+                for r, figure, beside in rows
+            ]
+        )
         return
     title = f"fastest correct solutions of {definition}"
     say(title + (" (untrusted included)" if include_flagged else ""))
@@ -139,21 +171,24 @@ def best(
         "latency ms [CI]",
         "measurements",
         "speedup vs reference",
+        "vs parent",
         "flags",
     ):
         table.add_column(column)
-    for r in ranked:
+    for r, figure, beside in rows:
         speedup = f"{r.profile.speedup:.2f}x" if r.profile.speedup else "-"
         flags = ", ".join(r.profile.flags)
         stats = r.profile.evaluation.latency_stats
+        own = str(stats.measurements) if stats else "1"
         table.add_row(
             plain(r.solution.id),
             plain(r.solution.solution.name),
             plain(r.solution.spec_language),
             plain(r.profile.eval_hardware),
             plain(_latency_cell(r.profile.latency_ms, stats)),
-            str(stats.measurements) if stats else "1",
+            f"{own} + {beside} beside children" if beside else own,
             speedup,
+            plain(figure_text(figure, "parent")) if figure is not None else "-",
             plain(f"UNTRUSTED: {flags}" if not r.profile.trusted else flags or "-"),
         )
     console.print(table)
@@ -174,24 +209,59 @@ def lineage(
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Ancestors (nearest first) and descendants of a solution."""
+    """Ancestors (nearest first) and descendants of a solution, each with its best latency
+    and its speedup over its parent: timed in the same rounds where that was measured
+    (interval and verdict), else labelled "timed apart"."""
     with opened_store(store) as db:
-        if db.get_solution(solution_id) is None:
+        found = db.get_solution(solution_id)
+        if found is None:
             fail(f"no solution with id {solution_id!r}")
         up, down = db.ancestors(solution_id), db.descendants(solution_id)
+        shown = [found, *up, *down]
+        profiles: dict[str, StoredProfile | None] = {}
+        for name in dict.fromkeys(s.definition_name for s in shown):
+            profiles |= {e.solution.id: e.best_profile for e in db.ranked_solutions(name)}
+        figures: dict[str, SpeedupFigure | None] = {}
+        for s in shown:
+            if s.parent_id is not None:
+                figures[s.id] = speedup_between(
+                    db, s, profiles.get(s.id), s.parent_id, profiles.get(s.parent_id)
+                )
+
+    def entry(s: StoredSolution) -> dict[str, Any]:
+        profile, figure = profiles.get(s.id), figures.get(s.id)
+        return {
+            **s.model_dump(mode="json"),
+            "best_latency_ms": profile.latency_ms if profile is not None else None,
+            "speedup_vs_parent": figure.model_dump(mode="json") if figure else None,
+        }
+
+    def line(s: StoredSolution) -> str:
+        profile, figure = profiles.get(s.id), figures.get(s.id)
+        parts = [f"{s.id}  {s.solution.name}"]
+        if profile is not None and profile.latency_ms is not None:
+            parts.append(f"{profile.latency_ms:.4g} ms")
+        if figure is not None:
+            parts.append(figure_text(figure, "its parent"))
+        elif s.parent_id is not None:
+            parts.append("no speedup over its parent known")
+        return "  ".join(parts)
+
     if as_json:
         print_json(
             {
-                "ancestors": [s.model_dump(mode="json") for s in up],
-                "descendants": [s.model_dump(mode="json") for s in down],
+                "solution": entry(found),
+                "ancestors": [entry(s) for s in up],
+                "descendants": [entry(s) for s in down],
             }
         )
         return
     say((solution_id, "bold"))
+    say(f"  this kernel: {line(found)}")
     for depth, s in enumerate(up, start=1):
-        say(f"  ancestor {depth}: {s.id}  {s.solution.name}")
+        say(f"  ancestor {depth}: {line(s)}")
     for s in down:
-        say(f"  descendant: {s.id}  {s.solution.name} (parent {s.parent_id})")
+        say(f"  descendant: {line(s)} (parent {s.parent_id})")
 
 
 @app.command("export")

@@ -92,7 +92,7 @@ def list_items(
         print_json([item.model_dump(mode="json") for item in items])
         return
     table = Table(title=plain(title))
-    for column in ("id", "namespace", "definition", "title", "speedup", "removed"):
+    for column in ("id", "namespace", "definition", "title", "speedup", "measured on", "removed"):
         table.add_column(column)
     for item in items:
         table.add_row(
@@ -101,6 +101,7 @@ def list_items(
             plain(item.definition_name),
             plain(item.title),
             f"{item.speedup:.2f}x" if item.speedup else "-",
+            plain(item.conditions.text()) if item.conditions is not None else "-",
             "yes" if item.removed else "",
         )
     console.print(table)

@@ -20,8 +20,8 @@ from accelopt_mcp.cli.common import (
 from accelopt_mcp.engine.runs import (
     BestFigures,
     RunNotFound,
-    SpeedupFigure,
     best_figures,
+    figure_text,
     load_run,
     run_state,
     speedup,
@@ -58,6 +58,9 @@ def list_runs(
                     "initial_latency_ms": initial,
                     "best_latency_ms": run.best_latency_ms,
                     "speedup": speedup(initial, run.best_latency_ms),
+                    # Two medians from different times (the initial kernel's first profile,
+                    # the best one's): no same-round figure.
+                    "speedup_measured": "apart",
                     "cost_usd": run.cost_usd,
                     "created_at": run.created_at,
                 }
@@ -66,7 +69,8 @@ def list_runs(
         print_json(rows)
         return
     table = Table(title="runs")
-    for column in ("id", "definition", "state", "iter", "best ms", "vs initial", "cost $"):
+    columns = ("id", "definition", "state", "iter", "best ms", "vs initial (timed apart)", "cost $")
+    for column in columns:
         table.add_column(column)
     for row in rows:
         table.add_row(
@@ -217,7 +221,10 @@ def show(
             say(tie.describe())
         for item in experiences:
             if item.iteration == iteration:
-                say(f"experience: {item.title} ({item.speedup or 0:.2f}x fast over slow)")
+                said = f"{item.speedup or 0:.2f}x fast over slow"
+                if item.conditions is not None:
+                    said += f", measured on {item.conditions.text()}"
+                say(f"experience: {item.title} ({said})")
 
 
 def _slot_note(slot: AttemptRecord) -> str:
@@ -319,35 +326,30 @@ def _print_call(db: KernelStore, call_id: str, as_json: bool, *, run_id: str | N
     _plain(found.reply if found.reply is not None else "(no reply)")
 
 
-def _figure(figure: SpeedupFigure, against: str) -> str:
-    """'2.10x [2.05, 2.16] over the reference (same rounds)'."""
-    if figure.low is None:
-        return f"{figure.estimate:.3g}x over {against} (no interval)"
-    high = "inf" if figure.high is None else f"{figure.high:.3g}"
-    how = "same rounds" if figure.measured == "same_rounds" else "measured apart"
-    return f"{figure.estimate:.3g}x [{figure.low:.3g}, {high}] over {against} ({how})"
-
-
 def _best_line(solution_id: str | None, latency_ms: float, best: BestFigures | None) -> str:
     line = f"best {solution_id} {latency_ms:.4g} ms"
     if best is None:
         return line
     parts = []
     if best.over_reference is not None:
-        parts.append(_figure(best.over_reference, "the reference"))
+        parts.append(figure_text(best.over_reference, "the reference"))
     if best.is_initial:
         parts.append("the initial kernel itself (nothing beat it)")
     elif best.over_initial is not None:
-        parts.append(_figure(best.over_initial, "the initial kernel"))
+        parts.append(figure_text(best.over_initial, "the initial kernel"))
     return f"{line}: {'; '.join(parts)}" if parts else line
 
 
 def _slot_speedup(slot: AttemptRecord) -> str:
-    """Over the parent, with its interval when there is one."""
+    """Over the parent, with its interval when there is one, and how it was had: 'same
+    rounds' (the parent timed beside it) or 'timed apart' (two medians from different
+    times)."""
     interval = slot.speedup_interval
     if interval is None:
         return "-"
+    same = slot.speedup_measured == "same_rounds" or slot.parent_speedup is not None
+    how = "same rounds" if same else "timed apart"
     if slot.speedup_ci_low is None:
-        return f"{interval.estimate:.2f}x"
+        return f"{interval.estimate:.2f}x ({how})"
     high = "inf" if interval.high == float("inf") else f"{interval.high:.2f}"
-    return f"{interval.estimate:.2f}x [{interval.low:.2f}, {high}]"
+    return f"{interval.estimate:.2f}x [{interval.low:.2f}, {high}] ({how})"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections.abc import Mapping
+from typing import Any
 
 from accelopt_mcp.engine.context import RunContext
 from accelopt_mcp.engine.prompts import summarizer_messages
@@ -12,6 +14,7 @@ from accelopt_mcp.engine.run_control import RunControl
 from accelopt_mcp.engine.selection import AttemptRecord, Pair
 from accelopt_mcp.engine.summarizer import NothingChanged, summarize_pair
 from accelopt_mcp.llm import BudgetExceeded, LlmCallFailed, MalformedReply
+from accelopt_mcp.models import Evaluation, MeasuringConditions, measuring_conditions_of
 from accelopt_mcp.store.base import ExperienceIn
 
 log = logging.getLogger(__name__)
@@ -25,6 +28,18 @@ def slow_fast(pair: Pair) -> tuple[str, str]:
     if pair.positive:
         return attempt.parent_id, attempt.solution_id
     return attempt.solution_id, attempt.parent_id
+
+
+def pair_conditions(
+    attempt_profile: Evaluation | None, profile_key: Mapping[str, Any]
+) -> MeasuringConditions | None:
+    """What a pair's speedup was measured under: its attempt's evaluation (the one that timed
+    the attempt beside its parent) read by measuring_conditions_of, with how many evaluations
+    ran at once (the profile key's `workers`; absent: one)."""
+    workers = profile_key.get("workers", 1)
+    return measuring_conditions_of(
+        attempt_profile, evaluations_at_once=workers if isinstance(workers, int) else None
+    )
 
 
 async def summarize_pairs(
@@ -87,6 +102,7 @@ async def _summarize_one(ctx: RunContext, control: RunControl, iteration: int, p
         )
     slow_profile = await ctx.profiles.stored_evaluation(slow_id)
     fast_profile = await ctx.profiles.stored_evaluation(fast_id)
+    conditions = pair_conditions(fast_profile if pair.positive else slow_profile, ctx.profiles.perf)
     messages = summarizer_messages(
         ctx.family,
         ctx.task,
@@ -99,6 +115,7 @@ async def _summarize_one(ctx: RunContext, control: RunControl, iteration: int, p
         positive=pair.positive,
         slow_profile=slow_profile,
         fast_profile=fast_profile,
+        conditions=conditions,
     )
     try:
         summary = await summarize_pair(
@@ -125,6 +142,7 @@ async def _summarize_one(ctx: RunContext, control: RunControl, iteration: int, p
             fast_solution_id=fast_id,
             speedup=factor,
             iteration=iteration,
+            conditions=conditions,
         ),
     )
     ctx.events.emit("experience_added", iteration, f"memory item: {summary.title}")

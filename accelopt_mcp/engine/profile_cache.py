@@ -13,7 +13,9 @@ both in the same rounds, so the speedup over the parent has a paired interval in
 drift cancels (selection.parent_speedup_fields reads it). The cache remembers which parent each
 of its fresh profiles was timed beside, so that an attempt reusing that profile gets the same
 comparison when its parent is the same one, and none otherwise: a stored profile's comparisons
-may be against any kernel that someone once called its parent.
+may be against any kernel that someone once called its parent. Each fresh 'parent' comparison
+is stored with that parent's id (Comparison.baseline_id), so that readers of the store
+(engine/lineage.py) know which kernel it was.
 """
 
 from __future__ import annotations
@@ -143,13 +145,22 @@ class ProfileCache:
             comparison = self._comparison(source_hash, parent_id)
             if comparison is None and stored_beside_parent:
                 comparison = next(
-                    (c for c in stored.comparisons if c.baseline == PARENT_LABEL), None
+                    (
+                        c
+                        for c in stored.comparisons
+                        if c.baseline == PARENT_LABEL and c.baseline_id in (None, parent_id)
+                    ),
+                    None,
                 )
             return ProfiledSolution(sid, source_hash, stored, True, comparison)
         future: asyncio.Future[Evaluation] = asyncio.get_running_loop().create_future()
         self._inflight[source_hash] = future
         try:
             pooled = await self.evaluate(solution, parent)
+            if parent is not None:
+                # Which stored kernel the 'parent' was: a stored profile keeps its
+                # comparisons, and the label alone names whoever was the parent this time.
+                pooled = pooled.with_baseline_id(PARENT_LABEL, parent_id)
             await asyncio.to_thread(
                 self.store.upsert_profile, self.task.workload.uuid, sid, pooled, self.perf
             )

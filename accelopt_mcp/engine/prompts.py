@@ -4,11 +4,13 @@ Templates live in prompt_templates/<family>/ (cpu, nki, gpu), with the family-ne
 of the planner's reply format in prompt_templates/common/. What each role is shown:
 
 - planner: the task, the hardware block (hardware_block.describe_hardware), the kernel, its
-  profile, the plans already tried on its lineage (history.lineage_history) and the memory;
-  asked for one plan ("independent" mode) or for N distinct plans in one reply ("distinct").
+  profile, the plans already tried on its lineage (history.lineage_history) and the memory
+  (each lesson with what it was measured on, where recorded); asked for one plan
+  ("independent" mode) or for N distinct plans in one reply ("distinct").
 - executor: the task, the hardware block, the kernel with its profile, and the plan; after a
   failed attempt (repair_messages) also its own kernel, the failure class and the log's end.
-- summarizer: the pair, the plan behind the change, both profiles and the measurement noise.
+- summarizer: the pair, the plan behind the change, both profiles, the measurement noise and the
+  conditions the pair was measured under (cores, BLAS threads, host load).
 
 The planner sees the profile counters in a shuffled (seeded) order: language models favour
 whatever is listed first, and a fixed order would steer every plan at the same counter.
@@ -36,7 +38,7 @@ from accelopt_mcp.comparing import (
 from accelopt_mcp.engine.hardware_block import describe_hardware
 from accelopt_mcp.engine.history import tidy_log
 from accelopt_mcp.llm import ChatMessage
-from accelopt_mcp.models import Evaluation, Solution, Task
+from accelopt_mcp.models import Evaluation, MeasuringConditions, Solution, Task
 from accelopt_mcp.store.base import ExperienceRecord
 
 FAMILIES = ("cpu", "nki", "gpu")
@@ -130,11 +132,15 @@ def describe_profile(evaluation: Evaluation | None, rng: random.Random) -> str:
 
 
 def describe_memory(items: list[ExperienceRecord]) -> str:
+    """The lessons, numbered: title, strategy, what it was measured on (where the item
+    records it: a lesson may hold only under those conditions) and the changed segment."""
     if not items:
         return "(none yet)"
     blocks = []
     for number, item in enumerate(items, 1):
         block = f"{number}. {item.title}\n   Strategy: {item.strategy}"
+        if item.conditions is not None:
+            block += f"\n   Measured on: {item.conditions.text()}"
         if item.pseudocode:
             block += "\n   Change:\n" + "\n".join(
                 "     " + line for line in item.pseudocode.splitlines()
@@ -326,15 +332,24 @@ def _latency_noise(name: str, profile: Evaluation | None) -> str | None:
     return line
 
 
+CONDITIONS_ADVICE = (
+    "a speedup holds under the conditions it was measured in. If the change's gain comes from "
+    "using more cores or threads, or from a busy host, say so in the lesson and do not claim "
+    "it for other conditions (on one core, work split across threads can be the slowest)."
+)
+
+
 def describe_noise(
     speedup: float,
     interval: tuple[float, float] | None,
     confidence: float,
     slow_profile: Evaluation | None,
     fast_profile: Evaluation | None,
+    conditions: MeasuringConditions | None = None,
 ) -> str:
     """How sure the pair's figures are: the speedup with its interval, each latency with its
-    own, and what that means for the lesson."""
+    own, what the measurement was taken under (cores, BLAS threads, host load) and what that
+    means for the lesson."""
     low, high = interval if interval is not None else (None, None)
     figure = interval_text(speedup, low, high, "x")
     if interval is None:
@@ -348,6 +363,8 @@ def describe_noise(
         for line in (_latency_noise("Slow", slow_profile), _latency_noise("Fast", fast_profile))
         if line is not None
     ]
+    if conditions is not None:
+        lines.append(f"- Measured on {conditions.text()}: {CONDITIONS_ADVICE}")
     lines.append(
         "Effects smaller than these intervals are noise: credit the speedup only to changes "
         "that can explain one of its size."
@@ -368,12 +385,15 @@ def summarizer_messages(
     positive: bool = True,
     slow_profile: Evaluation | None = None,
     fast_profile: Evaluation | None = None,
+    conditions: MeasuringConditions | None = None,
 ) -> list[ChatMessage]:
     """`speedup`: how many times faster `fast` is than `slow` (slow median / fast median);
     `interval`: its confidence interval at `confidence`, when the pair was timed with one.
     plan: the plan of the attempt that made the pair; positive: the attempt is the fast kernel
     (the plan was applied to the slow one), else it is the slow one (the plan made its parent,
-    the fast kernel, slower). slow_profile/fast_profile: their stored evaluations."""
+    the fast kernel, slower). slow_profile/fast_profile: their stored evaluations.
+    conditions: what the pair's measurement was taken under (measuring_conditions_of the
+    attempt's evaluation), told to the summarizer with the noise."""
     low, high = interval if interval is not None else (None, None)
     figure = speedup_text(speedup, low, high, "the slow kernel")
     if interval is not None:
@@ -398,7 +418,9 @@ def summarizer_messages(
             "fast": fast.entry_source.content.rstrip(),
             "fast_profile": describe_profile(fast_profile, rng),
             "speedup": figure,
-            "noise": describe_noise(speedup, interval, confidence, slow_profile, fast_profile),
+            "noise": describe_noise(
+                speedup, interval, confidence, slow_profile, fast_profile, conditions
+            ),
             "fence": _fence(slow),
         },
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
@@ -11,14 +12,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, computed_field
 
 from accelopt_mcp.engine.checkpoint import Checkpoint, RunSpec, read_run, run_config
 from accelopt_mcp.engine.config import OptimizeConfig
 from accelopt_mcp.engine.selection import BeamEntry
 from accelopt_mcp.isolation.sandbox import proc_stat_fields
 from accelopt_mcp.models import Solution, Task
-from accelopt_mcp.stats import Interval, finite_or_none, ratio_of_independent
+from accelopt_mcp.stats import Interval, Verdict, finite_or_none, ratio_of_independent, verdict
 from accelopt_mcp.store.base import KernelStore, RunRecord, RunUpdate
 from accelopt_mcp.store.url import default_sqlite_path
 
@@ -196,14 +197,27 @@ def speedup(baseline_ms: float | None, latency_ms: float | None) -> float | None
 class SpeedupFigure(BaseModel):
     """A speedup with its interval, and how that interval was had."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     estimate: float
     low: float | None = None
     """None: no interval (a point estimate)."""
     high: float | None = None
     """None with a lower end: unbounded."""
     measured: Literal["same_rounds", "apart", "point"]
-    """'same_rounds': both timed in the same interleaved rounds; 'apart': two measurements'
-    intervals combined as independent errors (wider); 'point': no interval known."""
+    """'same_rounds': both timed in the same interleaved rounds; 'apart': timed in separate
+    measurements, at other times (their intervals combined as independent errors, wider; no
+    interval when either lacks one); 'point': no interval known."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def verdict(self) -> Verdict | None:
+        """'faster' / 'slower' when the whole interval is above / below 1, else
+        'indistinguishable'; None without an interval (a point estimate decides nothing)."""
+        if self.low is None:
+            return None
+        high = math.inf if self.high is None else self.high
+        return verdict(Interval(self.estimate, self.low, high))
 
     @classmethod
     def of(cls, interval: Interval, measured: Literal["same_rounds", "apart"]) -> SpeedupFigure:
@@ -213,6 +227,21 @@ class SpeedupFigure(BaseModel):
             high=finite_or_none(interval.high),
             measured=measured,
         )
+
+
+def figure_text(figure: SpeedupFigure, against: str) -> str:
+    """How a speedup reads: '2.10x [2.05, 2.16] over the reference (same rounds), faster';
+    '1.62x [1.31, 2.01] over the parent (timed apart), faster'; '1.62x over the parent (timed
+    apart, no interval)'; '1.62x over the reference (no interval)'."""
+    how = {"same_rounds": "same rounds", "apart": "timed apart"}.get(figure.measured)
+    if figure.low is None:
+        said = f"{how}, no interval" if how else "no interval"
+        return f"{figure.estimate:.3g}x over {against} ({said})"
+    high = "inf" if figure.high is None else f"{figure.high:.3g}"
+    text = f"{figure.estimate:.3g}x [{figure.low:.3g}, {high}] over {against}"
+    if how:
+        text += f" ({how})"
+    return f"{text}, {figure.verdict}"
 
 
 class BestFigures(BaseModel):

@@ -11,6 +11,9 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 
 from accelopt_mcp import transfer
+from accelopt_mcp.engine.lineage import children_of, speedup_between, timed_beside_children
+from accelopt_mcp.engine.runs import SpeedupFigure
+from accelopt_mcp.engine.selection import SpeedupMeasured
 from accelopt_mcp.linking import store_kernel
 from accelopt_mcp.mcp_tools import ids
 from accelopt_mcp.mcp_tools.app import NotFoundError
@@ -34,6 +37,7 @@ from accelopt_mcp.mcp_tools.views import (
     workload_summary,
 )
 from accelopt_mcp.models import Definition, Evaluation, Solution, Workload
+from accelopt_mcp.models.evaluation import Verdict
 from accelopt_mcp.store.base import (
     KernelStore,
     StoredDefinition,
@@ -63,9 +67,32 @@ class DefinitionDetail(View):
     solutions_total: int
 
 
+class SolutionListing(SolutionSummary):
+    """A kernel with its best latency (as list_solutions ranks it) and its speedup over its
+    parent: timed in the same rounds where one of its ranked profile's measurements timed the
+    parent beside it, else the ratio of the two best latencies timed apart (engine/lineage.py).
+    """
+
+    speedup_vs_parent: float | None = None
+    """How many times faster than its parent (parent median / its median); null without a
+    parent, or when neither a same-round figure nor both best latencies on one hardware are
+    known."""
+    speedup_vs_parent_ci_low: float | None = None
+    """Lower end of its confidence interval (null: none known)."""
+    speedup_vs_parent_ci_high: float | None = None
+    """Upper end (null with a lower end: unbounded)."""
+    speedup_vs_parent_verdict: Verdict | None = None
+    """faster / slower when the whole interval is above / below 1, else indistinguishable;
+    null without an interval."""
+    speedup_vs_parent_measured: SpeedupMeasured | None = None
+    """same_rounds: the parent was timed beside it, in the same interleaved rounds (host drift
+    cancels); apart: two best latencies measured at different times, a figure to read with
+    care (their intervals combined, when both have one)."""
+
+
 class SolutionPage(View):
     definition_name: str
-    items: list[SolutionSummary]
+    items: list[SolutionListing]
     """Fastest correct first (trusted results only, unless include_flagged), then the others."""
     page: PageInfo
 
@@ -87,13 +114,18 @@ class SolutionDetail(View):
     profiles_total: int
 
 
-class LineageEntry(SolutionSummary):
-    """A kernel of the lineage with its best latency (as list_solutions ranks it)."""
+class LineageEntry(SolutionListing):
+    """A kernel of the lineage with its best latency (as list_solutions ranks it), its speedup
+    over its parent and over the lineage's root, each timed in the same rounds where that was
+    measured, else labelled apart."""
 
-    speedup_vs_parent: float | None = None
-    """Its parent's best latency / its own, when both have one on the same hardware."""
     speedup_vs_initial: float | None = None
-    """The lineage root's best latency / its own, likewise."""
+    """How many times faster than the lineage root (null for the root itself), as
+    speedup_vs_parent is had."""
+    speedup_vs_initial_ci_low: float | None = None
+    speedup_vs_initial_ci_high: float | None = None
+    speedup_vs_initial_verdict: Verdict | None = None
+    speedup_vs_initial_measured: SpeedupMeasured | None = None
 
 
 class Lineage(View):
@@ -132,8 +164,16 @@ class PooledProfile(ProfileSummary):
     speedup_vs_reference_ci_high: float | None = None
     measurements_total: int
     """How many measurements the profile holds (failed ones included; only passed ones pool)."""
+    timed_beside_children: int = 0
+    """How many of its children's measurements (same workload, settings and hardware; passed,
+    trusted) timed this kernel beside them as their parent, in the same rounds. Those are
+    measurements of it too, but they are not pooled into latency_ms: a child's comparison keeps
+    this kernel's median, not its interval."""
+    measured_total: int = 0
+    """Every time this kernel was measured under this profile's conditions: measurements_total
+    plus timed_beside_children."""
     measurements: list[MeasurementSummary]
-    """The newest measurements_limit of them, oldest first."""
+    """The newest measurements_limit of its own, oldest first."""
 
 
 class ProfilePage(View):
@@ -260,8 +300,9 @@ def list_solutions(
 ) -> SolutionPage:
     """Solutions (kernels) of a definition, fastest correct first, then those that never
     passed (or passed only with a result flagged untrusted, unless include_flagged). Each shows
-    the flags of the profile that ranks it. Use get_solution for a kernel's source and
-    profiles, solution_lineage for its history."""
+    the flags of the profile that ranks it and its speedup over its parent: timed in the same
+    rounds where that was measured (interval, verdict), else labelled apart. Use get_solution
+    for a kernel's source and profiles, solution_lineage for its history."""
     store = state_of(ctx).store()
     _definition(store, definition_name)
     entries = store.ranked_solutions(
@@ -271,13 +312,53 @@ def list_solutions(
         run_id=ids.run_id(store, run_id) if run_id is not None else None,
         include_flagged=include_flagged,
     )
+    shown = entries[offset : offset + limit]
+    best = {e.solution.id: e.best_profile for e in entries}
+    parents = {e.solution.parent_id for e in shown if e.solution.parent_id} - best.keys()
+    if parents:
+        # Parents left out by the filters (another language or run) still rank.
+        best |= {
+            e.solution.id: e.best_profile
+            for e in store.ranked_solutions(
+                definition_name, hardware=hardware, include_flagged=include_flagged
+            )
+            if e.solution.id in parents
+        }
     return SolutionPage(
         definition_name=definition_name,
         items=[
-            solution_summary(e.solution, e.best_profile) for e in entries[offset : offset + limit]
+            SolutionListing(
+                **solution_summary(e.solution, e.best_profile).model_dump(),
+                **_vs_parent(store, e.solution, best),
+            )
+            for e in shown
         ],
         page=page_info(len(entries), offset, limit),
     )
+
+
+def _figure_fields(prefix: str, figure: SpeedupFigure | None) -> dict[str, Any]:
+    """The flat fields of a speedup figure: prefix, prefix_ci_low, ..., prefix_measured."""
+    if figure is None:
+        return {}
+    return {
+        prefix: figure.estimate,
+        f"{prefix}_ci_low": figure.low,
+        f"{prefix}_ci_high": figure.high,
+        f"{prefix}_verdict": figure.verdict,
+        f"{prefix}_measured": figure.measured,
+    }
+
+
+def _vs_parent(
+    store: KernelStore, s: StoredSolution, best: dict[str, StoredProfile | None]
+) -> dict[str, Any]:
+    """The speedup_vs_parent fields of a kernel: best holds the ranked profile of each kernel
+    (its parent's too, where it has one)."""
+    if s.parent_id is None:
+        return {}
+    figure = speedup_between(store, s, best.get(s.id), s.parent_id, best.get(s.parent_id))
+    return _figure_fields("speedup_vs_parent", figure)
 
 
 def get_solution(
@@ -316,14 +397,6 @@ def get_solution(
     )
 
 
-def _ratio(slow: SolutionSummary | None, fast: SolutionSummary) -> float | None:
-    if slow is None or slow.best_latency_ms is None or fast.best_latency_ms is None:
-        return None
-    if slow.best_hardware != fast.best_hardware or fast.best_latency_ms <= 0:
-        return None
-    return slow.best_latency_ms / fast.best_latency_ms
-
-
 def solution_lineage(
     ctx: ToolContext,
     solution_id: Annotated[str, Field(description="Solution id (or 8+ first characters).")],
@@ -331,7 +404,8 @@ def solution_lineage(
 ) -> Lineage:
     """Where a kernel came from (its ancestors, parent first, up to the initial kernel) and
     what was derived from it, each with its best latency as list_solutions ranks it and its
-    speedup over its parent and over the initial kernel."""
+    speedup over its parent and over the initial kernel: timed in the same rounds where that
+    was measured (with interval and verdict), else labelled apart (`_measured` fields)."""
     store = state_of(ctx).store()
     stored = _solution(store, solution_id)
     up = store.ancestors(stored.id)
@@ -340,20 +414,16 @@ def solution_lineage(
     best: dict[str, StoredProfile | None] = {}
     for name in dict.fromkeys(s.definition_name for s in shown):
         best |= {e.solution.id: e.best_profile for e in store.ranked_solutions(name)}
-    summaries = {s.id: solution_summary(s, best.get(s.id)) for s in shown}
-    root = summaries[up[-1].id] if up else summaries[stored.id]
+    root = up[-1] if up else stored
 
     def entry(s: StoredSolution) -> LineageEntry:
-        summary = summaries[s.id]
-        parent = summaries.get(s.parent_id) if s.parent_id else None
-        if parent is None and s.parent_id:
-            found = store.get_solution(s.parent_id)
-            if found is not None:
-                parent = solution_summary(found, best.get(found.id))
+        vs_initial = None
+        if s.id != root.id:
+            vs_initial = speedup_between(store, s, best.get(s.id), root.id, best.get(root.id))
         return LineageEntry(
-            **summary.model_dump(),
-            speedup_vs_parent=_ratio(parent, summary),
-            speedup_vs_initial=_ratio(root, summary) if summary is not root else None,
+            **solution_summary(s, best.get(s.id)).model_dump(),
+            **_vs_parent(store, s, best),
+            **_figure_fields("speedup_vs_initial", vs_initial),
         )
 
     return Lineage(
@@ -381,10 +451,19 @@ def _measurement_summary(m: StoredMeasurement) -> MeasurementSummary:
     )
 
 
-def _pooled_profile(store: KernelStore, p: StoredProfile, measurements_limit: int) -> PooledProfile:
+def _pooled_profile(
+    store: KernelStore,
+    p: StoredProfile,
+    measurements_limit: int,
+    children: dict[str, list[StoredSolution]],
+) -> PooledProfile:
+    """children: each solution's children looked up so far (filled in here)."""
     history = store.list_measurements(p.id)
     latency, perf = p.evaluation.latency_stats, p.evaluation.performance
     shown = history[len(history) - measurements_limit :] if measurements_limit else []
+    if p.solution_id not in children:
+        children[p.solution_id] = children_of(store, p.solution_id)
+    beside = timed_beside_children(store, p.solution_id, p, children[p.solution_id])
     return PooledProfile(
         **profile_summary(p).model_dump(),
         latency_ci_low_ms=latency.ci_low_ms if latency else None,
@@ -392,6 +471,8 @@ def _pooled_profile(store: KernelStore, p: StoredProfile, measurements_limit: in
         speedup_vs_reference_ci_low=perf.speedup_ci_low if perf else None,
         speedup_vs_reference_ci_high=perf.speedup_ci_high if perf else None,
         measurements_total=len(history),
+        timed_beside_children=beside,
+        measured_total=len(history) + beside,
         measurements=[_measurement_summary(m) for m in shown],
     )
 
@@ -420,7 +501,8 @@ def query_profiles(
     """Profiles (evaluations: status, latency, speedup, hardware counters, log tail)
     matching every filter given. A profile's latency and speedup are pooled over every
     measurement of it (with their confidence intervals), and each measurement is listed:
-    when, status, median and interval, speedup and interval, flags."""
+    when, status, median and interval, speedup and interval, flags. timed_beside_children
+    counts the times its children's measurements timed it beside them (measured_total: both)."""
     store = state_of(ctx).store()
     if solution_id is not None:
         solution_id = _solution(store, solution_id).id
@@ -435,8 +517,9 @@ def query_profiles(
     )
     more = len(found) > limit
     total = offset + len(found)
+    children: dict[str, list[StoredSolution]] = {}
     return ProfilePage(
-        items=[_pooled_profile(store, p, measurements_limit) for p in found[:limit]],
+        items=[_pooled_profile(store, p, measurements_limit, children) for p in found[:limit]],
         page=PageInfo(
             total=total,
             offset=offset,

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from accelopt_mcp.comparing import shown_counters
+from accelopt_mcp.models import MeasuringConditions
 from accelopt_mcp.redaction import redact
 from accelopt_mcp.store.base import (
     ExperienceRecord,
@@ -229,6 +230,12 @@ class MemoryItem(View):
     latency)."""
     slow_solution_id: str | None = None
     fast_solution_id: str | None = None
+    measured_on: str | None = None
+    """What the measurement behind speedup_vs_slow was taken under (cores and which, BLAS
+    threads, host load, evaluations at once): the lesson may hold only there. Null for an item
+    added by hand."""
+    conditions: MeasuringConditions | None = None
+    """The same, field by field."""
     removed: bool = False
     created_at: str | None = None
 
@@ -246,6 +253,8 @@ def memory_item(e: ExperienceRecord) -> MemoryItem:
         speedup_vs_slow=e.speedup,
         slow_solution_id=e.slow_solution_id,
         fast_solution_id=e.fast_solution_id,
+        measured_on=e.conditions.text() if e.conditions is not None else None,
+        conditions=e.conditions,
         removed=e.removed,
         created_at=e.created_at.isoformat() if e.created_at else None,
     )

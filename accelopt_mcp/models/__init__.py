@@ -6,7 +6,8 @@ written from these models load in flashinfer-bench and theirs load here. Two add
 flashinfer-bench ignores on load (pydantic drops unknown fields there): the `nki` language, and
 on Evaluation the latency statistics and hardware counters that the planner reads. Ours alone:
 Task and Roofline (what a backend is asked to run), BenchmarkConfig (how it checks and times),
-LlmCallIn (a row of the LLM ledger, with its prompt and reply).
+MeasuringConditions (what a measurement was taken under), LlmCallIn (a row of the LLM ledger,
+with its prompt and reply).
 
 Records import nothing of the project but the foundations (`accelopt_mcp.pysource`,
 `accelopt_mcp.stats`); import them from here (`from accelopt_mcp.models import Solution`), not
@@ -18,6 +19,7 @@ from __future__ import annotations
 from accelopt_mcp.models.base import NonEmptyString, NonNegativeInt, Record, Tagged
 from accelopt_mcp.models.benchmark import BenchmarkConfig
 from accelopt_mcp.models.comparison import ComparedKernel, KernelComparison, PairVerdict
+from accelopt_mcp.models.conditions import MeasuringConditions, measuring_conditions_of
 from accelopt_mcp.models.definition import Axis, AxisConst, AxisVar, Definition, DType, TensorSpec
 from accelopt_mcp.models.evaluation import (
     Comparison,
@@ -65,6 +67,7 @@ __all__ = [
     "LlmCallIn",
     "LlmCallStatus",
     "LlmMessage",
+    "MeasuringConditions",
     "NonEmptyString",
     "NonNegativeInt",
     "PairVerdict",
@@ -81,5 +84,6 @@ __all__ = [
     "TensorSpec",
     "Trace",
     "Workload",
+    "measuring_conditions_of",
     "pool_evaluations",
 ]

@@ -138,6 +138,11 @@ class Comparison(Record):
 
     baseline: NonEmptyString
     """What it was compared with, as the caller named it (e.g. 'parent', a solution id)."""
+    baseline_id: str | None = None
+    """The stored solution that baseline was, where the caller knew it (a run's and
+    profile_kernel's 'parent'; `Evaluation.with_baseline_id`). None for rows stored before it
+    was kept and for baselines that are no stored kernel: a label alone does not say which
+    kernel a 'parent' was."""
     baseline_latency_ms: float = Field(ge=0.0)
     """The baseline's median latency in these rounds."""
     speedup: float = Field(ge=0.0)
@@ -254,6 +259,19 @@ class Evaluation(Record):
     def untrusted_flags(self) -> list[str]:
         """The flags that make it untrusted; empty when it is trusted."""
         return untrusted_flags(self.flags)
+
+    def with_baseline_id(self, label: str, solution_id: str | None) -> Evaluation:
+        """This evaluation with `solution_id` recorded as the stored kernel its comparison
+        labelled `label` was timed against (Comparison.baseline_id); itself when it has no such
+        comparison or no id is given. For the caller that chose the baseline: a backend knows
+        only the label."""
+        if solution_id is None or not any(c.baseline == label for c in self.comparisons):
+            return self
+        comparisons = [
+            c.model_copy(update={"baseline_id": solution_id}) if c.baseline == label else c
+            for c in self.comparisons
+        ]
+        return self.model_copy(update={"comparisons": comparisons})
 
     def redacted(self, secrets: Iterable[str | None] = ()) -> Evaluation:
         """This evaluation with secrets masked in its log (accelopt_mcp.redaction.redact: URL

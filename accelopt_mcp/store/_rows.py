@@ -22,7 +22,15 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from accelopt_mcp.models import Definition, Evaluation, LlmCallIn, LlmMessage, Solution, Workload
+from accelopt_mcp.models import (
+    Definition,
+    Evaluation,
+    LlmCallIn,
+    LlmMessage,
+    MeasuringConditions,
+    Solution,
+    Workload,
+)
 from accelopt_mcp.redaction import mask_secrets, redact
 from accelopt_mcp.store import _retry
 from accelopt_mcp.store.base import (
@@ -352,6 +360,14 @@ def plain_json(value: Mapping[str, Any] | None, what: str) -> str:
         ) from exc
 
 
+def conditions_json(conditions: MeasuringConditions | None) -> str | None:
+    """The stored JSON of an item's measuring conditions (the fields that are known); None
+    (SQL NULL) for none."""
+    if conditions is None:
+        return None
+    return conditions.model_dump_json(exclude_none=True)
+
+
 # --------------------------------------------------------------------------- row -> record
 
 
@@ -492,6 +508,7 @@ def experience_from_row(row: Mapping[str, Any]) -> ExperienceRecord:
     r["fast_solution_id"] = _id(r["fast_solution_id"])
     r["removed"] = bool(r["removed"])
     r["created_at"] = _timestamp(r["created_at"])
+    r["conditions"] = _json(r["conditions"])
     return ExperienceRecord.model_validate(r)
 
 

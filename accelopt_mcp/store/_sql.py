@@ -846,7 +846,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
             cur.one(
                 "INSERT INTO experiences (id, run_id, namespace, definition_name, "
                 "slow_solution_id, fast_solution_id, speedup, title, strategy, pseudocode, "
-                "iteration) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "iteration, conditions) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?j) "
                 # The id is the same on a retry (_retry.replayed_id): the row is there if an
                 # attempt whose COMMIT lost its answer stored it.
                 "ON CONFLICT (id) DO NOTHING",
@@ -862,6 +862,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
                     item.strategy,
                     item.pseudocode,
                     item.iteration,
+                    _rows.conditions_json(item.conditions),
                 ),
             )
         return experience_id

@@ -22,7 +22,14 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from accelopt_mcp.models import Definition, Evaluation, LlmCallIn, Solution, Workload
+from accelopt_mcp.models import (
+    Definition,
+    Evaluation,
+    LlmCallIn,
+    MeasuringConditions,
+    Solution,
+    Workload,
+)
 
 # --------------------------------------------------------------------------- errors
 
@@ -277,6 +284,10 @@ class ExperienceIn(Row):
     """Slow latency / fast latency."""
     iteration: int | None = None
     """The run's iteration that learned it."""
+    conditions: MeasuringConditions | None = None
+    """What the measurement behind `speedup` was taken under (cores and which, BLAS threads,
+    host load, evaluations at once): a lesson may hold only there. None for an item added by
+    hand, or stored before conditions were kept."""
 
     @field_validator("title", "strategy", mode="before")
     @classmethod

@@ -66,6 +66,7 @@ _ADDED_COLUMNS = (
     ("experiences", "search_vector"),
     ("runs", "worker_id"),
     ("runs", "lease_expires_at"),
+    ("experiences", "conditions"),
 )
 # Tables it gained the same way (CREATE TABLE IF NOT EXISTS, applied again).
 _ADDED_TABLES = ("measurements", "run_entries", "hardware_peaks")

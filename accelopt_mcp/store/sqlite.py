@@ -73,6 +73,9 @@ _ADDED_PLAIN_COLUMNS = (
     ),
     ("runs", "worker_id"),
     ("runs", "lease_expires_at"),
+    # Without a version change: an older accelopt reads and writes such a file as before (it
+    # names the columns it knows), its items simply carry no conditions.
+    ("experiences", "conditions"),
 )
 
 

@@ -132,7 +132,10 @@ CREATE TABLE IF NOT EXISTS experiences (
     pseudocode        TEXT NOT NULL DEFAULT '',
     iteration         INTEGER,
     removed           INTEGER NOT NULL DEFAULT 0,
-    created_at        TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+    created_at        TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    -- JSON (MeasuringConditions): what the measurement behind `speedup` was taken under;
+    -- NULL for items added by hand. Added to older files by the store (ALTER TABLE).
+    conditions        TEXT
 );
 CREATE INDEX IF NOT EXISTS experiences_run_idx ON experiences (run_id);
 CREATE INDEX IF NOT EXISTS experiences_namespace_idx ON experiences (namespace);

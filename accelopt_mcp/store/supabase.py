@@ -911,6 +911,11 @@ class SupabaseStore(KernelStore):
             "strategy": item.strategy,
             "pseudocode": item.pseudocode,
             "iteration": item.iteration,
+            "conditions": (
+                item.conditions.model_dump(mode="json", exclude_none=True)
+                if item.conditions is not None
+                else None
+            ),
         }
 
         def missing(detail: str) -> str:

@@ -550,7 +550,7 @@ def test_an_attempt_is_timed_with_its_parent(
     text_out = _show(db_path, run_id)
     assert f"best {fast.solution_id}" in text_out
     assert "over the reference (same rounds)" in text_out
-    assert "over the initial kernel (measured apart)" in text_out
+    assert "over the initial kernel (timed apart)" in text_out
 
 
 def test_a_tie_is_re_measured_head_to_head_and_reported(

@@ -125,7 +125,10 @@ async def test_one_call_profiles_and_links_each_candidate(client: Client) -> Non
     assert [k["best_latency_ms"] for k in chain] == pytest.approx(
         [second["latency_ms"], first["latency_ms"], base["latency_ms"]]
     )
-    assert chain[1]["speedup_vs_parent"] == pytest.approx(base["latency_ms"] / first["latency_ms"])
+    # Timed beside its parent: the same-round figure, not a ratio of the two stored medians.
+    assert chain[1]["speedup_vs_parent"] == pytest.approx(first["speedup_vs_parent"])
+    assert chain[1]["speedup_vs_parent_measured"] == "same_rounds"
+    assert chain[0]["speedup_vs_parent_measured"] == "apart"  # its parent was not timed again
     assert chain[0]["speedup_vs_initial"] == pytest.approx(
         base["latency_ms"] / second["latency_ms"]
     )
