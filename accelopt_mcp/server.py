@@ -1,6 +1,8 @@
 """`accelopt-mcp`: the MCP server. stdio by default (nothing but protocol on stdout, logs on
 stderr); `--http` serves streamable HTTP under uvicorn, on 127.0.0.1 unless told otherwise, with
-a bearer token required off localhost (and on localhost too when ACCELOPT_MCP_TOKEN is set).
+a bearer token required on every interface, loopback included (any local process can reach a
+loopback port): $ACCELOPT_MCP_TOKEN, else one generated at start and written to a 0600 file
+under ACCELOPT_HOME that only this user can read.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import hmac
 import ipaddress
 import logging
 import os
+import secrets
+import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,10 +24,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from accelopt_mcp import __version__
+from accelopt_mcp.isolation.cgroups import remove_stale_groups
 from accelopt_mcp.mcp_tools import AccelOptServer, ServerState, build_server
+from accelopt_mcp.mcp_tools.roots import ROOTS_ENV, Roots, accelopt_home
 from accelopt_mcp.store import STORE_ENV
 
 TOKEN_ENV = "ACCELOPT_MCP_TOKEN"
+TOKEN_FILE = "mcp_token"
 DEFAULT_PORT = 8765
 MCP_PATH = "/mcp"
 HEALTH_PATH = "/health"
@@ -70,7 +77,8 @@ class BearerTokenGate:
             {
                 "error": "unauthorized",
                 "message": f"send the header 'Authorization: Bearer <token>' with the token "
-                f"the server was started with (${TOKEN_ENV})",
+                f"the server was started with (${TOKEN_ENV}, else the file "
+                f"$ACCELOPT_HOME/{TOKEN_FILE} it printed at start)",
             },
             status_code=401,
             headers={"WWW-Authenticate": "Bearer"},
@@ -79,14 +87,55 @@ class BearerTokenGate:
 
 
 def check_bind(host: str, token: str | None) -> None:
-    """Refuse a non-loopback address without a token: the tools run code on this machine."""
-    if not is_loopback(host) and not token:
+    """Refuse to serve HTTP without a token, on any address: the tools run code on this
+    machine, and a loopback port is open to every local user."""
+    if not token:
         raise ServerConfigError(
             f"refusing to serve on {host} without a bearer token: anyone who can reach it could "
             f"run code on this machine. Set {TOKEN_ENV} to a long random secret (e.g. `export "
-            f"{TOKEN_ENV}=$(openssl rand -hex 32)`) and give it to the client, or bind to "
-            "127.0.0.1"
+            f"{TOKEN_ENV}=$(openssl rand -hex 32)`) and give it to the client"
+            + ("" if is_loopback(host) else ", or bind to 127.0.0.1 (which makes one itself)")
         )
+
+
+def write_token_file(home: Path) -> tuple[str, Path]:
+    """A fresh token in home/mcp_token, readable by this user alone. The folder must be ours
+    and not writable by others (else another user could swap the file for a link); the file is
+    created anew, exclusively, 0600, never through a link."""
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = os.stat(home)
+    if info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ServerConfigError(
+            f"{home} is not owned by this user or is writable by others; the token file cannot "
+            f"be kept safe there: `chmod 700 {home}`, or point ACCELOPT_HOME elsewhere, or set "
+            f"{TOKEN_ENV}"
+        )
+    path = home / TOKEN_FILE
+    path.unlink(missing_ok=True)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    return token, path
+
+
+def http_token(host: str, home: Path | None = None) -> str:
+    """$ACCELOPT_MCP_TOKEN, else (on loopback) a generated one written to the token file: its
+    place, not the token, goes to stderr once. Off loopback the token must be given: a remote
+    client cannot read the file, and a server that refuses is clearer than one nobody can use."""
+    given = os.environ.get(TOKEN_ENV)
+    if given:
+        return given
+    if not is_loopback(host):
+        check_bind(host, None)
+    token, path = write_token_file(home or accelopt_home())
+    print(
+        f"accelopt-mcp: bearer token written to {path} (mode 0600); clients send "
+        f"'Authorization: Bearer $(cat {path})'",
+        file=sys.stderr,
+        flush=True,
+    )
+    return token
 
 
 def rebinding_guard(host: str) -> TransportSecuritySettings | None:
@@ -111,12 +160,9 @@ def http_app(
     set."""
     check_bind(host, token)
 
+    # Open to anyone (liveness probes carry no token): it says it is up and nothing else.
     async def health(_: Request) -> Response:
-        kind, _location = state.describe_store()
-        tools = await server.list_tools()
-        return JSONResponse(
-            {"status": "ok", "server": server.name, "store": kind, "tools": len(tools)}
-        )
+        return JSONResponse({"status": "ok"})
 
     # Called, not used as a decorator: the SDK's custom_route is untyped.
     server.custom_route(HEALTH_PATH, methods=["GET"])(health)
@@ -124,7 +170,8 @@ def http_app(
     app: ASGIApp = server.streamable_http_app(
         streamable_http_path=MCP_PATH, host=host, transport_security=rebinding_guard(host)
     )
-    return BearerTokenGate(app, token) if token else app
+    assert token  # check_bind refused a server without one
+    return BearerTokenGate(app, token)
 
 
 def serve_http(
@@ -134,11 +181,10 @@ def serve_http(
 
     app = http_app(server, state, host=host, token=token)
     log.warning(
-        "accelopt-mcp: streamable HTTP on http://%s:%d%s (token %s)",
+        "accelopt-mcp: streamable HTTP on http://%s:%d%s (bearer token required)",
         host,
         port,
         MCP_PATH,
-        "required" if token else "not required",
     )
     uvicorn.run(
         app,
@@ -175,6 +221,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--no-resume", action="store_true", help="Do not resume jobs interrupted by a restart."
     )
     parser.add_argument(
+        "--root",
+        action="append",
+        default=None,
+        metavar="PATH",
+        help=f"A folder tools may read files under (repeatable; default ${ROOTS_ENV}, else the "
+        "working directory and ACCELOPT_HOME).",
+    )
+    parser.add_argument(
         "--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
     return parser.parse_args(argv)
@@ -183,15 +237,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=args.log_level, format="%(levelname)s %(message)s")
+    # What a killed server or job left (frozen jails, their cgroups), should its reaper be gone.
+    remove_stale_groups()
     state = ServerState(
-        args.store, jobs_output_dir=args.jobs_dir, max_parallel_jobs=args.max_parallel_jobs
+        args.store,
+        jobs_output_dir=args.jobs_dir,
+        max_parallel_jobs=args.max_parallel_jobs,
+        roots=Roots.configured(args.root),
     )
     # The server's lifespan resumes interrupted jobs as it starts and closes the state as it
     # stops; the `finally` below covers a start that never got that far.
     server = build_server(state, resume_jobs=not args.no_resume, log_level=args.log_level)
-    token = os.environ.get(TOKEN_ENV) or None
     try:
         if args.http:
+            token = http_token(args.host)
             serve_http(server, state, host=args.host, port=args.port, token=token)
         else:
             server.run("stdio")

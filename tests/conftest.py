@@ -70,3 +70,12 @@ def busy_cores() -> Iterator[int]:
         for spinner in spinners:
             spinner.kill()
             spinner.wait()
+
+
+@pytest.fixture(autouse=True)
+def mcp_path_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests write tasks and kernels under tmp_path and read the shipped examples: those are
+    the roots of every MCP server they start (in process, or as a subprocess inheriting the
+    environment: tests/mcp, the cluster and job tests). tests/mcp/test_access.py sets its own."""
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.setenv("ACCELOPT_MCP_ROOTS", os.pathsep.join([str(tmp_path), str(repo)]))

@@ -35,6 +35,7 @@ from accelopt_mcp.backends.roofline import NO_ROOFLINE_LINE, ROOFLINE_LINE, is_a
 from accelopt_mcp.isolation.jail import MODE_VARIABLE, jail_status
 from accelopt_mcp.isolation.sandbox import (
     SandboxResult,
+    address_space_backstop_mb,
     read_result_file,
     remove_abandoned_work_dirs,
     run_sandboxed,
@@ -293,7 +294,12 @@ class CpuBackend(Backend):
             run = run_sandboxed(
                 runner_argv(work / "job.json", work / "result.json"),
                 timeout_s=evaluation_backstop_s(config, len(kernels)),
-                memory_limit_mb=config.memory_limit_mb * len(kernels),
+                # A jail whose memory cgroup holds memory_limit_mb gets the looser RLIMIT_AS
+                # backstop, which it inherits from here and could not raise past this.
+                memory_limit_mb=max(
+                    config.memory_limit_mb * len(kernels),
+                    address_space_backstop_mb(config.memory_limit_mb),
+                ),
                 # The harness itself needs a handful; every live jail has its own cap as well
                 # (JAIL_MAX_PROCESSES) and counts against this one too.
                 max_processes=HARNESS_PROCESSES
@@ -559,6 +565,7 @@ class CpuBackend(Backend):
                 "above this host's measured peak: the kernel skips work (or reuses a result), "
                 "or the task's roofline overstates the work"
             )
+        log.append(_memory_line(result, label, config))
         log += notes
         return self._evaluation(
             EvaluationStatus.PASSED,
@@ -573,7 +580,20 @@ class CpuBackend(Backend):
             ),
             latency_stats=kernel,
             hardware_counters={k: float(v) for k, v in counters.items()},
-            measurement=_measurement(result, analysis, label) | {"max_rss_mb": run.max_rss_mb},
+            measurement=_measurement(result, analysis, label)
+            | {
+                name: value
+                for name, value in {
+                    "max_rss_mb": run.max_rss_mb,
+                    # The kernel's jails as wholes (children and tmpfs files included), not
+                    # the harness's largest single process; absent without a memory cgroup.
+                    "jail_memory_peak_mb": (result.get("jail_memory_peak_mb") or {}).get(label),
+                    # 1.0: memory_limit_mb held each jail as a whole (its memory cgroup); 0.0:
+                    # only RLIMIT_AS per process (the log names which).
+                    "jail_memory_cgroup": _memory_cgroup(result, label),
+                }.items()
+                if value is not None
+            },
             comparisons=comparisons,
             flags=list(dict.fromkeys(flags)),
         )
@@ -813,6 +833,26 @@ def _isolation_flags(result: dict[str, Any]) -> list[str]:
     """['not_isolated'] when the harness says its processes ran without a jail."""
     isolation = result.get("isolation")
     return ["not_isolated"] if isinstance(isolation, dict) and not isolation.get("isolated") else []
+
+
+def _memory_cgroup(result: dict[str, Any], label: str) -> float | None:
+    by = (result.get("jail_memory_limit_by") or {}).get(label)
+    return None if by is None else float(by in ("cgroup-v1", "cgroup-v2"))
+
+
+def _memory_line(result: dict[str, Any], label: str, config: BenchmarkConfig) -> str:
+    """What held the kernel's jails to memory_limit_mb, and the most they held at once."""
+    by = (result.get("jail_memory_limit_by") or {}).get(label)
+    peak = (result.get("jail_memory_peak_mb") or {}).get(label)
+    limit = f"memory_limit_mb {config.memory_limit_mb} MB"
+    if by in ("cgroup-v1", "cgroup-v2"):
+        line = (
+            f"memory: {limit} held by each jail's memory cgroup ({by}: all its processes and "
+            "their /tmp, /dev/shm and work-folder files together)"
+        )
+    else:
+        line = f"memory: {limit} per process only (RLIMIT_AS; no memory cgroup on this host)"
+    return line + (f"; peak {peak:.0f} MB" if isinstance(peak, int | float) else "")
 
 
 def _outcome_text(outcome: dict[str, Any]) -> str:

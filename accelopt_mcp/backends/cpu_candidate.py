@@ -16,6 +16,8 @@ its ACK OK echoes):
   raised or returned something that is not arrays;
 - PING: ACK (OK, seq) at once (the harness calibrates its round trip with it);
 - QUIT: exit.
+After every ACK it stops itself (SIGSTOP) with the rest of its jail; the harness waits for
+that stop, freezes the jail, and sends SIGCONT after the next thaw (cpu_runner's JailedRunner).
 
 Arena files (IN and OUT): an 8-byte header length, a JSON header, then the data, each array at
 a 64-byte aligned offset: {"sets": [[{"dtype": "float32", "shape": [2, 3], "offset": 4096},
@@ -25,12 +27,14 @@ a 64-byte aligned offset: {"sets": [[{"dtype": "float32", "shape": [2, 3], "offs
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import itertools
 import json
 import math
 import mmap
 import os
+import signal
 import struct
 import sys
 import traceback
@@ -89,11 +93,10 @@ def _aligned(offset: int) -> int:
     return (offset + ALIGN - 1) // ALIGN * ALIGN
 
 
-def write_arena(
-    buffer: mmap.mmap, sets: Sequence[Sequence[Any]], *, dtype_names: Sequence[Sequence[str]] = ()
-) -> None:
-    """Lay out `sets` (lists of numpy arrays or Python scalars) in `buffer`. dtype_names, when
-    given, overrides the recorded dtype of each array (torch dtypes travelling as float32)."""
+def _layout(
+    sets: Sequence[Sequence[Any]], dtype_names: Sequence[Sequence[str]] = ()
+) -> tuple[bytes, list[tuple[int, np.ndarray[Any, Any]]], int, int]:
+    """(header, arrays with their data offsets, where data starts, bytes in all) of `sets`."""
     entries: list[list[dict[str, Any]]] = []
     placed: list[tuple[int, np.ndarray[Any, Any]]] = []
     offset = 0
@@ -111,10 +114,22 @@ def write_arena(
         entries.append(row)
     header = json.dumps({"sets": entries}).encode()
     data_start = _aligned(HEADER_LEN.size + len(header))
-    if data_start + offset > len(buffer):
-        raise ArenaError(
-            f"the outputs need {data_start + offset} bytes; the output file holds {len(buffer)}"
-        )
+    return header, placed, data_start, data_start + offset
+
+
+def arena_bytes(sets: Sequence[Sequence[Any]]) -> int:
+    """How many bytes `write_arena` needs for `sets` (to map no more than that)."""
+    return _layout(sets)[3]
+
+
+def write_arena(
+    buffer: mmap.mmap, sets: Sequence[Sequence[Any]], *, dtype_names: Sequence[Sequence[str]] = ()
+) -> None:
+    """Lay out `sets` (lists of numpy arrays or Python scalars) in `buffer`. dtype_names, when
+    given, overrides the recorded dtype of each array (torch dtypes travelling as float32)."""
+    header, placed, data_start, total = _layout(sets, dtype_names)
+    if total > len(buffer):
+        raise ArenaError(f"the outputs need {total} bytes; the output file holds {len(buffer)}")
     for start, array in placed:
         view = np.frombuffer(buffer, dtype=np.uint8, count=array.nbytes, offset=data_start + start)
         view[:] = array.reshape(-1).view(np.uint8)
@@ -306,14 +321,36 @@ def _outputs(returned: Any, buffers: list[Any], torch: Any) -> tuple[list[Any], 
     return arrays, names
 
 
+def _in_bwrap_namespace() -> bool:
+    """Whether pid 1 here is bubblewrap's: this process is in a pid namespace of its own."""
+    try:
+        with open("/proc/1/cmdline", "rb") as f:
+            return os.path.basename(f.read().split(b"\0", 1)[0]) == b"bwrap" and os.getpid() != 1
+    except OSError:
+        return False
+
+
 def main(argv: list[str]) -> int:
     ctl, ack, fd_in, fd_out = (int(a) for a in argv[:4])
     spec = json.loads(argv[4])
     arena_in = mmap.mmap(fd_in, 0)
     arena_out = mmap.mmap(fd_out, 0)
 
+    # Stopped at every answer: what else the kernel has running (its other threads and, in a
+    # jail's own pid namespace, its other processes) gets no CPU between its "done" and the
+    # harness's freeze. The harness waits for the stop (and fails a kernel that prevents it),
+    # then freezes, and sends SIGCONT after the next thaw. Never kill(-1) outside a private
+    # pid namespace: there it would reach every process of this uid on the host.
+    stop_all = bool(spec.get("stop_jail")) and _in_bwrap_namespace()
+    write, kill, pid = os.write, os.kill, os.getpid()
+
     def reply(status: int, value: int = 0) -> None:
-        os.write(ack, MESSAGE.pack(status, value))
+        write(ack, MESSAGE.pack(status, value))
+        if spec.get("stop_at_reply"):
+            if stop_all:
+                with contextlib.suppress(ProcessLookupError):  # there is no other
+                    kill(-1, signal.SIGSTOP)  # Linux: all but pid 1 and the caller
+            kill(pid, signal.SIGSTOP)  # every thread of this process, this one included
 
     torch: Any = None
     try:

@@ -1,10 +1,11 @@
 """The trusted harness of the cpu backend: `python -m accelopt_mcp.backends.cpu_runner JOB RESULT`.
 
-Our code only, plus the task's own module (its inputs and transforms). It never imports the
-candidate: the candidate kernel runs in a jailed process of its own (cpu_candidate.py inside
-accelopt_mcp.isolation.jail), and the task's reference is timed in a second jailed process
-with the same protocol, so neither ever shares an interpreter with this one or with the other.
-This process draws the inputs (the fixed seeds, then fresh ones from seeds nobody can predict),
+Our code only. It never imports the candidate: the candidate kernel runs in a jailed process
+of its own (cpu_candidate.py inside accelopt_mcp.isolation.jail), and the task's reference is
+timed in a second jailed process with the same protocol, so neither ever shares an interpreter
+with this one or with the other. Nor does it import the task: a third jail (cpu_task.py, whose
+jailed side is `serve_task` below) runs the task's module for its inputs and transforms.
+This process has the inputs drawn (the fixed seeds, then fresh ones from seeds nobody can predict),
 writes them into each jail's input file while that jail is frozen, keeps the clock around each
 call (less the calibrated round trip of an empty call), freezes the jail the moment it says it
 is done and only then reads its outputs, checks every output against the reference output for
@@ -35,7 +36,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -54,31 +55,21 @@ from accelopt_mcp.backends.cpu_candidate import (
     storage_dtype,
     write_arena,
 )
+
+# Re-exported: callers and tests name them as this module's.
+from accelopt_mcp.backends.cpu_outcomes import StageError as StageError
+from accelopt_mcp.backends.cpu_outcomes import Verdict as Verdict
+from accelopt_mcp.backends.nonfinite import comparable, nonfinite_problem
 from accelopt_mcp.tasks.inputs import generate_inputs, needs_torch
+
+if TYPE_CHECKING:
+    from accelopt_mcp.backends.cpu_task import JailedHarness
 
 PROGRESS_FILE = "progress.json"
 TORCH_HINT = "this task needs PyTorch: pip install torch==2.13.0"
 MAX_TRACEBACK_CHARS = 4000
 TARGET_SAMPLE_NS = 1_000_000
 MAX_BATCH = 32
-
-
-class StageError(Exception):
-    """Ends the run with an error of a given kind: compile, runtime, reference or setup."""
-
-    def __init__(self, kind: str, message: str, tb: str = "") -> None:
-        super().__init__(message)
-        self.kind, self.message, self.tb = kind, message, tb
-
-
-class Verdict(Exception):
-    """Ends the run with a failed correctness check."""
-
-    def __init__(
-        self, status: str, message: str, correctness: dict[str, float] | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status, self.message, self.correctness = status, message, correctness
 
 
 def _stage(name: str) -> None:
@@ -175,10 +166,12 @@ def _compare(
     atol: float,
     out_dtype: str | None = None,
     ref_dtype: str | None = None,
+    nonfinite: str = "match",
 ) -> dict[str, float]:
     """Errors of one output against the reference; raises Verdict when it is wrong. The dtype
     names, when given, are those the values had before they crossed an arena (a torch
-    bfloat16 travels as float32)."""
+    bfloat16 travels as float32). `nonfinite` is the rule for positions where the reference
+    is NaN or inf (backends.nonfinite)."""
     out_np, ref_np = _to_numpy(out), _to_numpy(ref)
     out_dtype = out_dtype or _dtype_name(out)
     ref_dtype = ref_dtype or _dtype_name(ref)
@@ -201,20 +194,11 @@ def _compare(
         "max_absolute_error": math.inf,
         "max_relative_error": math.inf,
     }
-    ref_finite = np.isfinite(ref_w)
-    all_ref_finite = bool(ref_finite.all())
-    if not np.isfinite(out_w).all():
-        bad = int((~np.isfinite(out_w) & ref_finite).sum())
-        if bad:
-            errors["nonfinite"] = float(bad)
-            raise Verdict(
-                "INCORRECT_NUMERICAL",
-                f"output {index} has {bad} NaN/inf values where the reference is finite",
-                errors,
-            )
-    if not all_ref_finite:
-        out_w = np.where(ref_finite, out_w, 0)
-        ref_w = np.where(ref_finite, ref_w, 0)
+    problem = nonfinite_problem(out_w, ref_w, nonfinite)
+    if problem is not None:
+        errors["nonfinite"] = float(problem[0])
+        raise Verdict("INCORRECT_NUMERICAL", f"output {index} has {problem[1]}", errors)
+    out_w, ref_w = comparable(out_w, ref_w)
     diff = np.abs(out_w - ref_w).ravel()
     flat_ref = ref_w.ravel()
     # Norms in float64: a float32 dot product of large values overflows to inf, and inf > inf
@@ -253,6 +237,7 @@ def _compare_all(
     atol: float,
     out_dtypes: list[str] | None = None,
     ref_dtypes: list[str] | None = None,
+    nonfinite: str = "match",
 ) -> dict[str, float]:
     if len(outs) != len(refs):
         raise Verdict(
@@ -262,7 +247,7 @@ def _compare_all(
     for index, (out, ref) in enumerate(zip(outs, refs, strict=True)):
         out_dtype = out_dtypes[index] if out_dtypes and len(out_dtypes) == len(outs) else None
         ref_dtype = ref_dtypes[index] if ref_dtypes and len(ref_dtypes) == len(refs) else None
-        errors = _compare(out, ref, index, rtol, atol, out_dtype, ref_dtype)
+        errors = _compare(out, ref, index, rtol, atol, out_dtype, ref_dtype, nonfinite)
         worst = {k: max(worst[k], errors[k]) for k in worst}
     return worst
 
@@ -364,6 +349,16 @@ CANDIDATE_IN_JAIL = "/opt/accelopt/cpu_candidate.py"
 PING_ROUNDS = 16
 FRESH_CORRECTNESS_SETS = 2
 ARENA_SLACK_BYTES = 1 << 20
+STOP_TIMEOUT_S = 2.0
+"""How long a jailed runner may take to stop itself after answering (an honest one takes
+microseconds; a busy host can delay it by a few scheduler slices)."""
+
+
+def work_quota_mb(memory_limit_mb: int) -> int:
+    """The most a jailed process may write into its work folder, all files together: a
+    quarter of memory_limit_mb (the folder is a tmpfs charged to the same memory group, so the
+    quota must leave room for the process itself to be told apart from the memory limit)."""
+    return max(16, memory_limit_mb // 4)
 
 
 class CallFailed(Exception):
@@ -399,17 +394,21 @@ class JailedRunner:
         fd_in, fd_out = self._arena_fds
         ctl_r, self._ctl = os.pipe()
         self._ack, ack_w = os.pipe()
+        # Imported here: the jailed task helper imports this module and starts no jail.
+        from accelopt_mcp.isolation.jail import jail_status, python_for_jail, spawn_jailed
+
         spec = {
             "entry": str(entry),
             "symbol": symbol,
             "use_torch": bool(job.get("use_torch")),
             "destination_passing_style": destination_passing_style,
             "output_plan": job.get("output_plan"),
+            # It stops itself (and the rest of its jail) at every answer: see `freeze`.
+            "stop_at_reply": True,
+            "stop_jail": jail_status().kind == "bwrap",
         }
         cpus = set(job["cpus"]) if job.get("cpus") else None
-        # Imported here: the describe mode (task probing) never starts a jail.
-        from accelopt_mcp.isolation.jail import python_for_jail, spawn_jailed
-
+        self.memory_limit_mb = int(job.get("memory_limit_mb", 4096))
         try:
             self.process = spawn_jailed(
                 [
@@ -430,6 +429,9 @@ class JailedRunner:
                 cpus=cpus,
                 memory_limit_mb=int(job.get("memory_limit_mb", 4096)),
                 max_processes=int(job.get("jail_max_processes", 64)),
+                # Everything written into the folder, all files together (a tmpfs, whose pages
+                # count against memory_limit_mb as well).
+                work_quota_mb=work_quota_mb(int(job.get("memory_limit_mb", 4096))),
             )
         finally:
             os.close(ctl_r)
@@ -495,6 +497,15 @@ class JailedRunner:
         return int(status), int(value)
 
     def _death(self) -> str:
+        with contextlib.suppress(Exception):  # still running: judged as it is
+            self.process.wait(timeout=5)
+        try:
+            self.check_limits()
+        except CallFailed as exc:  # the reason it died, rather than the signal it died of
+            return exc.message
+        return self._death_plain()
+
+    def _death_plain(self) -> str:
         try:
             code = self.process.wait(timeout=5)
         except Exception:  # still running but closed its end: it is broken either way
@@ -525,17 +536,72 @@ class JailedRunner:
         """Until the kernel module is imported; CallFailed when it is not importable."""
         status, _ = self._read_ack()
         if status != ACK_READY:
+            self.check_limits()
             raise CallFailed(self._error_text())
         self.freeze()
+        self.check_limits()
+
+    def check_limits(self) -> None:
+        """CallFailed when the jail as a whole went past memory_limit_mb (its cgroup: every
+        process, its children's too, and its tmpfs files) or filled its work folder's quota,
+        whatever the call itself answered: the group's OOM killer may have ended only a child."""
+        process = self.process
+        if process.memory_limit_hit:
+            peak = process.memory_peak_mb
+            held = f" (peak {peak:.0f} MB)" if peak is not None else ""
+            raise CallFailed(
+                f"the {self.role} hit the memory limit: its processes and their /tmp, /dev/shm "
+                f"and work-folder files together reached memory_limit_mb{held}; raise "
+                "memory_limit_mb (the benchmark config) if it really needs more",
+                died=True,
+            )
+        if process.work_quota_hit:
+            quota = work_quota_mb(self.memory_limit_mb)
+            raise CallFailed(
+                f"the {self.role} filled its work folder's quota ({quota} MB written there in "
+                "all, a quarter of memory_limit_mb); raise memory_limit_mb for a larger one",
+                died=True,
+            )
 
     def freeze(self) -> None:
-        if not self._frozen:
-            self.process.freeze()
-            self._frozen = True
+        """Called after each answer. The jailed side stops itself the moment it has
+        answered, with every thread and process of its jail (cpu_candidate's reply); this
+        waits for that stop before freezing, so that nothing of the kernel runs between its
+        "done" and the freeze, and fails a kernel that does not stop (one that patched the
+        runner's reply, or keeps a process running past it)."""
+        if self._frozen:
+            return
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        spins = 0
+        while not self.process.program_stopped():
+            if self.process.returncode is not None:
+                break  # it exited instead: judged by what it left
+            if time.monotonic() > deadline:
+                self.process.kill()
+                self.check_limits()
+                forks = (
+                    "; it also hit the process limit (fork bomb?)"
+                    if self.process.fork_limit_hit
+                    else ""
+                )
+                raise CallFailed(
+                    f"the {self.role} did not stop when it answered (within "
+                    f"{STOP_TIMEOUT_S:g} s): something in its jail kept running past its "
+                    f"'done' (a patched runner, or a process that resumes the others){forks}",
+                    died=True,
+                )
+            spins += 1
+            if spins > 50:
+                time.sleep(0.0001)
+            else:
+                os.sched_yield()
+        self.process.freeze()
+        self._frozen = True
 
     def thaw(self) -> None:
         if self._frozen:
             self.process.thaw()
+            self.process.continue_program()
             self._frozen = False
 
     def ping(self) -> int:
@@ -563,12 +629,14 @@ class JailedRunner:
         self.thaw()
         sequence = self._request(op)
         status, value = self._read_ack(sequence)
+        # Stopped and frozen before the clock is read: it stops itself as it says "done", and
+        # whatever its other threads or processes ran before that stop is on its own clock. It
+        # gets no untimed CPU to finish work in the background or to evict the caches the
+        # next contestant will use; what it wrote by then is what is judged. The same steps
+        # are in every contestant's calls and in the empty call subtracted from them.
+        self.freeze()
         elapsed = time.perf_counter_ns() - start
         harness_wait = _own_wait_ns()
-        # Frozen the moment it says "done", before anything else: it gets no untimed CPU to
-        # finish work in the background or to evict the caches the next contestant will use.
-        # What it wrote by then is what is judged (unfinished background work fails).
-        self.freeze()
         usage_after = self.process.cpu_usage_ns()
         waited = self.process.run_queue_wait_ns() + harness_wait - wait_before
         if usage_before is None or usage_after is None:
@@ -597,6 +665,7 @@ class JailedRunner:
                 # A closed pipe, a jail that cannot be frozen or thawed: this process's fault
                 # or its end, never a reason to void the others' results.
                 raise CallFailed(f"the {self.role} could not be called: {exc!r}") from None
+            self.check_limits()
             total += elapsed
             outputs.append(out)
             names.append(out_names)
@@ -695,9 +764,21 @@ def _set_bytes(values: list[Any]) -> int:
 
 
 def describe(job: dict[str, Any]) -> dict[str, Any]:
-    """Shapes and dtypes of an NKIBench task's inputs and outputs (seed 0)."""
-    harness = Harness(job)
-    _stage("describe")
+    """Shapes and dtypes of an NKIBench task's inputs and outputs (seed 0), learnt in a jail:
+    the task is code from outside (cpu_task.py). What comes back is unchecked JSON; the
+    caller (tasks/probe.py) validates it."""
+    from accelopt_mcp.backends.cpu_task import JailedHarness
+
+    harness = JailedHarness(job, Path.cwd() / "task_jail")
+    try:
+        _stage("describe")
+        return harness.describe()
+    finally:
+        harness.close()
+
+
+def describe_harness(harness: Harness) -> dict[str, Any]:
+    """describe's answer, computed inside the task's jail (cpu_task.serve)."""
     inputs = harness.inputs(0)
     outputs = harness.reference_outputs(inputs)
     return {
@@ -718,6 +799,71 @@ def _declared_roofline(module: Any) -> dict[str, Any] | None:
     if not isinstance(declared, dict):
         raise StageError("describe", "roofline() must return a dict with flops and bytes_moved")
     return {k: declared[k] for k in ("flops", "bytes_moved", "compute_unit") if k in declared}
+
+
+def serve_task(argv: list[str]) -> int:
+    """The task's jail (cpu_task.JailedHarness): import the task here, inside the jail, and
+    answer the harness's requests (the protocol is in cpu_task's docstring)."""
+    from accelopt_mcp.backends.cpu_task import ArenaFile, receive_message, send_message
+
+    ctl, ack, fd_in, fd_out = (int(a) for a in argv[:4])
+    spec = json.loads(argv[4])
+    arena_in, arena_out = ArenaFile(fd_in), ArenaFile(fd_out)
+    try:
+        harness = Harness(spec)
+    except StageError as error:
+        send_message(
+            ack, {"ok": False, "kind": error.kind, "message": error.message, "traceback": error.tb}
+        )
+        return 1
+    send_message(
+        ack,
+        {
+            "ok": True,
+            "has_to": harness.to_kernel_inputs is not None,
+            "has_from": harness.from_kernel_outputs is not None,
+        },
+    )
+    while True:
+        try:
+            request = receive_message(ctl)
+        except (EOFError, ValueError):
+            return 0
+        op = request.get("op")
+        try:
+            if op == "quit":
+                return 0
+            if op == "describe":
+                send_message(ack, {"ok": True, "describe": describe_harness(harness)})
+                continue
+            if op == "inputs":
+                values = _as_arena_values(harness.inputs(int(request["seed"])))
+            elif op == "to_kernel":
+                sets = arena_in.read(request.get("bytes"), expected_sets=1)
+                values = _as_arena_values(harness.candidate_inputs(sets[0]))
+            elif op == "from_kernel":
+                sets = arena_in.read(request.get("bytes"), expected_sets=2)
+                values = _as_arena_values(harness.candidate_outputs(sets[0], sets[1]))
+            else:
+                raise ValueError(f"unknown request {op!r}")
+            send_message(ack, {"ok": True, "bytes": arena_out.write([values])})
+        except Verdict as verdict:
+            send_message(ack, {"ok": False, "verdict": True, "message": verdict.message})
+        except StageError as error:
+            send_message(
+                ack,
+                {"ok": False, "kind": error.kind, "message": error.message, "traceback": error.tb},
+            )
+        except BaseException as exc:
+            send_message(
+                ack,
+                {
+                    "ok": False,
+                    "kind": "reference",
+                    "message": f"the task's code failed ({op}): {exc!r}",
+                    "traceback": _short_traceback(),
+                },
+            )
 
 
 REFERENCE = "reference"
@@ -789,8 +935,20 @@ def evaluate(job: dict[str, Any], result: dict[str, Any]) -> None:
         # The parent chose to run without a jail (ACCELOPT_JAIL=none, or none can run there);
         # this process's environment is the sandbox's allowlist, so the choice travels here.
         os.environ["ACCELOPT_JAIL"] = "none"
-    harness = Harness(job)
+    from accelopt_mcp.backends.cpu_task import JailedHarness
+
     work = Path.cwd()
+    # The task's own code (top level, get_inputs, transforms) runs only in this jail.
+    harness = JailedHarness(job, work / "task_jail")
+    try:
+        _evaluate(job, result, harness, work)
+    finally:
+        harness.close()
+
+
+def _evaluate(
+    job: dict[str, Any], result: dict[str, Any], harness: JailedHarness, work: Path
+) -> None:
     reference_dir = work / "reference_jail"
     reference_dir.mkdir(exist_ok=True)
     shutil.copy(job["reference_path"], reference_dir / "reference.py")
@@ -845,7 +1003,7 @@ class Session:
     def __init__(
         self,
         job: dict[str, Any],
-        harness: Harness,
+        harness: JailedHarness,
         result: dict[str, Any],
         reference_dir: Path,
         arena_bytes: int,
@@ -926,6 +1084,7 @@ class Session:
                 if tail:
                     outcome["stderr"] = tail
                 runner.close()
+                self._note_peak(label, runner)
 
     def _reference(
         self, pset: ProcessSet, sets: list[list[Any]]
@@ -988,7 +1147,18 @@ class Session:
                 if tail:
                     self.stderr[label] = (self.stderr.get(label, "") + "\n" + tail)[-4000:]
             runner.close()
+            self._note_peak(label, runner)
         pset.runners.clear()
+
+    def _note_peak(self, label: str, runner: JailedRunner) -> None:
+        """The largest memory peak of any of `label`'s jails (its memory cgroup: every process
+        and tmpfs page together), for the evaluation's measurement."""
+        peak = runner.process.memory_peak_mb
+        if peak is not None:
+            peaks = self.result.setdefault("jail_memory_peak_mb", {})
+            peaks[label] = max(peak, peaks.get(label, 0.0))
+        # What held memory_limit_mb: the jail's memory cgroup, or RLIMIT_AS per process.
+        self.result.setdefault("jail_memory_limit_by", {})[label] = runner.process.memory_limit_by
 
     def _open_sets(self, count: int) -> None:
         """Start `count` sets of fresh processes (the reference and every live kernel, all at
@@ -1179,7 +1349,13 @@ class Session:
         seen = self.seen.setdefault(label, [])
         try:
             errors = _compare_all(
-                outs_ref_layout, refs, job["rtol"], job["atol"], out_names, ref_names
+                outs_ref_layout,
+                refs,
+                job["rtol"],
+                job["atol"],
+                out_names,
+                ref_names,
+                nonfinite=job.get("nonfinite", "match"),
             )
         except Verdict as verdict:
             for prev_outs, prev_refs in seen:
@@ -1268,6 +1444,7 @@ class Session:
                             job["atol"],
                             out_names[j],
                             ref_names[j],
+                            nonfinite=job.get("nonfinite", "match"),
                         )
                     except Verdict as verdict:
                         self.flags[label].append("timed_output_mismatch")

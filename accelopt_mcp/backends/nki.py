@@ -331,6 +331,7 @@ class NkiBackend(Backend):
                 seeds=config.seeds,
                 rtol=config.rtol,
                 atol=config.atol,
+                nonfinite=config.nonfinite,
                 warmup_runs=config.warmup_runs,
                 iterations=config.iterations,
                 max_relative_spread=config.max_relative_spread

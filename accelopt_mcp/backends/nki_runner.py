@@ -30,6 +30,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from accelopt_mcp.backends.neuron_profile import NeuronProfileError, run_neuron_profile
+from accelopt_mcp.backends.nonfinite import comparable, nonfinite_problem
 from accelopt_mcp.models import EvaluationStatus
 
 T = TypeVar("T")
@@ -46,6 +47,8 @@ class NkiJob(BaseModel):
     seeds: list[int]
     rtol: float
     atol: float
+    nonfinite: Literal["match", "ignore"] = "match"
+    """Rule for positions where the reference is NaN/inf (backends.nonfinite)."""
     warmup_runs: int
     iterations: int
     max_relative_spread: float
@@ -302,14 +305,19 @@ def _compare(
                 EvaluationStatus.INCORRECT_DTYPE,
                 f"{label}: dtype {out.dtype}, the reference has {ref.dtype}",
             )
-        diff = out.astype(np.float64) - ref.astype(np.float64)
-        if not np.all(np.isfinite(out)):
+        out64, ref64 = out.astype(np.float64), ref.astype(np.float64)
+        problem = nonfinite_problem(out64, ref64, job.nonfinite)
+        if problem is not None:
             errors.l2_relative = errors.max_absolute = errors.max_relative = float("nan")
-            raise _Failure(EvaluationStatus.INCORRECT_NUMERICAL, f"{label}: NaN or inf in output")
-        ref_norm = float(np.linalg.norm(ref.astype(np.float64)))
+            raise _Failure(EvaluationStatus.INCORRECT_NUMERICAL, f"{label}: {problem[1]}")
+        # Positions where the reference is NaN/inf now agree (or are ignored): out of the norms,
+        # where inf - inf would be NaN and inf > inf False, a pass for anything.
+        out64, ref64 = comparable(out64, ref64)
+        diff = out64 - ref64
+        ref_norm = float(np.linalg.norm(ref64))
         diff_norm = float(np.linalg.norm(diff))
         max_abs = float(np.max(np.abs(diff))) if diff.size else 0.0
-        scale = np.abs(ref.astype(np.float64)) + np.finfo(np.float64).tiny
+        scale = np.abs(ref64) + np.finfo(np.float64).tiny
         max_rel = float(np.max(np.abs(diff) / scale)) if diff.size else 0.0
         l2 = diff_norm / ref_norm if ref_norm > 0 else diff_norm
         errors.absorb(l2, max_abs, max_rel)

@@ -54,7 +54,10 @@ def _register() -> None:
 
 def main() -> None:
     from accelopt_mcp.cli.common import show_store_notices
+    from accelopt_mcp.isolation.cgroups import remove_stale_groups
 
+    # What a killed run left (frozen jails, their cgroups), should its reaper be gone too.
+    remove_stale_groups()
     show_store_notices()
     _register()
     app()

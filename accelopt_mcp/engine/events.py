@@ -16,6 +16,7 @@ EventKind = Literal[
     "attempt_repaired",
     "best_improved",
     "experience_added",
+    "experience_refused",
     "tie_decided",
     "iteration_finished",
     "run_finished",

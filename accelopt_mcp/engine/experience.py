@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from accelopt_mcp.engine.context import RunContext
+from accelopt_mcp.engine.lesson_filter import lesson_refusal
 from accelopt_mcp.engine.prompts import summarizer_messages
 from accelopt_mcp.engine.run_control import RunControl
 from accelopt_mcp.engine.selection import AttemptRecord, Pair
@@ -130,6 +131,23 @@ async def _summarize_one(ctx: RunContext, control: RunControl, iteration: int, p
         log.warning("run %s: summarizer failed for %s: %s", ctx.run_id, attempt.key, exc)
         return 0
     if isinstance(summary, NothingChanged):
+        return 0
+    lesson = "\n".join((summary.title, summary.strategy, summary.pseudocode))
+    refusal = lesson_refusal(lesson, slow.entry_source.content, fast.entry_source.content)
+    if refusal is not None:
+        # Logged, not stored: a later planner would read it as advice (lesson_filter).
+        log.warning(
+            "run %s: lesson for %s -> %s refused: %s",
+            ctx.run_id,
+            slow_id[:8],
+            fast_id[:8],
+            refusal,
+        )
+        ctx.events.emit(
+            "experience_refused",
+            iteration,
+            f"lesson for {slow_id[:8]} -> {fast_id[:8]} not stored: {refusal}",
+        )
         return 0
     await asyncio.to_thread(
         ctx.memory.add,

@@ -37,6 +37,7 @@ from accelopt_mcp.comparing import (
 )
 from accelopt_mcp.engine.hardware_block import describe_hardware
 from accelopt_mcp.engine.history import tidy_log
+from accelopt_mcp.engine.untrusted import Fence
 from accelopt_mcp.llm import ChatMessage
 from accelopt_mcp.models import Evaluation, MeasuringConditions, Solution, Task
 from accelopt_mcp.store.base import ExperienceRecord
@@ -84,6 +85,13 @@ def _fill(template: str, values: dict[str, str]) -> str:
 
 def _fence(solution: Solution) -> str:
     return {"cuda": "cuda", "cpp": "cpp"}.get(solution.spec.language.value, "python")
+
+
+def _system(family: str, name: str, fence: Fence, values: dict[str, str] | None = None) -> str:
+    """A role's system prompt with the rule that fenced text is data (untrusted.Fence)."""
+    template = _template(family, name)
+    text = _fill(template, values) if values is not None else template
+    return text.rstrip() + "\n\n" + fence.rule() + "\n"
 
 
 def describe_task(task: Task) -> str:
@@ -190,22 +198,22 @@ def planner_messages(
     if n_plans < 1:
         raise ValueError(f"n_plans must be at least 1, got {n_plans}")
     reply_format, ask = _plan_request(n_plans)
+    fence = Fence()
+    # The lineage's outcomes quote the reasons attempts failed: kernel error text.
+    history_text = history.strip() if history is not None else ""
     user = _fill(
         _template(family, "planner_user"),
         {
             "task": describe_task(task),
             "hardware": _hardware(family, task, hardware, profile),
-            "kernel": kernel.entry_source.content.rstrip(),
+            "kernel": fence.wrap(kernel.entry_source.content.rstrip(), _fence(kernel)),
             "profile": describe_profile(profile, rng),
-            "history": (history.strip() or NO_HISTORY_GIVEN)
-            if history is not None
-            else NO_HISTORY_GIVEN,
+            "history": fence.wrap(history_text) if history_text else NO_HISTORY_GIVEN,
             "memory": describe_memory(memory),
-            "fence": _fence(kernel),
             "ask": ask,
         },
     )
-    system = _fill(_template(family, "planner_system"), {"reply_format": reply_format})
+    system = _system(family, "planner_system", fence, {"reply_format": reply_format})
     return [
         ChatMessage(role="system", content=system),
         ChatMessage(role="user", content=user),
@@ -237,20 +245,20 @@ def executor_messages(
     """The executor's prompt: implement `plan` on `kernel`. profile: the kernel's own stored
     evaluation (counters in a fixed order: the executor is not steered by their order);
     hardware: as for planner_messages."""
+    fence = Fence()
     user = _fill(
         _template(family, "executor_user"),
         {
             "task": describe_task(task),
             "hardware": _hardware(family, task, hardware, profile),
-            "kernel": kernel.entry_source.content.rstrip(),
+            "kernel": fence.wrap(kernel.entry_source.content.rstrip(), _fence(kernel)),
             "profile": describe_profile(profile, random.Random(0)),
             "entry": kernel.entry_symbol,
             "plan": plan.strip(),
-            "fence": _fence(kernel),
         },
     )
     return [
-        ChatMessage(role="system", content=_template(family, "executor_system")),
+        ChatMessage(role="system", content=_system(family, "executor_system", fence)),
         ChatMessage(role="user", content=user),
     ]
 
@@ -295,23 +303,25 @@ def repair_messages(
     log = tidy_log(error_text).strip()
     if len(log) > REPAIR_LOG_CHARS:
         log = "[...]\n" + log[-REPAIR_LOG_CHARS:]
+    fence = Fence()
+    language = _fence(parent_kernel)
     user = _fill(
         _template(family, "executor_repair"),
         {
             "task": describe_task(task),
             "hardware": _hardware(family, task, hardware, profile),
-            "kernel": parent_kernel.entry_source.content.rstrip(),
+            "kernel": fence.wrap(parent_kernel.entry_source.content.rstrip(), language),
             "entry": parent_kernel.entry_symbol,
             "plan": plan.strip(),
-            "failed": failed_source.rstrip() or "(empty)",
+            "failed": fence.wrap(failed_source.rstrip() or "(empty)", language),
             "status": status,
             "meaning": failure_meaning(status),
-            "log": log or "(the log is empty)",
-            "fence": _fence(parent_kernel),
+            # The kernel's own stderr and exception messages.
+            "log": fence.wrap(log or "(the log is empty)"),
         },
     )
     return [
-        ChatMessage(role="system", content=_template(family, "executor_system")),
+        ChatMessage(role="system", content=_system(family, "executor_system", fence)),
         ChatMessage(role="user", content=user),
     ]
 
@@ -408,23 +418,23 @@ def summarizer_messages(
             "worse; the lesson is what to avoid):\n" + plan.strip()
         )
     rng = random.Random(0)
+    fence = Fence()
     user = _fill(
         _template(family, "summarizer_user"),
         {
             "task": describe_task(task),
             "plan": plan_text,
-            "slow": slow.entry_source.content.rstrip(),
+            "slow": fence.wrap(slow.entry_source.content.rstrip(), _fence(slow)),
             "slow_profile": describe_profile(slow_profile, rng),
-            "fast": fast.entry_source.content.rstrip(),
+            "fast": fence.wrap(fast.entry_source.content.rstrip(), _fence(fast)),
             "fast_profile": describe_profile(fast_profile, rng),
             "speedup": figure,
             "noise": describe_noise(
                 speedup, interval, confidence, slow_profile, fast_profile, conditions
             ),
-            "fence": _fence(slow),
         },
     )
     return [
-        ChatMessage(role="system", content=_template(family, "summarizer_system")),
+        ChatMessage(role="system", content=_system(family, "summarizer_system", fence)),
         ChatMessage(role="user", content=user),
     ]

@@ -26,8 +26,9 @@ What the program sees inside a bubblewrap jail:
   paths, and a fresh size-capped tmpfs on /tmp and on /dev/shm. /dev holds only null, zero,
   full, random, urandom, tty, ptmx, a new pts and the fd/stdin/stdout/stderr links; /proc is
   the jail's own. What it can learn of the host's layout: the host paths of its binds (in
-  /proc/self/mountinfo and in pid 1's cmdline, which is bwrap's argument list), never their
-  neighbours.
+  /proc/self/mountinfo and its own cmdline), never their neighbours. pid 1's cmdline is only
+  `bwrap --args N -- /bin/sh -c ...`: bwrap's options come from a memfd, and the command from
+  a variable that is unset before the program starts (see `_bwrap_command`).
 - the environment is exactly: PATH, HOME=/nonexistent, TMPDIR, LANG=C.UTF-8, PYTHONHASHSEED,
   PYTHONDONTWRITEBYTECODE, MALLOC_ARENA_MAX, the thread-count variables when `cpus` is given,
   then the caller's `env` (secret-looking names dropped). Nothing of the caller's own.
@@ -37,6 +38,12 @@ What the program sees inside a bubblewrap jail:
   before the program, so `spawn_jailed` hands the work dir and the writable paths to 65534
   (chown, symlinks not followed). Not as root (a laptop) a user namespace maps the jail's 65534
   onto the caller's own unprivileged uid, and further user namespaces are disabled inside.
+- a seccomp filter (accelopt_mcp/isolation/seccomp.py, loaded by bwrap's --seccomp) refuses
+  with EPERM every new namespace (unshare, clone with CLONE_NEW*; clone3 gets ENOSYS so that
+  glibc falls back to clone), setns, mounts, keyrings, io_uring, ptrace, process_vm_*, bpf,
+  perf_event_open, kexec, modules, userfaultfd and personality changes. As root, where no
+  user namespace is used and --disable-userns cannot apply, this is what stops the program
+  from making one. The kind "none" fallback loads the same filter (prctl, before the exec).
 - descriptors: stdin is /dev/null, stdout and stderr go to the capped readers, and only the
   `pass_fds` are open besides.
 
@@ -55,7 +62,9 @@ import contextlib
 import functools
 import json
 import os
+import platform
 import select
+import shlex
 import shutil
 import signal
 import subprocess
@@ -77,6 +86,7 @@ from accelopt_mcp.isolation.cgroups import (
     CpusetGroup,
     FreezerGroup,
     Group,
+    MemoryGroup,
     PidsGroup,
     V2Group,
     kill_pids,
@@ -87,6 +97,7 @@ from accelopt_mcp.isolation.sandbox import (
     SECRET_NAME,
     THREAD_VARS,
     CappedReader,
+    address_space_backstop_mb,
     check_cpus,
     group_members,
     launcher_command,
@@ -96,6 +107,7 @@ from accelopt_mcp.isolation.sandbox import (
     resource_limits,
     sandbox_environment,
 )
+from accelopt_mcp.isolation.seccomp import FILTER_ARCHS, filter_program, filtered_command
 
 if TYPE_CHECKING:
     import resource
@@ -107,6 +119,7 @@ __all__ = [
     "JailStatus",
     "JailUnavailable",
     "JailedProcess",
+    "MemoryLimitBy",
     "jail_status",
     "python_for_jail",
     "spawn_jailed",
@@ -116,6 +129,10 @@ JAIL_UID = 65534
 JAIL_GID = 65534
 MODE_VARIABLE = "ACCELOPT_JAIL"
 FreezeMethod = Literal["cgroup-v1", "cgroup-v2", "signals"]
+MemoryLimitBy = Literal["cgroup-v1", "cgroup-v2", "rlimit"]
+"""What enforces a jail's memory_limit_mb: its memory cgroup (v1 `memory` group, v2
+`memory.max`), over all its processes and tmpfs pages together, or, where no such group could
+be made, RLIMIT_AS on each process alone."""
 PathLike = str | os.PathLike[str]
 Mount = PathLike | tuple[PathLike, PathLike]
 
@@ -124,6 +141,8 @@ _BWRAP_PROCESSES = 2
 _FREEZE_TIMEOUT_S = 10.0
 _SETPRIV_CANDIDATES = ("/usr/bin/setpriv", "/bin/setpriv")
 _ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+# Holds the program's command line for the shell that starts it inside (see _bwrap_command).
+_EXEC_VARIABLE = "ACCELOPT_JAIL_EXEC"
 
 
 class JailStatus(BaseModel):
@@ -149,6 +168,8 @@ class _Bwrap:
     """As root: the setpriv that drops to JAIL_UID just before the program."""
     env: str = "/usr/bin/env"
     """As root: the env (coreutils 8.28+) that enters the work dir as JAIL_UID."""
+    shell: str = "/bin/sh"
+    """The POSIX shell that starts the program (see `_bwrap_command`)."""
 
 
 def python_for_jail() -> str:
@@ -208,7 +229,10 @@ def _probe() -> tuple[_Bwrap | None, str]:
                 "apt-get install util-linux"
             )
     env = next((p for p in ("/usr/bin/env", "/bin/env") if os.access(p, os.X_OK)), "env")
-    bwrap = _Bwrap(path, version, as_root, setpriv, env)
+    shell = next((p for p in ("/bin/sh", "/usr/bin/sh") if os.access(p, os.X_OK)), None)
+    if shell is None:
+        return None, "the jail needs a POSIX shell at /bin/sh: apt-get install dash"
+    bwrap = _Bwrap(path, version, as_root, setpriv, env, shell)
     work_dir = Path(tempfile.mkdtemp(prefix="accelopt-jail-probe-"))
     try:
         if as_root:
@@ -222,9 +246,20 @@ def _probe() -> tuple[_Bwrap | None, str]:
             tmpfs_bytes=1 << 20,
             info_fd=None,
         )
-        done = subprocess.run(
-            [path, *args], env={}, cwd="/", capture_output=True, text=True, timeout=30
-        )
+        command, fds = _bwrap_command(bwrap, args)
+        try:
+            done = subprocess.run(
+                command,
+                env={},
+                cwd="/",
+                capture_output=True,
+                text=True,
+                timeout=30,
+                pass_fds=fds,
+            )
+        finally:
+            for fd in fds:
+                os.close(fd)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"bubblewrap could not be started ({type(exc).__name__}: {exc})"
     finally:
@@ -377,6 +412,54 @@ def _bwrap_args(
     return args
 
 
+def _filled_memfd(name: str, data: bytes) -> int:
+    """A memfd holding `data`, positioned at its start, for bwrap to read and close."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _bwrap_command(bwrap: _Bwrap, args: Sequence[str]) -> tuple[list[str], tuple[int, int]]:
+    """(the command line, the two descriptors it needs passed) for bwrap with `args`.
+
+    bwrap's argv is what the jail reads as /proc/1/cmdline, so it holds nothing of the host:
+    the options travel in a memfd (`--args FD`, read and closed by bwrap), and the command,
+    which bwrap only takes on its argv, is a shell that runs the real one from a variable set
+    by those options (and unset again before the exec). The seccomp filter travels in another
+    memfd (`--seccomp FD`), read and closed by bwrap before the program starts. The caller
+    closes its copies of both descriptors once bwrap has been started."""
+    split = list(args).index("--")
+    options, command = list(args[:split]), list(args[split + 1 :])
+    script = f"unset {_EXEC_VARIABLE}; exec {shlex.join(command)}"
+    seccomp_fd = _filled_memfd("accelopt-seccomp", filter_program())
+    try:
+        listed = ["--seccomp", str(seccomp_fd), *options, "--setenv", _EXEC_VARIABLE, script]
+        data = b"".join(os.fsencode(a) + b"\0" for a in listed)
+        args_fd = _filled_memfd("accelopt-bwrap-args", data)
+    except BaseException:
+        os.close(seccomp_fd)
+        raise
+    trampoline = [bwrap.shell, "-c", f'eval "${_EXEC_VARIABLE}"']
+    return [bwrap.path, "--args", str(args_fd), "--", *trampoline], (args_fd, seccomp_fd)
+
+
+def _work_as_tmpfs(args: list[str], work: str, size_bytes: int) -> list[str]:
+    """`args` with the work dir's writable bind turned into a tmpfs of `size_bytes`: a quota
+    on everything written there (its pages count against the memory cgroup too)."""
+    for i in range(len(args) - 2):
+        if args[i : i + 3] == ["--bind", work, work]:
+            tmpfs = ["--perms", "1777", "--size", str(size_bytes), "--tmpfs", work]
+            return [*args[:i], *tmpfs, *args[i + 3 :]]
+    raise RuntimeError(f"the work dir {work} is not among bwrap's binds")
+
+
 def _mount_pairs(items: Iterable[Mount], what: str) -> list[tuple[str, str]]:
     pairs = []
     for item in items:
@@ -474,6 +557,9 @@ class JailedProcess:
         pids_group: PidsGroup | None,
         cpuset: CpusetGroup | None,
         cpuacct: CpuacctGroup | None = None,
+        memory: MemoryGroup | None = None,
+        memory_limit_by: MemoryLimitBy = "rlimit",
+        work_quota: tuple[str, int] | None = None,
         init_pid: int | None,
         pid_namespace: int | None,
         marker: bytes | None,
@@ -499,6 +585,16 @@ class JailedProcess:
         self._pids_group = pids_group
         self._cpuset = cpuset
         self._cpuacct = cpuacct
+        self._memory = memory
+        self.memory_limit_by: MemoryLimitBy = memory_limit_by
+        """What enforces memory_limit_mb: the jail's memory cgroup ("cgroup-v1", "cgroup-v2":
+        all processes and tmpfs files together; RLIMIT_AS is then only a loose backstop), or
+        "rlimit" (RLIMIT_AS = memory_limit_mb on each process alone)."""
+        self._work_quota = work_quota
+        self._memory_limit_hit = False
+        self._memory_peak_mb: float | None = None
+        self._quota_hit = False
+        self._quota_fd: int | None = None
         self._marker = marker
         self._memory_limit_mb = memory_limit_mb
         self._max_processes = max_processes
@@ -598,9 +694,58 @@ class JailedProcess:
         return self._usage.ru_maxrss / 1024.0
 
     @property
+    def memory_peak_mb(self) -> float | None:
+        """The most memory the whole jail held at once: all its processes (exited ones
+        included) and its tmpfs pages (/tmp, /dev/shm, the work dir), from its memory cgroup;
+        None where no such group could be made."""
+        if not self._cleaned:
+            if self._memory is not None:
+                self._memory_peak_mb = self._memory.peak_mb()
+            elif isinstance(self._freezer, V2Group):
+                self._memory_peak_mb = self._freezer.peak_mb()
+        return self._memory_peak_mb
+
+    @property
+    def memory_limit_hit(self) -> bool:
+        """The jail as a whole reached `memory_limit_mb` (its cgroup's OOM killer ran, or it is
+        stuck at the limit): sticky, and readable after `kill()`."""
+        if not self._memory_limit_hit and not self._cleaned:
+            if self._memory is not None:
+                self._memory_limit_hit = self._memory.limit_hit()
+            elif isinstance(self._freezer, V2Group):
+                self._memory_limit_hit = self._freezer.memory_limit_hit()
+        return self._memory_limit_hit
+
+    @property
+    def work_quota_hit(self) -> bool:
+        """The work dir's size-capped tmpfs (`work_quota_mb`) is full: sticky, and readable
+        after `kill()`. Read through the jail's pid 1, whose mounts are the jail's."""
+        if self._quota_hit or self._cleaned or self._work_quota is None:
+            return self._quota_hit
+        work, quota_mb = self._work_quota
+        if self._quota_fd is None and self.init_pid is not None and not self._exited.is_set():
+            # Held open from the first look on: the tmpfs then outlives the jail's mount
+            # namespace, so that it can still be read once the program has exited.
+            with contextlib.suppress(OSError):
+                fd = os.open(f"/proc/{self.init_pid}/root{work}", os.O_PATH | os.O_DIRECTORY)
+                found = os.fstatvfs(fd)
+                if found.f_blocks * found.f_frsize == quota_mb << 20:
+                    self._quota_fd = fd
+                else:  # not (yet) the jail's tmpfs
+                    os.close(fd)
+        if self._quota_fd is not None:
+            with contextlib.suppress(OSError):
+                found = os.fstatvfs(self._quota_fd)
+                # Full to within two pages: a write that did not fit was refused.
+                self._quota_hit = found.f_bavail < 3
+        return self._quota_hit
+
+    @property
     def memory_exceeded(self) -> bool:
         """Best effort, as the sandbox reports it: an allocation failure on stderr, peak RSS
         near the limit, or a SIGKILL that `kill()` did not send."""
+        if self.memory_limit_hit:
+            return True
         if self.returncode is None:
             return False
         killed_by_other = self.signal == signal.SIGKILL and not self._killed
@@ -683,7 +828,13 @@ class JailedProcess:
         return waiting
 
     def _groups(self) -> list[Group]:
-        groups: list[Group | None] = [self._pids_group, self._freezer, self._cpuset, self._cpuacct]
+        groups: list[Group | None] = [
+            self._pids_group,
+            self._freezer,
+            self._cpuset,
+            self._cpuacct,
+            self._memory,
+        ]
         return [g for g in groups if g is not None]
 
     # -- freezing
@@ -755,6 +906,24 @@ class JailedProcess:
             if time.monotonic() > deadline:
                 raise TimeoutError("the jail's processes did not all stop")
 
+    # -- a program that stops itself
+
+    def program_stopped(self) -> bool:
+        """Every thread of every process of the program (bwrap's own processes aside) is
+        stopped by a signal, or gone. For a program that stops itself when it has answered
+        (cpu_candidate's reply: SIGSTOP to all of the jail): see `continue_program`."""
+        group = self._freezer or self._pids_group
+        pids = group.pids() if group is not None else self.jail_pids()
+        ours = {self.pid, self.init_pid} if self.init_pid is not None else set()
+        return all(_stopped(pid) for pid in pids if pid not in ours)
+
+    def continue_program(self) -> None:
+        """SIGCONT every process of the jail, after a thaw (a no-op for those not stopped):
+        what stopped itself runs again."""
+        group = self._freezer or self._pids_group
+        for pid in group.pids() if group is not None else self.jail_pids():
+            self._signal(pid, signal.SIGCONT)
+
     # -- the end
 
     def kill(self) -> None:
@@ -766,6 +935,7 @@ class JailedProcess:
                 return
             if not self._exited.is_set():
                 self._killed = True
+            _ = self.work_quota_hit  # read while the jail's mounts still exist
             self._terminate()
             self._cleanup()
 
@@ -808,13 +978,16 @@ class JailedProcess:
             self._fork_limit_hit = self._fork_limit_hit or self._pids_group.limit_hit()
         if isinstance(self._freezer, V2Group):
             self._fork_limit_hit = self._fork_limit_hit or self._freezer.limit_hit()
+        # Kept for after the groups are gone.
+        _ = self.memory_limit_hit, self.memory_peak_mb
         for group in self._groups():
             group.remove()
-        for fd in (self._pidfd, self._init_pidfd):
+        _ = self.work_quota_hit
+        for fd in (self._pidfd, self._init_pidfd, self._quota_fd):
             if fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self._pidfd = self._init_pidfd = None
+        self._pidfd = self._init_pidfd = self._quota_fd = None
         self._cleaned = True
 
     def __enter__(self) -> JailedProcess:
@@ -897,6 +1070,7 @@ def spawn_jailed(
     max_file_bytes: int = 1 << 30,
     max_open_files: int = 1024,
     tmpfs_mb: int = 256,
+    work_quota_mb: int | None = None,
     freezer: Literal["auto", "cgroup-v1", "cgroup-v2", "signals"] = "auto",
 ) -> JailedProcess:
     """Start `argv` jailed (see the module docstring for what it sees) and return at once.
@@ -907,9 +1081,15 @@ def spawn_jailed(
     there later must be chowned by it); `read_only` ones must be readable by JAIL_UID.
     pass_fds: descriptors that stay open, at the same numbers, in the program.
     env: variables on top of the jail's minimum (secret-looking names are dropped).
-    cpus: cores the program may run on. memory_limit_mb: RLIMIT_AS of each process.
+    cpus: cores the program may run on.
+    memory_limit_mb: the jail's memory cgroup, where one can be made, holds all its processes
+    together with the tmpfs pages they wrote to it (see `memory_limit_by`, `memory_limit_hit`,
+    `memory_peak_mb`); each process's RLIMIT_AS is then a loose backstop
+    (sandbox.address_space_backstop_mb). Without such a group, RLIMIT_AS of each process.
     max_processes: processes and threads the program may have at once (pids cgroup).
     tmpfs_mb: size of each of /tmp and /dev/shm inside (bwrap 0.7+).
+    work_quota_mb: under bwrap 0.7+, the work dir inside is a tmpfs of this size, with what
+    the host work dir held bound read-only into it (kernel "none": not enforced).
     freezer: "auto" picks the cgroup-v1 freezer, else cgroup v2, else signals.
 
     ValueError for bad arguments, JailUnavailable when ACCELOPT_JAIL=bwrap and no jail can
@@ -954,11 +1134,30 @@ def spawn_jailed(
     extra = _BWRAP_PROCESSES if bwrap is not None else 0
     pids_group = PidsGroup.make(max_processes + extra if max_processes is not None else None)
     freezer_group = _make_freezer(freezer, max_processes + extra if max_processes else None)
+    # One limit for the whole jail (RLIMIT_AS binds each process alone: children and tmpfs
+    # files would add up past it); v2 keeps it on the freezer's group.
+    memory_group = None
+    memory_limit_by: MemoryLimitBy = "rlimit"
+    if isinstance(freezer_group, V2Group):
+        if freezer_group.set_memory_limit(memory_limit_mb):
+            memory_limit_by = "cgroup-v2"
+    else:
+        memory_group = MemoryGroup.make(memory_limit_mb)
+        if memory_group is not None:
+            memory_limit_by = "cgroup-v1"
+    quota = None
+    if bwrap is not None and work_quota_mb is not None and bwrap.version >= (0, 7):
+        quota = (work, work_quota_mb)
+        # What the host work dir holds stays visible (read-only); new files go to the tmpfs.
+        for entry in sorted(os.listdir(work)):
+            inner = os.path.join(work, entry)
+            mounts.setdefault(inner, (inner, False))
     cpuset = CpusetGroup.make(cpus) if cpus else None
     # The CPU time of the whole jail, for the harness's contention correction (a v2 group
     # keeps it in cpu.stat already).
     cpuacct = None if isinstance(freezer_group, V2Group) else CpuacctGroup.make()
-    groups: list[Group] = [g for g in (pids_group, freezer_group, cpuset, cpuacct) if g is not None]
+    every_group = (pids_group, freezer_group, cpuset, cpuacct, memory_group)
+    groups: list[Group] = [g for g in every_group if g is not None]
     method: FreezeMethod = "signals" if freezer_group is None else freezer_group.method
     # As root the program runs as JAIL_UID, which RLIMIT_NPROC does bind; it counts every
     # process of that uid on the host (all jails), so there it is only the fallback for a
@@ -967,12 +1166,19 @@ def spawn_jailed(
     nproc = pids_group is None if as_root_jail else os.geteuid() != 0
     limits = resource_limits(
         memory_limit_mb=memory_limit_mb,
+        # Where the group holds the jail it is the limit: RLIMIT_AS, which binds each process
+        # alone and counts address space (not memory), is then only a backstop against
+        # address-space bombs, loose enough that the group always acts first.
+        address_space_mb=(
+            address_space_backstop_mb(memory_limit_mb) if memory_limit_by != "rlimit" else None
+        ),
         max_file_bytes=max_file_bytes,
         max_processes=max_processes,
         nproc=nproc,
         max_open_files=max_open_files,
     )
     info_r = info_w = -1
+    launch_fds: tuple[int, ...] = ()
     marker: bytes | None = None
     try:
         if bwrap is not None:
@@ -986,13 +1192,18 @@ def spawn_jailed(
                 tmpfs_bytes=tmpfs_mb << 20,
                 info_fd=info_w,
             )
-            command = [bwrap.path, *args]
+            if quota is not None:
+                args = _work_as_tmpfs(args, work, quota[1] << 20)
+            command, launch_fds = _bwrap_command(bwrap, args)
             # bwrap is pid 1 inside: with any environment of ours, /proc/1/environ would show it.
             child_env: dict[str, str] = {}
             cwd = "/"
-            fds = (*pass_fds, info_w)
+            fds = (*pass_fds, info_w, *launch_fds)
         else:
             command = _translate(argv, [(h, j) for j, (h, _) in mounts.items()])
+            if platform.machine() in FILTER_ARCHS:
+                # The same seccomp filter, loaded by a wrapper that then execs the program.
+                command = filtered_command(sys.executable, command)
             child_env = sandbox_environment(Path(work), dict(env or {}), cpus)
             child_env[RUN_MARKER] = uuid.uuid4().hex
             marker = f"{RUN_MARKER}={child_env[RUN_MARKER]}".encode()
@@ -1011,13 +1222,15 @@ def spawn_jailed(
             start_new_session=True,
         )
     except BaseException:
-        for fd in (info_r, info_w):
+        for fd in (info_r, info_w, *launch_fds):
             if fd >= 0:
                 os.close(fd)
         for group in groups:
             group.remove()
         raise
     info: dict[str, int] = {}
+    for fd in launch_fds:
+        os.close(fd)
     if bwrap is not None:
         os.close(info_w)
         info = _read_info(info_r)
@@ -1029,6 +1242,9 @@ def spawn_jailed(
         freezer=freezer_group,
         pids_group=pids_group,
         cpuset=cpuset,
+        memory=memory_group,
+        memory_limit_by=memory_limit_by,
+        work_quota=quota,
         cpuacct=cpuacct,
         init_pid=info.get("child-pid"),
         pid_namespace=info.get("pid-namespace"),

@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -75,7 +76,14 @@ try:
     try:
         import ctypes
         PR_SET_PDEATHSIG = 1
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, 9)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, 9)
+        # A fresh, empty session keyring (KEYCTL_JOIN_SESSION_KEYRING with no name): keys a
+        # previous run of the same uid left in its session keyring are out of reach. Refused
+        # (a seccomp filter, no keyctl) is fine: then nothing here can reach a keyring either.
+        keyctl = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)
+        if keyctl is not None:
+            libc.syscall(keyctl, 1, None)
     except (ImportError, OSError, AttributeError):
         pass
     if os.getppid() != cfg["parent"]:
@@ -101,8 +109,9 @@ LAUNCHER_FAILED_EXIT = 125
 def launcher_command(
     argv: list[str], *, cgroups: list[str], limits: dict[str, int], cpus: set[int] | None
 ) -> list[str]:
-    """The command line that starts `argv` through the launcher: PDEATHSIG, the cgroups joined
-    (their cgroup.procs files), the rlimits (resource module names -> value) and CPU affinity."""
+    """The command line that starts `argv` through the launcher: PDEATHSIG, a fresh session
+    keyring, the cgroups joined (their cgroup.procs files), the rlimits (resource module names
+    -> value) and CPU affinity."""
     cfg = {
         "parent": os.getpid(),
         "cgroups": cgroups,
@@ -113,6 +122,27 @@ def launcher_command(
     return [sys.executable, "-I", "-S", "-c", _LAUNCHER, json.dumps(cfg)]
 
 
+def address_space_backstop_mb(memory_limit_mb: int) -> int:
+    """RLIMIT_AS of a process whose memory_limit_mb a memory cgroup enforces: only a backstop
+    against address-space bombs, well above the limit so that the group (which counts memory
+    actually held, by all the processes and their tmpfs files together) always acts first,
+    while an address space merely reserved (thread stacks, arenas, a fork's copy of its
+    parent's) never fails first."""
+    return max(2 * memory_limit_mb, memory_limit_mb + 1024)
+
+
+def _can_raise_hard_limits() -> bool:
+    """Whether this process holds CAP_SYS_RESOURCE (may raise a hard rlimit)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> 24 & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
 def resource_limits(
     *,
     memory_limit_mb: int,
@@ -120,11 +150,24 @@ def resource_limits(
     max_processes: int | None,
     nproc: bool,
     max_open_files: int | None = None,
+    address_space_mb: int | None = None,
 ) -> dict[str, int]:
     """The rlimits of a child: address space, no core dumps, file size, and (with `nproc`,
-    for a child that does not run as root) a per-user process count."""
+    for a child that does not run as root) a per-user process count.
+
+    RLIMIT_AS is memory_limit_mb, or `address_space_mb` where something else enforces the
+    memory limit (a memory cgroup; see address_space_backstop_mb). That backstop never goes
+    above this process's own hard limit, which a child without CAP_SYS_RESOURCE cannot raise
+    (the launcher would fail)."""
+    address_space = memory_limit_mb << 20
+    if address_space_mb is not None:
+        address_space = address_space_mb << 20
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        too_high = hard != resource.RLIM_INFINITY and hard < address_space
+        if too_high and not _can_raise_hard_limits():
+            address_space = max(memory_limit_mb << 20, hard)
     limits = {
-        "RLIMIT_AS": memory_limit_mb * 1024 * 1024,
+        "RLIMIT_AS": address_space,
         "RLIMIT_CORE": 0,
         "RLIMIT_FSIZE": max_file_bytes,
     }

@@ -16,6 +16,7 @@ from accelopt_mcp.backends import registry as backends
 from accelopt_mcp.backends.base import Baseline
 from accelopt_mcp.mcp_tools import ids
 from accelopt_mcp.mcp_tools.app import NotFoundError
+from accelopt_mcp.mcp_tools.roots import KERNEL_SUFFIXES
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
 from accelopt_mcp.mcp_tools.views import ClusterArg, View, clip
 from accelopt_mcp.models import (
@@ -117,7 +118,12 @@ def _kernel(
                 f"{where}: {exc}; list_solutions gives the ids of a definition"
             ) from None
     if given.kernel_path is not None:
-        return comparing.file_kernel(task, given.kernel_path, label=given.label, target_hardware=hw)
+        path = state_of(ctx).roots.file(
+            given.kernel_path, f"{where}.kernel_path", suffixes=KERNEL_SUFFIXES
+        )
+        return comparing.file_kernel(
+            task, path, label=given.label or Path(given.kernel_path).name, target_hardware=hw
+        )
     assert given.kernel_source is not None
     return comparing.source_kernel(
         task, given.kernel_source, label=given.label or f"kernel{index + 1}", target_hardware=hw
@@ -210,7 +216,7 @@ def compare_kernels(
             "(list_backends says which run here)"
         )
     comparing.check_count(len(kernels))
-    task = load_task(Path(task_path).expanduser(), workload=workload)
+    task = load_task(state_of(ctx).roots.file_or_dir(task_path, "task_path"), workload=workload)
     hardware = list(backends.backend_info(backend).target_hardware)
     chosen = [_kernel(task, k, i, ctx, hardware) for i, k in enumerate(kernels)]
     config = BenchmarkConfig(

@@ -4,6 +4,7 @@ that started them; the server resumes interrupted ones when it starts."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -18,6 +19,7 @@ from accelopt_mcp.engine.config import resolve_optimize_config
 from accelopt_mcp.engine.jobs import JobNotFinished, JobStatus, OptimizeRequest, ProgressEvent
 from accelopt_mcp.engine.presets import PRESETS
 from accelopt_mcp.mcp_tools import ids
+from accelopt_mcp.mcp_tools.roots import KERNEL_SUFFIXES
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
 from accelopt_mcp.mcp_tools.views import MAX_PAGE, SOURCE_CHARS, ClusterArg, TextSlice, View, cut
 from accelopt_mcp.tasks.kernels import SOURCE_ORIGIN, kernel_solution, syntax_problem
@@ -165,6 +167,15 @@ def start_optimization(
     once: planner, executor and summarizer LLM calls in a beam search, every attempt
     profiled and stored. Follow it with wait_for_job (progress notifications) or
     job_status; job_result when it has finished; cancel_job to stop it."""
+    # The job loads these itself, later: hand it the confined, resolved paths.
+    roots = state_of(ctx).roots
+    task_path = str(roots.file_or_dir(task_path, "task_path"))
+    if kernel_path is not None:
+        kernel_path = str(roots.file(kernel_path, "kernel_path", suffixes=KERNEL_SUFFIXES))
+    if preset not in PRESETS:
+        preset = str(roots.file(preset, "preset", suffixes=(".json",)))
+    if models_config is not None and _names_a_file(models_config):
+        models_config = str(roots.file(models_config, "models_config"))
     config = resolve_optimize_config(
         preset,
         {
@@ -207,6 +218,11 @@ def start_optimization(
         status=job_view(jobs.status(job_id)),
         next="wait_for_job to follow progress; job_result once it has finished",
     )
+
+
+def _names_a_file(value: str) -> bool:
+    """A models_config that is a path, not a preset name (which has no separator or dot)."""
+    return os.sep in value or "." in value or value.startswith("~")
 
 
 def _check_initial_kernel(request: OptimizeRequest) -> None:

@@ -3,7 +3,6 @@ records (idempotent upserts), import directories."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 from mcp.server.mcpserver.tools import Tool
@@ -616,7 +615,9 @@ def import_directory(
 ) -> Imported:
     """Load a FlashInfer-Trace directory (definitions/, workloads/, solutions/, traces/) or an
     NKIBench directory (summary.json, reference/, kernels/) into the database. Idempotent."""
-    chosen, counts = transfer.import_directory(state_of(ctx).store(), Path(path), fmt=format)
+    state = state_of(ctx)
+    folder = state.roots.tree(path, "path")
+    chosen, counts = transfer.import_directory(state.store(), folder, fmt=format)
     return Imported(path=path, format=chosen, counts=counts)
 
 

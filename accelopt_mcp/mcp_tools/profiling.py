@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 from mcp.server.mcpserver.tools import Tool
@@ -16,6 +15,7 @@ from accelopt_mcp.backends.cluster import NodeReport, cluster_address, describe_
 from accelopt_mcp.comparing import figures_text, shown_counters, speedup_text
 from accelopt_mcp.linking import short
 from accelopt_mcp.mcp_tools import ids
+from accelopt_mcp.mcp_tools.roots import KERNEL_SUFFIXES
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
 from accelopt_mcp.mcp_tools.views import ClusterArg, View, clip
 from accelopt_mcp.models import BenchmarkConfig, Evaluation
@@ -194,10 +194,15 @@ def profile_kernel(
             f"unknown backend {backend!r}; choose one of {', '.join(backends.backend_names())} "
             "(list_backends says which run here)"
         )
-    task = load_task(Path(task_path).expanduser(), workload=workload)
+    roots = state_of(ctx).roots
+    task = load_task(roots.file_or_dir(task_path, "task_path"), workload=workload)
     solution = kernel_solution(
         task,
-        kernel_path=kernel_path,
+        kernel_path=(
+            roots.file(kernel_path, "kernel_path", suffixes=KERNEL_SUFFIXES)
+            if kernel_path is not None
+            else None
+        ),
         kernel_source=kernel_source,
         name=name,
         target_hardware=list(backends.backend_info(backend).target_hardware),

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 
+from accelopt_mcp.mcp_tools.roots import Roots
 from accelopt_mcp.store import open_store
 from accelopt_mcp.store.base import KernelStore
 from accelopt_mcp.store.url import describe_store_url
@@ -33,8 +34,11 @@ class ServerState:
         *,
         jobs_output_dir: Path | None = None,
         max_parallel_jobs: int = 1,
+        roots: Roots | None = None,
     ) -> None:
         self.store_url = store_url
+        # Where path arguments may point (roots.py); read at start, not per call.
+        self.roots = roots if roots is not None else Roots.configured()
         self.jobs_output_dir = jobs_output_dir
         self.max_parallel_jobs = max_parallel_jobs
         self._store: KernelStore | None = None

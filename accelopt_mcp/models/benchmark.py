@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -17,6 +17,12 @@ class BenchmarkConfig(BaseModel):
     """L2-relative tolerance: ||out - ref|| / ||ref|| must not exceed it."""
     atol: float = Field(default=1e-6, ge=0)
     """Absolute floor, for outputs whose reference norm is ~0."""
+    nonfinite: Literal["match", "ignore"] = "match"
+    """Where the reference output is NaN or +/-inf (masked scores, log-probabilities):
+    "match" requires the output to be NaN, or the same infinity with the same sign, at each
+    such position (else INCORRECT_NUMERICAL); "ignore" leaves those positions out of the
+    comparison, for a task whose masked positions are don't-care. Either way an output that is
+    NaN/inf where the reference is finite fails."""
     warmup_runs: int = Field(default=2, ge=0)
     """Untimed calls per process before its samples count."""
     iterations: int = Field(default=10, ge=1)
@@ -88,7 +94,12 @@ class BenchmarkConfig(BaseModel):
         return self
 
     def perf_fields(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.PERF_FIELDS}
+        fields = {name: getattr(self, name) for name in self.PERF_FIELDS}
+        # What counts as correct, like rtol: part of the key, but only when it is not the
+        # default, so every profile and config hash stored before it existed stays valid.
+        if self.nonfinite != "match":
+            fields["nonfinite"] = self.nonfinite
+        return fields
 
     def profile_key(self, *, workers: int = 1, cores: int | None = 1) -> dict[str, Any]:
         """What a stored profile is filed (and found) under: the perf fields, plus how the

@@ -36,7 +36,15 @@ def _validate(model: type[M], data: Any, path: Path, what: str) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise TaskFileError(f"{what} file {str(path)!r} is not a valid {what}:\n{exc}") from exc
+        # Field and problem only: pydantic's own text quotes the input, which would echo the
+        # file's contents (a secret, if the path was pointed at one) back to the caller.
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in err['loc']) or '(top level)'}: {err['msg']}"
+            for err in exc.errors(include_input=False, include_url=False)[:10]
+        )
+        raise TaskFileError(
+            f"{what} file {str(path)!r} is not a valid {what}: {problems}"
+        ) from None
 
 
 def load_definition(path: Path) -> Definition:

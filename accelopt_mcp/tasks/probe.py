@@ -1,9 +1,10 @@
 """Learning an NKIBench task's shapes and dtypes by running its get_inputs() and forward() once.
 
-The task module is code from outside (a benchmark suite, a user), so it runs in a sandboxed
-child, not here: the cpu evaluator's child in its "describe" mode, started as a separate
-process by module name, so the task layer does not import the backends that sit above it.
-The jailed-evaluator work is expected to move that child's reference side under tasks/.
+The task module is code from outside (a benchmark suite, a user), so it never runs here: the
+cpu evaluator's child in its "describe" mode (started as a separate process by module name, so
+the task layer does not import the backends that sit above it) imports it in a jail of its own
+(uid 65534, none of the host's files; accelopt_mcp/backends/cpu_task.py). What the jail reports
+is hostile JSON and is checked here (sizes, NaN, long strings) before anyone reads it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import json
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from accelopt_mcp.isolation.sandbox import run_sandboxed
 from accelopt_mcp.pysource import source_imports_any
@@ -20,6 +23,34 @@ from accelopt_mcp.pysource import source_imports_any
 # The child that runs a task's reference (and, in "evaluate" mode, a candidate).
 RUNNER_MODULE = "accelopt_mcp.backends.cpu_runner"
 STDERR_TAIL_CHARS = 4_000
+MAX_TENSORS = 256
+MAX_NDIM = 8
+
+
+class _Described(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    shape: list[Annotated[int, Field(ge=0)]] | None = Field(default=None, max_length=MAX_NDIM)
+    dtype: str = Field(max_length=64)
+
+
+class _Roofline(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    flops: float | None = None
+    bytes_moved: float | None = None
+    compute_unit: str | None = Field(default=None, max_length=64)
+
+
+class TaskDescription(BaseModel):
+    """What the jail says of the task: shapes and dtypes of its inputs and outputs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    inputs: list[_Described] = Field(max_length=MAX_TENSORS)
+    outputs: list[_Described] = Field(max_length=MAX_TENSORS)
+    has_transforms: bool = False
+    roofline: _Roofline | None = None
 
 
 def probe_nkibench_task(
@@ -62,5 +93,17 @@ def probe_nkibench_task(
         raise ValueError(
             f"the task module does not run: {error['message']}\n{error.get('traceback', '')}"
         )
-    describe: dict[str, Any] = data["describe"]
-    return describe
+    try:
+        described = TaskDescription.model_validate(data.get("describe"))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the description"
+        raise ValueError(
+            f"the task module describes itself wrongly ({where}: {first['msg']}); "
+            "get_inputs()/forward() must return arrays, roofline() a dict of finite numbers"
+        ) from None
+    found = described.model_dump()
+    if described.roofline is not None:
+        # Only the keys roofline() gave: models.Roofline says what is missing.
+        found["roofline"] = described.roofline.model_dump(exclude_none=True)
+    return found

@@ -38,6 +38,7 @@ from typing import Any
 
 import pytest
 
+from accelopt_mcp.isolation.cgroups import REAPER_TAG, start_time
 from accelopt_mcp.models import (
     AxisConst,
     BenchmarkConfig,
@@ -79,9 +80,9 @@ INFORMATIONAL_FLAGS = frozenset(
 SPEEDUP_LIMIT = 8.0
 
 # Attacks whose answer is wrong or absent: never a trusted PASS.
-WRONG_ANSWER = {"a01", "a02", "a03", "a17", "a18"}
+WRONG_ANSWER = {"a01", "a02", "a03", "a17", "a18", "a21"}
 # Attacks on the measurement: never a trusted PASS with a big speedup.
-TIMING = {"a04", "a05", "a06", "a07", "a08", "a09", "a19"}
+TIMING = {"a04", "a05", "a06", "a07", "a08", "a09", "a19", "a20"}
 # Attacks whose answer is honest and whose harm is a side effect (the common checks): a14's
 # result must be exactly an honest kernel's.
 MUST_PASS = {"a14"}
@@ -237,9 +238,39 @@ def _stray_processes(server_pid: int | None, server_start: int, exclude: set[int
             and any(program in cmdline for program in OUR_PROGRAMS)
             and _proc_text(pid, "status").count("PPid:\t1\n") == 1
         )
+        if REAPER_TAG in cmdline and not _orphaned_reaper(pid):
+            continue  # watching a live owner (this test worker, or another's)
         if TAG in cmdline or named or orphan:
             found.append(f"pid {pid}: {cmdline[:120]!r}")
     return found
+
+
+def _orphaned_reaper(pid: int) -> bool:
+    """`pid` is a cgroup reaper whose owner has died: it is sweeping up after it. A reaper
+    whose owner lives (another test worker's) is no evaluation's leftover."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return False
+    if REAPER_TAG not in args:
+        return False
+    at = args.index(REAPER_TAG)
+    owner, started = args[at + 2], args[at + 3]
+    return not (owner.isdigit() and start_time(int(owner)) == started)
+
+
+def _wait_for_reapers(since_ticks: int, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        sweeping = [
+            int(e)
+            for e in os.listdir("/proc")
+            if e.isdigit() and _start_ticks(int(e)) >= since_ticks and _orphaned_reaper(int(e))
+        ]
+        if not sweeping:
+            return
+        time.sleep(0.1)
 
 
 def _kill_tagged() -> None:
@@ -488,8 +519,11 @@ def common_problems(arena: Arena, outcome: Outcome, captured: tuple[str, str]) -
             f"the server did not survive and report (exit {outcome.returncode}); "
             f"stderr tail: {outcome.stderr[-300:]!r}"
         )
-    # Nothing outlives the evaluation: no process, no heartbeat.
+    # Nothing outlives the evaluation: no process, no heartbeat. The cgroup reapers of the
+    # server and its harness (accelopt_mcp.isolation.cgroups) outlive their owners by design,
+    # for as long as their sweep takes: they get a few seconds, then count as strays too.
     time.sleep(0.3)
+    _wait_for_reapers(outcome.server_start)
     strays = _stray_processes(outcome.server_pid, outcome.server_start, {arena.bystander.pid})
     if strays:
         problems.append(f"processes outlived the evaluation: {strays}")
@@ -601,5 +635,5 @@ def test_honest_kernel_passes(
 
 def test_every_attack_class_has_a_kernel() -> None:
     numbers = {p.stem[:3] for p in ATTACKS}
-    assert numbers == {f"a{i:02d}" for i in range(1, 20)}
+    assert numbers == {f"a{i:02d}" for i in range(1, 22)}
     assert numbers == WRONG_ANSWER | TIMING | {f"a{i}" for i in range(10, 17)}

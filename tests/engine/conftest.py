@@ -104,7 +104,9 @@ def executor_cycle() -> list[dict[str, Any]]:
 def summary(n: int) -> dict[str, Any]:
     item = {
         "title": f"lesson-{n:03d}",
-        "strategy": f"strategy number {n}: avoid per-row Python work",
+        # Names np.exp, which every scripted pair's changed lines call: a stored lesson must
+        # name something its pair's diff touches (engine.lesson_filter).
+        "strategy": f"strategy number {n}: avoid per-row Python work, one np.exp for all rows",
         "pseudocode": "for row: f(row)  ->  f(all rows at once)",
     }
     return text(json.dumps(item))

@@ -58,6 +58,8 @@ class HttpServer:
         self.env = env or {}
         self.start_timeout_s = start_timeout_s
         self.process: subprocess.Popen[bytes] | None = None
+        # Without a token given, the server makes one in its ACCELOPT_HOME: a private folder.
+        self.home = Path(tempfile.mkdtemp(prefix="accelopt-home-"))
         handle, log_path = tempfile.mkstemp(prefix="accelopt-mcp-", suffix=".log")
         os.close(handle)
         self.log_path = Path(log_path)
@@ -72,6 +74,10 @@ class HttpServer:
     def url(self) -> str:
         return f"{self.base}/mcp"
 
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
     def stderr(self) -> str:
         return self.log_path.read_text(errors="replace")
 
@@ -83,7 +89,8 @@ class HttpServer:
         self.stop()
 
     def start(self) -> None:
-        env = server_env(**self.env, **({"ACCELOPT_MCP_TOKEN": self.token} if self.token else {}))
+        given = {"ACCELOPT_MCP_TOKEN": self.token} if self.token else {}
+        env = server_env(**{"ACCELOPT_HOME": str(self.home), **self.env, **given})
         args = [console_script(), "--http", "--host", self.host, "--port", str(self.port)]
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
@@ -100,6 +107,8 @@ class HttpServer:
                 raise RuntimeError(f"accelopt-mcp exited early:\n{self.stderr()}")
             try:
                 if httpx.get(f"{self.base}/health", timeout=1).status_code == 200:
+                    if not self.token:
+                        self.token = (self.home / "mcp_token").read_text().strip()
                     return
             except httpx.TransportError:
                 pass

@@ -255,10 +255,15 @@ async def test_server_restart_resumes_interrupted_job(
     store_url = str(tmp_path / "kernels.db")
     jobs_dir = ["--jobs-dir", str(tmp_path / "jobs")]
     env = {KEY_ENV: llm_key}  # the server's environment is what its job workers get
-    first = HttpServer(store_url, extra_args=jobs_dir, env=env)
+    token = "restart-token-0123456789abcdef"
+    auth = {"Authorization": f"Bearer {token}"}
+    first = HttpServer(store_url, token=token, extra_args=jobs_dir, env=env)
     first.start()
     try:
-        async with Client(first.url) as c:
+        async with (
+            httpx2.AsyncClient(headers=auth, timeout=30) as http,
+            Client(streamable_http_client(first.url, http_client=http)) as c,
+        ):
             job_id = (await ok(c, "start_optimization", job_args(models, iterations=6)))["job_id"]
             status = await ok(c, "job_status", {"job_id": job_id})
             deadline = time.monotonic() + 120
@@ -267,7 +272,10 @@ async def test_server_restart_resumes_interrupted_job(
             # Mid-job: one iteration checkpointed, more to go.
             assert status["state"] == "running" and 1 <= status["iteration"] < 6, status
         # The client that started it has gone; the job has not.
-        async with Client(first.url) as c:
+        async with (
+            httpx2.AsyncClient(headers=auth, timeout=30) as http,
+            Client(streamable_http_client(first.url, http_client=http)) as c,
+        ):
             after = await ok(c, "job_status", {"job_id": job_id})
             assert after["state"] == "running", after
         # A crash: the server and the job's worker die without cleaning up.
@@ -279,10 +287,12 @@ async def test_server_restart_resumes_interrupted_job(
     finally:
         first.stop()
 
-    second = HttpServer(store_url, extra_args=[*jobs_dir, "--log-level", "INFO"], env=env)
+    second = HttpServer(
+        store_url, token=token, extra_args=[*jobs_dir, "--log-level", "INFO"], env=env
+    )
     with second:
         async with (
-            httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300)) as http,
+            httpx2.AsyncClient(headers=auth, timeout=httpx2.Timeout(30, read=300)) as http,
             Client(streamable_http_client(second.url, http_client=http)) as c,
         ):
             progress: list[str] = []

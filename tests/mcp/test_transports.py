@@ -110,13 +110,23 @@ def test_stdio_stdout_holds_only_protocol(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- HTTP
 
 
-async def test_http_without_token_on_localhost(tmp_path: Path) -> None:
+async def test_http_on_localhost_with_generated_token(tmp_path: Path) -> None:
     with HttpServer(str(tmp_path / "k.db")) as server:
         health = httpx.get(f"{server.base}/health", timeout=5)
-        assert health.json()["status"] == "ok" and health.json()["tools"] >= 18
-        async with Client(server.url) as client:
+        assert health.json() == {"status": "ok"}  # open, and tells nothing
+        token_file = server.home / "mcp_token"
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        assert str(token_file) in server.stderr() and server.token not in server.stderr()
+        assert httpx.post(server.url, json={}, timeout=5).status_code == 401
+        async with (
+            httpx2.AsyncClient(headers=server.headers, timeout=30) as http,
+            Client(streamable_http_client(server.url, http_client=http)) as client,
+        ):
             await exercise(client)
-        async with Client(server.url, mode="legacy") as client:
+        async with (
+            httpx2.AsyncClient(headers=server.headers, timeout=30) as http,
+            Client(streamable_http_client(server.url, http_client=http), mode="legacy") as client,
+        ):
             assert (await ok(client, "list_definitions"))["page"]["total"] == 5
 
 
@@ -166,15 +176,13 @@ async def test_http_public_bind_with_token(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2"])
-async def test_http_on_loopback_without_token_refuses_rebound_names(
-    host: str, tmp_path: Path
-) -> None:
-    """Without a token, what keeps a web page from driving a loopback server through the
-    browser (DNS rebinding: a name of the attacker's that resolves to 127.x.y.z) is the check
-    of the Host and Origin headers. It must hold on every loopback address it may bind."""
+async def test_http_on_loopback_refuses_rebound_names(host: str, tmp_path: Path) -> None:
+    """Behind the token, the Host and Origin checks still stop a web page from driving a
+    loopback server through the browser (DNS rebinding: a name of the attacker's that
+    resolves to 127.x.y.z). They must hold on every loopback address it may bind."""
     with HttpServer(str(tmp_path / "k.db"), host=host) as server:
         body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
-        accept = {"Accept": "application/json, text/event-stream"}
+        accept = {"Accept": "application/json, text/event-stream", **server.headers}
         rebound = httpx.post(
             server.url, json=body, headers={**accept, "Host": "evil.example"}, timeout=5
         )
@@ -183,5 +191,8 @@ async def test_http_on_loopback_without_token_refuses_rebound_names(
             server.url, json=body, headers={**accept, "Origin": "http://evil.example"}, timeout=5
         )
         assert cross_site.status_code == 403
-        async with Client(server.url) as client:
+        async with (
+            httpx2.AsyncClient(headers=server.headers, timeout=30) as http,
+            Client(streamable_http_client(server.url, http_client=http)) as client,
+        ):
             assert (await ok(client, "list_backends"))["backends"]

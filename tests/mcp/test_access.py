@@ -1,0 +1,203 @@
+"""Who may talk to the server and what it may read: the HTTP bearer token on loopback (a real
+`accelopt-mcp --http` and, for another user, curl run as uid 65534), and path arguments
+confined to the server's roots, through the real tools of an in-process MCP client."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mcp import Client
+
+from accelopt_mcp.mcp_tools import ServerState, build_server
+from accelopt_mcp.mcp_tools.roots import Roots
+from tests.mcp.conftest import SILU_FAST, SILU_TASK, TRACE_DIR
+from tests.mcp.helpers import fails, ok
+from tests.mcp.processes import HttpServer
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "SECRET-do-not-echo-7f3a9c"
+BODY = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+ACCEPT = {"Accept": "application/json, text/event-stream"}
+
+
+# --------------------------------------------------------------------------- HTTP token
+
+
+def test_loopback_http_refuses_missing_wrong_and_short_tokens(tmp_path: Path) -> None:
+    with HttpServer(str(tmp_path / "k.db")) as server:
+        assert server.token
+        wrong = "x" * len(server.token)
+        for headers in (
+            {},
+            {"Authorization": f"Bearer {wrong}"},  # same length, wrong
+            {"Authorization": f"Bearer {server.token[:-1]}"},  # a different length
+            {"Authorization": f"Bearer {server.token}extra"},
+            {"Authorization": server.token},  # no scheme
+        ):
+            denied = httpx.post(server.url, json=BODY, headers={**ACCEPT, **headers}, timeout=5)
+            assert denied.status_code == 401, headers
+            assert server.token not in denied.text
+        allowed = httpx.post(server.url, json=BODY, headers={**ACCEPT, **server.headers}, timeout=5)
+        assert allowed.status_code != 401
+
+
+@pytest.mark.skipif(os.getuid() != 0 or not shutil.which("setpriv"), reason="needs root")
+def test_another_user_can_neither_read_the_token_nor_call(tmp_path: Path) -> None:
+    """The red team's door: a process as uid 65534 with plain curl, on the same host."""
+    with HttpServer(str(tmp_path / "k.db")) as server:
+        token_file = server.home / "mcp_token"
+        script = (
+            f"cat {token_file} 2>/dev/null && echo READ-TOKEN; "
+            f"curl -s -o /dev/null -w '%{{http_code}}' -X POST "
+            f"-H 'Content-Type: application/json' "
+            f"-H 'Accept: application/json, text/event-stream' "
+            f"--data '{json.dumps(BODY)}' {server.url}"
+        )
+        as_nobody = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+        done = subprocess.run(
+            [*as_nobody, "sh", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert "READ-TOKEN" not in done.stdout and server.token not in done.stdout
+        assert done.stdout.strip().endswith("401"), (done.stdout, done.stderr)
+
+
+# --------------------------------------------------------------------------- path roots
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> dict[str, Path]:
+    """root/: the server's one root, with a task; outside/: a 0600 secret beside it."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    # The whole trace set: the definition's workloads sit beside it.
+    shutil.copytree(TRACE_DIR, root / "trace")
+    (root / "task.json").symlink_to(root / "trace" / SILU_TASK.relative_to(TRACE_DIR))
+    (root / "kernel.json").symlink_to(root / "trace" / SILU_FAST.relative_to(TRACE_DIR))
+    secret = outside / "secret.py"
+    secret.write_text(f"# {SECRET}\ndef kernel(x):\n    return x\n")
+    secret.chmod(0o600)
+    (outside / "secret.json").write_text(json.dumps({"name": SECRET, "reference": SECRET}))
+    (root / "innocent.py").symlink_to(secret)
+    (root / "linked").symlink_to(outside, target_is_directory=True)
+    return {"root": root, "outside": outside, "secret": secret}
+
+
+@pytest.fixture
+async def client(layout: dict[str, Path], tmp_path: Path) -> AsyncIterator[Client]:
+    state = ServerState(
+        str(tmp_path / "k.db"), jobs_output_dir=tmp_path / "jobs", roots=Roots.of([layout["root"]])
+    )
+    try:
+        async with Client(build_server(state), mode="legacy") as connected:
+            yield connected
+    finally:
+        state.close()
+
+
+def escapes(layout: dict[str, Path]) -> list[str]:
+    root, secret = layout["root"], layout["secret"]
+    return [
+        str(root / "innocent.py"),  # a link in the root to a file outside
+        str(root / ".." / "outside" / "secret.py"),  # `..`
+        str(secret),  # absolute, outside
+        str(root / "linked" / "secret.py"),  # through a linked folder
+    ]
+
+
+async def refused(client: Client, tool: str, args: dict[str, Any], arg: str) -> None:
+    message = await fails(client, tool, args, arg, "outside the server's roots", "--root")
+    assert SECRET not in message
+
+
+async def test_kernel_paths_outside_the_roots_are_refused(
+    client: Client, layout: dict[str, Path]
+) -> None:
+    task = str(layout["root"] / "task.json")
+    for path in escapes(layout):
+        await refused(
+            client, "profile_kernel", {"task_path": task, "kernel_path": path}, "kernel_path"
+        )
+        kernels = [{"kernel_path": path}, {"kernel_path": str(layout["root"] / "kernel.json")}]
+        await refused(
+            client, "compare_kernels", {"task_path": task, "kernels": kernels}, "kernels[0]"
+        )
+        await refused(
+            client, "start_optimization", {"task_path": task, "kernel_path": path}, "kernel_path"
+        )
+    # Nothing of the secret was stored.
+    await fails(client, "list_solutions", {"definition_name": "silu_n1024"}, "no definition")
+
+
+async def test_task_and_config_paths_outside_the_roots_are_refused(
+    client: Client, layout: dict[str, Path]
+) -> None:
+    kernel = str(layout["root"] / "kernel.json")
+    for path in [*escapes(layout), str(layout["outside"] / "secret.json")]:
+        for tool in ("profile_kernel", "start_optimization"):
+            await refused(client, tool, {"task_path": path, "kernel_path": kernel}, "task_path")
+    task = str(layout["root"] / "task.json")
+    outside_json = str(layout["outside"] / "secret.json")
+    for arg in ("preset", "models_config"):
+        args = {"task_path": task, "kernel_path": kernel, arg: outside_json}
+        await refused(client, "start_optimization", args, arg)
+
+
+async def test_import_directory_stays_in_the_roots(client: Client, layout: dict[str, Path]) -> None:
+    await refused(client, "import_directory", {"path": str(layout["outside"])}, "path")
+    await refused(client, "import_directory", {"path": str(layout["root"] / "linked")}, "path")
+    # A folder inside the root that holds a link out: the whole import is refused.
+    await refused(client, "import_directory", {"path": str(layout["root"])}, "entry")
+
+
+async def test_a_fifo_is_refused_without_blocking(client: Client, layout: dict[str, Path]) -> None:
+    fifo = layout["root"] / "fifo.py"
+    os.mkfifo(fifo)
+    task = str(layout["root"] / "task.json")
+    await fails(
+        client,
+        "profile_kernel",
+        {"task_path": task, "kernel_path": str(fifo)},
+        "kernel_path",
+        "not a regular file",
+    )
+    await fails(client, "profile_kernel", {"task_path": str(fifo)}, "task_path", "regular file")
+
+
+async def test_a_json_of_the_wrong_shape_is_refused_without_its_contents(
+    client: Client, layout: dict[str, Path]
+) -> None:
+    task = str(layout["root"] / "task.json")
+    bad_solution = layout["root"] / "bad.json"
+    bad_solution.write_text(json.dumps({"name": SECRET, "definition": [SECRET]}))
+    message = await fails(
+        client, "profile_kernel", {"task_path": task, "kernel_path": str(bad_solution)}, "bad.json"
+    )
+    assert SECRET not in message and "definition" in message
+    bad_task = layout["root"] / "badtask.json"
+    bad_task.write_text(json.dumps(SECRET))
+    message = await fails(client, "profile_kernel", {"task_path": str(bad_task)}, "badtask.json")
+    assert SECRET not in message
+
+
+async def test_paths_inside_the_roots_still_work(client: Client, layout: dict[str, Path]) -> None:
+    args = {
+        "task_path": str(layout["root"] / "task.json"),
+        "kernel_path": str(layout["root"] / "kernel.json"),
+        "iterations": 2,
+        "store": False,
+    }
+    report = await ok(client, "profile_kernel", args)
+    assert report["correct"] is True, report
