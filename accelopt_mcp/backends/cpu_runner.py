@@ -629,14 +629,16 @@ class JailedRunner:
         self.thaw()
         sequence = self._request(op)
         status, value = self._read_ack(sequence)
-        # Stopped and frozen before the clock is read: it stops itself as it says "done", and
-        # whatever its other threads or processes ran before that stop is on its own clock. It
-        # gets no untimed CPU to finish work in the background or to evict the caches the
-        # next contestant will use; what it wrote by then is what is judged. The same steps
-        # are in every contestant's calls and in the empty call subtracted from them.
-        self.freeze()
         elapsed = time.perf_counter_ns() - start
         harness_wait = _own_wait_ns()
+        # The clock stops at "done", and so does the kernel: its runner stops itself, every
+        # thread and process of its jail with it, in the same breath as it answers (see
+        # `freeze`, which waits for that stop and fails a kernel that prevents it, then
+        # freezes). It gets no untimed CPU to finish work in the background or to evict the
+        # caches the next contestant will use; what it wrote by then is what is judged.
+        # Waiting for the stop is kept off the clock: on a busy host it would add the
+        # scheduler's noise to every call of every contestant.
+        self.freeze()
         usage_after = self.process.cpu_usage_ns()
         waited = self.process.run_queue_wait_ns() + harness_wait - wait_before
         if usage_before is None or usage_after is None:
