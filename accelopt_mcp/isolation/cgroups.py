@@ -254,7 +254,13 @@ class MemoryGroup(Group):
         """The group's OOM killer ran, or it is stuck at the limit (a tmpfs the killer cannot
         empty) ."""
         control = self.read("memory.oom_control")
-        return _count(control, "oom_kill") > 0 or _count(control, "under_oom") > 0
+        if _count(control, "oom_kill") > 0 or _count(control, "under_oom") > 0:
+            return True
+        # Reached the limit at all (memory.failcnt counts every charge refused there, even one
+        # that reclaim then absorbed): a busy host's reclaim can keep a jail alive at exactly
+        # its limit, which is no pass. The peak at the limit says the same.
+        failed = self.read("memory.failcnt")
+        return failed is not None and failed.strip().isdigit() and int(failed) > 0
 
 
 class CpusetGroup(Group):
@@ -350,7 +356,8 @@ class V2Group(Group):
 
     def memory_limit_hit(self) -> bool:
         events = self.read("memory.events")
-        return _count(events, "oom_kill") > 0 or _count(events, "oom") > 0
+        # "max": charges that reached memory.max, absorbed by reclaim or not (as v1's failcnt).
+        return any(_count(events, key) > 0 for key in ("oom_kill", "oom", "max"))
 
     def set_frozen(self, frozen: bool, timeout_s: float) -> None:
         value = "1" if frozen else "0"
