@@ -36,6 +36,8 @@ JSON_TYPE = "application/json; charset=utf-8"
 _UNKNOWN_COLUMN_CODES = frozenset({"42703", "PGRST204"})
 """A request naming a column the schema cache lacks (a filter, a select, an upsert body)."""
 SINGLE_OBJECT = "application/vnd.pgrst.object+json"
+DATABASE_PATH = "/_standin/database"
+"""Not PostgREST's: POST {"dsn": ...} points the running stand-in at another database."""
 
 
 @dataclass
@@ -109,7 +111,16 @@ class StandIn:
         self.api_key = api_key
         self.role = role
         self.pool = ConnectionPool(dsn, min_size=1, max_size=8, open=True)
-        self.catalog = Catalog(self.pool.connection)
+        # Through a lambda, not the bound method: repoint() replaces the pool.
+        self.catalog = Catalog(lambda: self.pool.connection())
+
+    def repoint(self, dsn: str) -> None:
+        """Serve the database at `dsn` from now on (a test session's one stand-in moves to each
+        test's fresh database): a new pool and a freshly loaded schema cache; the old pool is
+        closed once its connections are back."""
+        old, self.pool = self.pool, ConnectionPool(dsn, min_size=1, max_size=8, open=True)
+        old.close()
+        self.catalog.reload()
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
@@ -492,9 +503,17 @@ def create_app(dsn: str, api_key: str, role: str | None = None) -> Starlette:
     async def root_endpoint(request: Request) -> Response:
         return await run_in_threadpool(standin.describe)
 
+    async def database_endpoint(request: Request) -> Response:
+        body = await _json_body(request)
+        if not isinstance(body, dict) or not isinstance(body.get("dsn"), str):
+            raise PostgrestError(400, "PGRST102", 'expected {"dsn": "<dsn>"}')
+        await run_in_threadpool(standin.repoint, body["dsn"])
+        return Response(status_code=204)
+
     app = Starlette(
         routes=[
             Route("/rest/v1/", guarded(root_endpoint), methods=["GET", "HEAD"]),
+            Route(DATABASE_PATH, guarded(database_endpoint), methods=["POST"]),
             Route(
                 "/rest/v1/rpc/{function}",
                 guarded(rpc_endpoint),

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from tests.postgrest_standin.__main__ import KEY_ENV, ROLE_ENV
+from tests.postgrest_standin.app import DATABASE_PATH
 from tests.postgrest_standin.faults import CONTROL_PATH
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -58,6 +59,18 @@ class RunningStandIn:
         response.raise_for_status()
         result: dict[str, Any] = response.json()
         return result
+
+    def repoint(self, dsn: str) -> None:
+        """Serve `dsn` from now on, with no fault pending (one stand-in, many tests' databases)."""
+        response = httpx.post(
+            f"{self.url}{DATABASE_PATH}",
+            headers={"apikey": self.key},
+            json={"dsn": dsn},
+            timeout=30,
+        )
+        response.raise_for_status()
+        self.dsn = dsn
+        self.clear_faults()
 
     def stop(self) -> None:
         if self.process.poll() is None:

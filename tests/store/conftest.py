@@ -1,7 +1,9 @@
-"""The `store` fixture: every contract test runs once per store, each on a fresh database."""
+"""The `store` fixture: every contract test runs once per store, each on a fresh database
+(PostgreSQL and Supabase: a clone of the session's schema template, supabase_fixture.py)."""
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +14,8 @@ from accelopt_mcp.store.base import KernelStore
 from accelopt_mcp.store.postgres import PostgresStore
 from accelopt_mcp.store.sqlite import SqliteStore
 from tests.pg_server import create_database
+from tests.postgrest_standin.launcher import RunningStandIn, start_standin
+from tests.store.supabase_fixture import fresh_schema_database
 
 STORE_KINDS = [
     "sqlite",
@@ -30,10 +34,23 @@ def open_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Ker
         return SqliteStore(tmp_path / "k.db")
     admin_dsn = request.getfixturevalue("pg_admin_dsn")
     if kind == "postgres":
-        return PostgresStore(fresh_database(admin_dsn), init_schema=True)
+        # The template holds schema_v2.txt applied, as init_schema=True would leave it.
+        return PostgresStore(fresh_schema_database(admin_dsn))
     from tests.store.supabase_fixture import make_supabase_store
 
     return make_supabase_store(admin_dsn, request)
+
+
+@pytest.fixture(scope="session")
+def shared_standin(pg_admin_dsn: str) -> Iterator[RunningStandIn]:
+    """The session's one PostgREST stand-in; make_supabase_store points it at each test's
+    fresh database (starting one per test cost about a second each)."""
+    template = fresh_schema_database(pg_admin_dsn)
+    running = start_standin(template, "test-key-" + secrets.token_hex(16))
+    try:
+        yield running
+    finally:
+        running.stop()
 
 
 @pytest.fixture(params=STORE_KINDS)
