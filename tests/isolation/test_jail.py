@@ -31,10 +31,6 @@ from accelopt_mcp.isolation.jail import (
     spawn_jailed,
 )
 
-# Timing-sensitive (measured speedups decide what is kept): run alone, not beside other tests
-# (scripts/test.sh runs `-m serial` first, then the rest in parallel).
-pytestmark = pytest.mark.serial
-
 REPO = Path(__file__).resolve().parents[2]
 SITE_PACKAGES = Path(next(p for p in sys.path if p.endswith("site-packages")))
 
