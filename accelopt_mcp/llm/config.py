@@ -1,4 +1,4 @@
-"""Model settings per role (planner, executor, summarizer) and the price table.
+"""Model settings per LLM role (declared once: the fields of RoleConfigs) and the price table.
 
 A config file holds a `default` table that every role inherits, one table per role that
 overrides it, and an optional `prices` table. API keys never live in a config: a role names the
@@ -16,15 +16,13 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "gpt-4.1-mini"
 MODEL_ENV = "ACCELOPT_MODEL"
 """Names the model of every role whose config does not name one (e.g. the model a local vLLM
 or llama.cpp server serves, when only OPENAI_BASE_URL points at it)."""
-ROLES: tuple[str, ...] = ("planner", "executor", "summarizer")
-Role = Literal["planner", "executor", "summarizer"]
 
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
 
@@ -144,11 +142,21 @@ class PriceTable(BaseModel):
 
 
 class RoleConfigs(BaseModel):
+    """The model config of each LLM role, and the prices.
+
+    This is where the roles are declared: every ModelConfig field is one, and everything
+    else that names roles follows from these fields (ROLES, the tables a config file may
+    hold, the client's per-role concurrency, the models a run records). A new role is one
+    field here plus the calls that use it (tests/llm/test_roles.py checks both sides)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     planner: ModelConfig = Field(default_factory=ModelConfig)
+    """Proposes an optimization plan for a beam kernel (engine/planner.py)."""
     executor: ModelConfig = Field(default_factory=ModelConfig)
+    """Writes the kernel a plan describes, and repairs one that fails (engine/executor.py)."""
     summarizer: ModelConfig = Field(default_factory=ModelConfig)
+    """Turns a (slow, fast) kernel pair into a memory item (engine/summarizer.py)."""
     prices: PriceTable = Field(default_factory=PriceTable)
 
     def for_role(self, role: str) -> ModelConfig:
@@ -158,16 +166,25 @@ class RoleConfigs(BaseModel):
         return config
 
 
-class _ConfigFile(BaseModel):
-    """The file layout; only used to reject unknown top-level keys with a clear message."""
+ROLES: tuple[str, ...] = tuple(
+    name for name, field in RoleConfigs.model_fields.items() if field.annotation is ModelConfig
+)
+"""The LLM roles, in declaration order: the ModelConfig fields of RoleConfigs."""
 
-    model_config = ConfigDict(extra="forbid")
 
-    default: dict[str, Any] = Field(default_factory=dict)
-    planner: dict[str, Any] = Field(default_factory=dict)
-    executor: dict[str, Any] = Field(default_factory=dict)
-    summarizer: dict[str, Any] = Field(default_factory=dict)
-    prices: dict[str, Any] = Field(default_factory=dict)
+def _table() -> Any:
+    return (dict[str, Any], Field(default_factory=dict))
+
+
+_ConfigFile = create_model(
+    "_ConfigFile",
+    __config__=ConfigDict(extra="forbid"),
+    __doc__="The file layout (a `default` table, one per role, `prices`); only used to reject "
+    "unknown top-level keys with a clear message.",
+    default=_table(),
+    **{role: _table() for role in ROLES},
+    prices=_table(),
+)
 
 
 # Model configs shipped inside the package (package data), usable by name in a source checkout
@@ -261,9 +278,10 @@ def role_configs_from_dict(raw: dict[str, Any], *, source: str = "config") -> Ro
         raise LlmConfigError(
             _describe(exc, source, allowed=list(_ConfigFile.model_fields))
         ) from None
+    tables: dict[str, dict[str, Any]] = layout.model_dump()
     roles: dict[str, ModelConfig] = {}
     for role in ROLES:
-        merged = {**layout.default, **getattr(layout, role)}
+        merged = {**tables["default"], **tables[role]}
         try:
             roles[role] = ModelConfig.model_validate(merged)
         except ValidationError as exc:
@@ -272,7 +290,7 @@ def role_configs_from_dict(raw: dict[str, Any], *, source: str = "config") -> Ro
                 _describe(exc, where, allowed=list(ModelConfig.model_fields))
             ) from None
     overrides: dict[str, ModelPrice] = {}
-    for model, price in layout.prices.items():
+    for model, price in tables["prices"].items():
         try:
             overrides[model] = ModelPrice.model_validate(price)
         except ValidationError as exc:
