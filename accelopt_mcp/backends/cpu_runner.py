@@ -47,7 +47,6 @@ from accelopt_mcp.backends.cpu_candidate import (
     MESSAGE,
     OP_CALL,
     OP_PING,
-    OP_QUIT,
     ArenaError,
     read_arena,
     read_header,
@@ -477,6 +476,9 @@ class JailedRunner:
                 # One call that never answers must not take the whole evaluation (its rivals'
                 # results included) down with it: this process is ended and judged alone.
                 self.process.kill()
+                # A jail stuck at its memory limit (reclaiming, its OOM killer not yet done)
+                # hangs: the limit is the reason, not the clock.
+                self.check_limits()
                 raise CallFailed(
                     f"the {self.role} did not answer within {self.call_timeout_s:g} s "
                     f"({self.limit_reason}; a hang, or far too slow: a slow kernel needs a "
@@ -694,12 +696,9 @@ class JailedRunner:
         return elapsed - foreign, sets[0], names[0]
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.thaw()
-        with contextlib.suppress(OSError):
-            os.write(self._ctl, MESSAGE.pack(OP_QUIT, 0))
-        with contextlib.suppress(Exception):
-            self.process.wait(timeout=2)
+        # Killed as it stands, frozen since its last checked answer: never thawed to be asked
+        # to quit, which would let its processes run (and allocate) after the last look at
+        # its limits. SIGKILL lands before a thawed process runs another instruction.
         self.process.kill()
         for handle in (self.arena_in, self.arena_out):
             with contextlib.suppress(Exception):

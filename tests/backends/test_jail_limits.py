@@ -22,24 +22,36 @@ LIMIT_MB = 2048
 CONFIG = FAST.model_copy(update={"memory_limit_mb": LIMIT_MB})
 
 # 20 children of 120 MiB each (2.4 GiB together; each inherits the parent's address
-# space, so RLIMIT_AS leaves little room per child), all alive while it answers.
+# space, so RLIMIT_AS leaves little room per child), all alive while it answers: the parent
+# answers only once every child has touched its block (or died trying), so the jail is over
+# its limit before the first answer however slowly a busy host runs the children.
 FORKING = """
-import os, time
+import os, select, time
 import numpy as np
 
 _children = []
 
 def run(x, scale):
     if not _children:
+        ready, done = os.pipe()
         for _ in range(20):
             pid = os.fork()
             if pid == 0:
                 block = bytearray(120 << 20)
                 for i in range(0, len(block), 4096):
                     block[i] = 1
+                os.write(done, b"x")
                 time.sleep(60)
                 os._exit(0)
             _children.append(pid)
+        os.close(done)
+        told, deadline = 0, time.monotonic() + 60
+        while told < len(_children) and time.monotonic() < deadline:
+            if select.select([ready], [], [], 0.5)[0]:
+                got = os.read(ready, 64)
+                if not got:
+                    break  # every child died (the limit's OOM killer)
+                told += len(got)
         time.sleep(2)
     return x * np.float32(scale) + np.float32(1.0)
 """
