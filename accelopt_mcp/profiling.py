@@ -17,8 +17,8 @@ from pydantic import BaseModel
 
 from accelopt_mcp.backends.base import Backend, Baseline
 from accelopt_mcp.backends.cluster import cluster_address
-from accelopt_mcp.backends.cpu_peaks import PeakSource
 from accelopt_mcp.backends.placement import local_backend, local_options_only
+from accelopt_mcp.backends.registry import backend_class
 from accelopt_mcp.hashing import CURRENT_HASH_VERSION, benchmark_config_hash, solution_hash
 from accelopt_mcp.linking import StoredKernel, plan_links, store_kernel
 from accelopt_mcp.models import (
@@ -114,9 +114,8 @@ def profile_kernel(
     parent = _parent(store, solution, parent_id, evolve_metadata, save=save, name_given=name_given)
     local_options_only(backend_options, cluster_address(cluster))
     options = dict(backend_options or {})
-    if backend == "cpu" and store is not None and "peaks" not in options:
-        # Peaks measured once per host land in the database (and come from it).
-        options["peaks"] = PeakSource(store)
+    if store is not None:
+        options = backend_class(backend).options_from_store(store) | options
     engine = local_backend(backend, options)
     # One evaluation alone, on the cores the backend pins it to (a cpu one: all when None).
     key = config.profile_key(cores=engine.cores_per_evaluation)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import abc
 import math
 from collections.abc import Sequence
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -88,6 +88,21 @@ class Backend(abc.ABC):
     """True when `evaluate` times its baselines in the same rounds as the candidate (and
     `compare` times every kernel together). Otherwise baselines are ignored by evaluate and
     compare measures each kernel on its own."""
+
+    @classmethod
+    def options_from_store(cls, store: Any) -> dict[str, Any]:
+        """Constructor options this backend keeps in the kernel database `store` (a
+        KernelStore: backends sit beside the stores and know one only by the methods they
+        call). Given options win over these. None by default."""
+        return {}
+
+    @classmethod
+    def before_run(cls, store: Any, task: Task) -> None:
+        """Work a run does once on the host that evaluates, before its first evaluation,
+        while nothing is timed beside it (`store` as in options_from_store). Never raises
+        for the run: what it cannot do it logs, and profiles say what is missing. Nothing by
+        default."""
+        return None
 
     @property
     def cores_per_evaluation(self) -> int | None:

@@ -175,6 +175,23 @@ class CpuBackend(Backend):
         self.jail = "bwrap" if jail_status().kind == "bwrap" else "none"
         isolation_summary()
 
+    @classmethod
+    def options_from_store(cls, store: Any) -> dict[str, Any]:
+        # Peaks measured once per host land in the database (and come from it).
+        return {"peaks": PeakSource(store)}
+
+    @classmethod
+    def before_run(cls, store: Any, task: Task) -> None:
+        """This host's peaks (for percent of peak), measured now unless already kept: the
+        measurement takes every core for seconds, so before any evaluation runs beside it."""
+        if task.roofline is None:
+            return
+        try:
+            PeakSource(store).peaks(host_hardware())
+        except PeakMeasurementError as exc:
+            # Profiles then say they have no percent of peak, and why.
+            log.warning("could not measure this host's peaks: %s", exc)
+
     @property
     def cores_per_evaluation(self) -> int | None:
         return len(self.cpus) if self.cpus else None

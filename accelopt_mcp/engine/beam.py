@@ -28,8 +28,6 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from accelopt_mcp.backends.cpu import host_hardware
-from accelopt_mcp.backends.cpu_peaks import PeakMeasurementError, PeakSource
 from accelopt_mcp.backends.placement import open_pool
 from accelopt_mcp.backends.pool import EvaluationPool
 from accelopt_mcp.backends.registry import backend_class
@@ -248,10 +246,8 @@ class BeamSearch:
                 Path(cfg.models_config) if cfg.models_config else None
             )
             models = {role: configs.for_role(role).model for role in ROLES}
-            if cfg.backend == "cpu" and spec.task.roofline is not None and opened.local:
-                # The host's peaks (for percent of peak) are measured once per host, taking
-                # every core for seconds: now, before any evaluation runs beside it.
-                await asyncio.to_thread(_warm_cpu_peaks, self.store)
+            if opened.local:
+                await asyncio.to_thread(factory.before_run, self.store, spec.task)
             profiles = ProfileCache(
                 self.store, spec.task, cfg.benchmark, opened, factory, checkpoint.hardware
             )
@@ -381,12 +377,3 @@ class BeamSearch:
         run = await asyncio.to_thread(self.store.get_run, self.run_id)
         assert run is not None
         return run
-
-
-def _warm_cpu_peaks(store: KernelStore) -> None:
-    """This host's cpu peaks, measured now unless already known (cached in the store)."""
-    try:
-        PeakSource(store).peaks(host_hardware())
-    except PeakMeasurementError as exc:
-        # Profiles then say they have no percent of peak, and why.
-        log.warning("could not measure this host's peaks: %s", exc)

@@ -20,7 +20,7 @@ from accelopt_mcp.engine.selection import BeamEntry
 from accelopt_mcp.isolation.sandbox import proc_stat_fields
 from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.stats import Interval, Verdict, finite_or_none, ratio_of_independent, verdict
-from accelopt_mcp.store.base import KernelStore, RunRecord, RunUpdate
+from accelopt_mcp.store.base import KernelStore, RunRecord, RunStatus, RunUpdate
 from accelopt_mcp.store.url import default_sqlite_path
 
 
@@ -160,16 +160,7 @@ def worker_alive(checkpoint: Checkpoint) -> bool:
     return token is not None and token == start
 
 
-RunState = Literal[
-    "pending",
-    "running",
-    "completed",
-    "failed",
-    "cancelled",
-    "budget_exhausted",
-    "llm_unavailable",
-    "interrupted",
-]
+RunState = RunStatus | Literal["interrupted"]
 """A stored run status, or "interrupted" (see run_state)."""
 
 

@@ -39,7 +39,7 @@ class Fence:
     def wrap(self, text: str, language: str = "text") -> str:
         """`text` fenced and labelled, as a markdown code block inside the marker lines (the
         code block is for reading; the markers are the boundary)."""
-        body = _MARKER_IN_TEXT.sub("UNTRUSTED_", text)
+        body = defuse(text)
         return f"{self.opening} ({LABEL})\n```{language}\n{body}\n```\n{self.closing}"
 
     def rule(self) -> str:

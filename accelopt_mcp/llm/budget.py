@@ -83,10 +83,6 @@ class Budget:
         self._reservations: dict[int, Reservation] = {}
         self._ids = itertools.count(1)
 
-    @classmethod
-    def from_limits(cls, limits: BudgetLimits) -> Budget:
-        return cls(limits.max_tokens, limits.max_usd, limits.max_wall_s)
-
     def charge(self, tokens_in: int, tokens_out: int, cost_usd: float) -> None:
         """Count spending that held no reservation (e.g. a resumed run's earlier calls)."""
         with self._lock:

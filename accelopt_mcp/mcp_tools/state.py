@@ -19,7 +19,6 @@ from mcp.server.mcpserver import Context, MCPServer
 from accelopt_mcp.mcp_tools.roots import Roots
 from accelopt_mcp.store import open_store
 from accelopt_mcp.store.base import KernelStore
-from accelopt_mcp.store.url import describe_store_url
 
 if TYPE_CHECKING:
     from accelopt_mcp.engine.jobs import JobManager
@@ -45,9 +44,6 @@ class ServerState:
         self._jobs: JobManager | None = None
         self._lock = threading.Lock()
         self._resumed = False
-
-    def describe_store(self) -> tuple[str, str]:
-        return describe_store_url(self.store_url)
 
     def store(self) -> KernelStore:
         """The open store; raises StoreError (with set-up steps) when it cannot be opened, and

@@ -172,10 +172,6 @@ def new_text_id() -> str:
     return _retry.replayed_id(lambda: uuid.uuid4().hex)
 
 
-def utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 def redacted_text(text: str | None, secrets: tuple[str | None, ...] = ()) -> str | None:
     """An error text as it is stored: secrets masked (evaluation logs: Evaluation.redacted)."""
     return redact(text, secrets) if text else text

@@ -15,7 +15,6 @@ from accelopt_mcp.tasks.flashinfer_format import (
     is_trace_set,
     load_definition,
     load_trace_set,
-    load_workloads,
 )
 from accelopt_mcp.tasks.nkibench import default_workload, definition_from_task, is_nkibench_task
 
@@ -107,8 +106,3 @@ def _choose(definition: Definition, known: list[Workload], selector: str | None)
         f"definition {definition.name!r} has no workload {selector!r}; it has "
         f"{len(known)}: indices 0..{len(known) - 1}, uuids {[w.uuid for w in known][:10]}"
     )
-
-
-def load_workload_file(path: Path, definition: Definition, selector: str | None = None) -> Workload:
-    """A workload from a separate workload JSON/JSONL file."""
-    return _choose(definition, load_workloads(Path(path), definition.name), selector)
