@@ -136,8 +136,30 @@ def parse_ratios(text: str | None) -> list[float] | None:
     return ratios
 
 
-def benchmark_config(updates: dict[str, object]) -> BenchmarkConfig:
-    """The defaults with the command line's settings, validated (one line when refused)."""
+def benchmark_config(
+    *,
+    decide_at: str | None = None,
+    seeds: int | None = None,
+    iterations: int | None = None,
+    max_timing: float | None = None,
+    timeout: float | None = None,
+    target_ci: float | None = None,
+) -> BenchmarkConfig:
+    """The defaults with the command line's timing options (None: not given), validated (one
+    line when refused). --seeds N draws the inputs from seeds 0, 21, 42, ..."""
+    updates: dict[str, object] = {}
+    ratios = parse_ratios(decide_at)
+    if ratios is not None:
+        updates["decide_at"] = ratios
+    if seeds is not None:
+        updates["seeds"] = [21 * i for i in range(seeds)]
+    given = {
+        "iterations": iterations,
+        "max_timing_seconds": max_timing,
+        "timeout_seconds": timeout,
+        "target_ci": target_ci,
+    }
+    updates |= {name: value for name, value in given.items() if value is not None}
     try:
         return BenchmarkConfig.model_validate(updates)
     except ValidationError as exc:

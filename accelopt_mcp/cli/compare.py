@@ -22,7 +22,6 @@ from accelopt_mcp.cli.common import (
     console,
     fail,
     opened_store,
-    parse_ratios,
     plain,
     print_json,
     say,
@@ -110,19 +109,13 @@ def compare(
         loaded_task = load_task(task, workload=workload)
     except (TaskFileError, FileNotFoundError, ValueError) as exc:
         fail(str(exc))
-    updates: dict[str, object] = {}
-    ratios = parse_ratios(decide_at)
-    if ratios is not None:
-        updates["decide_at"] = ratios
-    if seeds is not None:
-        updates["seeds"] = [21 * i for i in range(seeds)]
-    if iterations is not None:
-        updates["iterations"] = iterations
-    if max_timing is not None:
-        updates["max_timing_seconds"] = max_timing
-    if timeout is not None:
-        updates["timeout_seconds"] = timeout
-    config = benchmark_config(updates)
+    config = benchmark_config(
+        decide_at=decide_at,
+        seeds=seeds,
+        iterations=iterations,
+        max_timing=max_timing,
+        timeout=timeout,
+    )
     hardware = list(info.target_hardware)
 
     with ExitStack() as stack:

@@ -26,7 +26,6 @@ from accelopt_mcp.cli.common import (
     console,
     fail,
     opened_store,
-    parse_ratios,
     plain,
     print_json,
     say,
@@ -102,21 +101,14 @@ def profile(
         solution = load_solution(kernel, loaded_task, target_hardware=list(info.target_hardware))
     except (TaskFileError, FileNotFoundError, ValueError) as exc:
         fail(str(exc))
-    updates: dict[str, object] = {}
-    ratios = parse_ratios(decide_at)
-    if ratios is not None:
-        updates["decide_at"] = ratios
-    if seeds is not None:
-        updates["seeds"] = [21 * i for i in range(seeds)]
-    if iterations is not None:
-        updates["iterations"] = iterations
-    if timeout is not None:
-        updates["timeout_seconds"] = timeout
-    if max_timing is not None:
-        updates["max_timing_seconds"] = max_timing
-    if target_ci is not None:
-        updates["target_ci"] = target_ci
-    config = benchmark_config(updates)
+    config = benchmark_config(
+        decide_at=decide_at,
+        seeds=seeds,
+        iterations=iterations,
+        max_timing=max_timing,
+        timeout=timeout,
+        target_ci=target_ci,
+    )
 
     def run(db: KernelStore | None) -> ProfileOutcome:
         try:
