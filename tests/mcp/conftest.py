@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from mcp import Client
 
+from accelopt_mcp.mcp_tools import ServerState, build_server
+from accelopt_mcp.mcp_tools.roots import Roots
+from accelopt_mcp.store import open_store
+from accelopt_mcp.store.base import KernelStore
 from accelopt_mcp.store.postgres import PostgresStore
 from tests.pg_server import create_database
 
@@ -37,3 +44,35 @@ def postgres_url(pg_admin_dsn: str) -> str:
     dsn = create_database(pg_admin_dsn, f"mcp_{uuid.uuid4().hex[:16]}")
     PostgresStore(dsn, init_schema=True).close()
     return dsn
+
+
+@contextlib.asynccontextmanager
+async def served(
+    url: str, tmp_path: Path, *, mode: str = "legacy", roots: Roots | None = None
+) -> AsyncIterator[Client]:
+    """An in-process MCP client of a fresh server on the database `url` (jobs write under
+    tmp_path/jobs), closed with its state afterwards."""
+    extra = {} if roots is None else {"roots": roots}
+    state = ServerState(url, jobs_output_dir=tmp_path / "jobs", **extra)
+    try:
+        async with Client(build_server(state), mode=mode) as connected:
+            yield connected
+    finally:
+        state.close()
+
+
+@pytest.fixture
+async def client(sqlite_url: str, tmp_path: Path) -> AsyncIterator[Client]:
+    """A server on a fresh SQLite file, over the legacy handshake Claude Code uses."""
+    async with served(sqlite_url, tmp_path) as connected:
+        yield connected
+
+
+@pytest.fixture
+def store(sqlite_url: str) -> Iterator[KernelStore]:
+    """The database the `client` fixture's server uses, opened beside it."""
+    opened = open_store(sqlite_url)
+    try:
+        yield opened
+    finally:
+        opened.close()

@@ -16,9 +16,8 @@ import httpx
 import pytest
 from mcp import Client
 
-from accelopt_mcp.mcp_tools import ServerState, build_server
 from accelopt_mcp.mcp_tools.roots import Roots
-from tests.mcp.conftest import SILU_FAST, SILU_TASK, TRACE_DIR
+from tests.mcp.conftest import SILU_FAST, SILU_TASK, TRACE_DIR, served
 from tests.mcp.helpers import fails, ok
 from tests.mcp.processes import HttpServer
 
@@ -97,14 +96,8 @@ def layout(tmp_path: Path) -> dict[str, Path]:
 
 @pytest.fixture
 async def client(layout: dict[str, Path], tmp_path: Path) -> AsyncIterator[Client]:
-    state = ServerState(
-        str(tmp_path / "k.db"), jobs_output_dir=tmp_path / "jobs", roots=Roots.of([layout["root"]])
-    )
-    try:
-        async with Client(build_server(state), mode="legacy") as connected:
-            yield connected
-    finally:
-        state.close()
+    async with served(str(tmp_path / "k.db"), tmp_path, roots=Roots.of([layout["root"]])) as c:
+        yield c
 
 
 def escapes(layout: dict[str, Path]) -> list[str]:

@@ -5,14 +5,12 @@ of itself is not called faster, and bad input comes back as a tool error saying 
 from __future__ import annotations
 
 import shutil
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp import Client
 
-from accelopt_mcp.mcp_tools import ServerState, build_server
 from tests.mcp.conftest import NKIBENCH_DIR
 from tests.mcp.helpers import fails, ok
 
@@ -23,16 +21,6 @@ SLOW = NKIBENCH_DIR / "kernels" / "softmax_M256_N1024_0.py"
 FAST = NKIBENCH_DIR / "kernels" / "softmax_M256_N1024_fast.py"
 # Small enough to keep the test short on a 2-core host, large enough for a verdict.
 QUICK = {"iterations": 5, "max_timing_seconds": 3.0}
-
-
-@pytest.fixture
-async def client(sqlite_url: str, tmp_path: Path) -> AsyncIterator[Client]:
-    state = ServerState(sqlite_url, jobs_output_dir=tmp_path / "jobs")
-    try:
-        async with Client(build_server(state), mode="legacy") as c:
-            yield c
-    finally:
-        state.close()
 
 
 def _args(*kernels: dict[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from accelopt_mcp.store import open_store
 from tests.engine import kernels
 from tests.llm_standin.process import StandinProcess
 from tests.llm_standin.script import StandinScript
-from tests.mcp.conftest import MODES, NKIBENCH_DIR
+from tests.mcp.conftest import MODES, NKIBENCH_DIR, served
 from tests.mcp.helpers import fails, ok, payload
 from tests.mcp.processes import HttpServer
 
@@ -143,12 +143,8 @@ def slow_llm() -> Iterator[StandinProcess]:
 
 @pytest.fixture(params=MODES)
 async def client(request: pytest.FixtureRequest, sqlite_url: str, tmp_path: Path):
-    state = ServerState(sqlite_url, jobs_output_dir=tmp_path / "jobs")
-    try:
-        async with Client(build_server(state), mode=request.param) as c:
-            yield c
-    finally:
-        state.close()
+    async with served(sqlite_url, tmp_path, mode=request.param) as c:
+        yield c
 
 
 async def test_job_start_progress_status_result(

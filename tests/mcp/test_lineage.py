@@ -8,15 +8,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp import Client
 
-from accelopt_mcp.mcp_tools import ServerState, build_server
-from accelopt_mcp.store import open_store
 from accelopt_mcp.store.base import KernelStore, RunRecord
 from accelopt_mcp.tasks.kernels import default_kernel_name
 from tests.mcp.conftest import NKIBENCH_DIR, SILU_FAST, SILU_SLOW, SILU_TASK
@@ -39,21 +36,6 @@ SLOW_SOURCE = json.loads(SILU_SLOW.read_text())["sources"][0]["content"]
 FAST_SOURCE = json.loads(SILU_FAST.read_text())["sources"][0]["content"]
 BROKEN = "import numpy as np\n\n\ndef run(x):\n    return (x\n"
 """Not valid Python: '(' was never closed, line 5."""
-
-
-@pytest.fixture
-async def client(sqlite_url: str, tmp_path: Path) -> AsyncIterator[Client]:
-    state = ServerState(sqlite_url, jobs_output_dir=tmp_path / "jobs")
-    try:
-        async with Client(build_server(state), mode="legacy") as c:
-            yield c
-    finally:
-        state.close()
-
-
-@pytest.fixture
-def store(sqlite_url: str) -> KernelStore:
-    return open_store(sqlite_url)
 
 
 def profile(**arguments: Any) -> dict[str, Any]:

@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from accelopt_mcp.mcp_tools import ServerState, build_server
 from accelopt_mcp.models import LlmCallIn, LlmMessage
 from accelopt_mcp.store import open_store
 from accelopt_mcp.store.base import RunRecord
-from tests.mcp.conftest import MODES
+from tests.mcp.conftest import MODES, served
 from tests.mcp.helpers import fails, ok
 from tests.store.samples import make_definition
 
@@ -68,12 +67,8 @@ async def client(request: pytest.FixtureRequest, tmp_path: Path):
     kind, mode = request.param
     url = request.getfixturevalue(f"{kind}_url")
     _fill(url)
-    state = ServerState(url, jobs_output_dir=tmp_path / "jobs")
-    try:
-        async with Client(build_server(state), mode=mode) as connected:
-            yield connected
-    finally:
-        state.close()
+    async with served(url, tmp_path, mode=mode) as connected:
+        yield connected
 
 
 async def test_list_llm_calls(client: Client) -> None:

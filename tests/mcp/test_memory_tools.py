@@ -15,10 +15,9 @@ from accelopt_mcp import transfer
 from accelopt_mcp.cli.memory import app as memory_cli
 from accelopt_mcp.engine.config import OptimizeConfig
 from accelopt_mcp.engine.memory import OptimizationMemory
-from accelopt_mcp.mcp_tools import ServerState, build_server
 from accelopt_mcp.store.base import RunRecord
 from accelopt_mcp.store.sqlite import SqliteStore
-from tests.mcp.conftest import TRACE_DIR
+from tests.mcp.conftest import TRACE_DIR, served
 from tests.mcp.helpers import fails, ok
 
 pytestmark = pytest.mark.anyio
@@ -33,13 +32,9 @@ ITEM = {
 
 @pytest.fixture
 async def client(sqlite_url: str, tmp_path: Path):
-    state = ServerState(sqlite_url, jobs_output_dir=tmp_path / "jobs")
-    try:
-        async with Client(build_server(state), mode="legacy") as connected:
-            await ok(connected, "import_directory", {"path": str(TRACE_DIR)})
-            yield connected
-    finally:
-        state.close()
+    async with served(sqlite_url, tmp_path) as connected:
+        await ok(connected, "import_directory", {"path": str(TRACE_DIR)})
+        yield connected
 
 
 async def test_an_item_without_namespace_lands_where_a_default_job_reads(

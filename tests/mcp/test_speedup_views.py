@@ -7,16 +7,12 @@ API; one profile_kernel call checks that a parent timed beside its child is stor
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp import Client
 
-from accelopt_mcp.mcp_tools import ServerState, build_server
 from accelopt_mcp.models import MeasuringConditions
-from accelopt_mcp.store import open_store
 from accelopt_mcp.store.base import ExperienceIn, KernelStore
 from tests.mcp.conftest import SILU_FAST, SILU_SLOW, SILU_TASK
 from tests.mcp.helpers import ok
@@ -24,21 +20,6 @@ from tests.store.lineage_samples import CONFIG, DEF, WORKLOAD, beside, store_fam
 from tests.store.samples import make_solution
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def client(sqlite_url: str, tmp_path: Path) -> AsyncIterator[Client]:
-    state = ServerState(sqlite_url, jobs_output_dir=tmp_path / "jobs")
-    try:
-        async with Client(build_server(state), mode="legacy") as c:
-            yield c
-    finally:
-        state.close()
-
-
-@pytest.fixture
-def store(sqlite_url: str) -> KernelStore:
-    return open_store(sqlite_url)
 
 
 def by_id(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

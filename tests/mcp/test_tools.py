@@ -5,7 +5,6 @@ back as a tool error telling the agent what to fix."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,15 @@ from typer.testing import CliRunner
 
 from accelopt_mcp.cli.memory import app as memory_cli
 from accelopt_mcp.mcp_tools import ServerState, build_server
-from tests.mcp.conftest import MODES, NKIBENCH_DIR, SILU_FAST, SILU_SLOW, SILU_TASK, TRACE_DIR
+from tests.mcp.conftest import (
+    MODES,
+    NKIBENCH_DIR,
+    SILU_FAST,
+    SILU_SLOW,
+    SILU_TASK,
+    TRACE_DIR,
+    served,
+)
 from tests.mcp.helpers import TOOLS_LIST_BYTES, fails, ok
 
 pytestmark = pytest.mark.anyio
@@ -54,19 +61,9 @@ EXPECTED_TOOLS = {
 }
 
 
-async def connect(url: str, mode: str, tmp_path: Path) -> AsyncIterator[Client]:
-    state = ServerState(url, jobs_output_dir=tmp_path / "jobs")
-    server = build_server(state)
-    try:
-        async with Client(server, mode=mode) as client:
-            yield client
-    finally:
-        state.close()
-
-
 @pytest.fixture(params=MODES)
 async def client(request: pytest.FixtureRequest, sqlite_url: str, tmp_path: Path):
-    async for c in connect(sqlite_url, request.param, tmp_path):
+    async with served(sqlite_url, tmp_path, mode=request.param) as c:
         yield c
 
 
@@ -76,7 +73,7 @@ async def client(request: pytest.FixtureRequest, sqlite_url: str, tmp_path: Path
 async def db_client(request: pytest.FixtureRequest, tmp_path: Path):
     url = request.getfixturevalue(f"{request.param}_url")
     # The protocol is covered by `client`; here the store varies, over the legacy handshake.
-    async for c in connect(url, "legacy", tmp_path):
+    async with served(url, tmp_path) as c:
         yield c
 
 
