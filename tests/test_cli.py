@@ -1,5 +1,6 @@
-"""The `accelopt` command as a user runs it: the installed console script in a subprocess,
-against a real SQLite file and the session's real PostgreSQL server."""
+"""The `accelopt` command as a user runs it, against a real SQLite file and the session's real
+PostgreSQL server: in this process through CliRunner (tests/cli_inprocess.py), and the installed
+console script in a subprocess for what only it shows (its entry point, --help, an exit code)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_inprocess import Finished, run_accelopt
 from tests.pg_server import create_database
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,7 +26,15 @@ QUICK = ("--max-timing", "2", "--target-ci", "0.05")
 ACCELOPT = str(Path(sys.executable).parent / "accelopt")
 
 
-def accelopt(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def accelopt(*args: str, env: dict[str, str] | None = None) -> Finished:
+    """`accelopt ARGS` in this process, 200 columns wide, from the repository's root."""
+    return run_accelopt(*args, env={"COLUMNS": "200", **(env or {})}, cwd=ROOT)
+
+
+def console_script(
+    *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The installed `accelopt` script in a process of its own."""
     full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
     full_env.pop("ACCELOPT_STORE", None)
     if env and "ACCELOPT_STORE" in env:
@@ -32,6 +42,23 @@ def accelopt(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
     return subprocess.run(
         [ACCELOPT, *args], capture_output=True, text=True, timeout=180, env=full_env, cwd=ROOT
     )
+
+
+def test_the_console_script_shows_its_help() -> None:
+    shown = console_script("--help")
+    assert shown.returncode == 0, shown.stderr
+    for command in ("profile", "compare", "optimize", "db", "import", "runs", "memory"):
+        assert command in shown.stdout
+
+
+def test_the_console_script_refuses_bad_input_with_exit_code_2(sqlite_url: str) -> None:
+    result = console_script(
+        "profile", str(FAST), "--task", str(TASK), "--backend", "tpu", "--no-store",
+        env={"ACCELOPT_STORE": sqlite_url},
+    )  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "unknown backend 'tpu'" in " ".join(result.stderr.split())
+    assert "Traceback" not in result.stderr
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""`accelopt compare` as a user runs it: the installed console script in a subprocess, on the
-real cpu backend."""
+"""`accelopt compare` as a user runs it (in this process, through tests/cli_inprocess.py), on
+the real cpu backend."""
 
 from __future__ import annotations
 

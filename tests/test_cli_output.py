@@ -33,6 +33,7 @@ from accelopt_mcp.llm.config import (
     shipped_model_config,
 )
 from accelopt_mcp.store.base import RunRecord
+from tests.cli_inprocess import run_accelopt
 
 ROOT = Path(__file__).resolve().parents[1]
 NKIBENCH = ROOT / "examples" / "cpu" / "nkibench"
@@ -66,12 +67,8 @@ def test_a_path_with_markup_in_it_is_shown_as_it_is(tmp_path: Path) -> None:
     folder = tmp_path / "[/bold]" / "[flashinfer]"
     folder.mkdir(parents=True)
     kernel = folder / "k.py"
-    result = subprocess.run(
-        [str(BIN / "accelopt"), "profile", str(kernel), "--task", str(TASK), "--no-store"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "COLUMNS": "40"},
+    result = run_accelopt(
+        "profile", str(kernel), "--task", str(TASK), "--no-store", env={"COLUMNS": "40"}
     )
     assert result.returncode == 2, result.stderr
     assert str(kernel) in result.stderr and "does not exist" in result.stderr

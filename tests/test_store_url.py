@@ -1,14 +1,12 @@
 """Which store a URL names (SQLite URLs by SQLAlchemy's convention), that no password in it
 reaches an error message (the masking itself: tests/test_redaction.py), and that creating a new
-SQLite file is said once, by the library's log and the real `accelopt` command."""
+SQLite file is said once, by the library's log and the `accelopt` command (in this process, as
+its entry point runs it: tests/cli_inprocess.py)."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from accelopt_mcp.store import open_store
 from accelopt_mcp.store.base import StoreError
 from accelopt_mcp.store.sqlite import SqliteStore
 from accelopt_mcp.store.url import describe_store_url, new_sqlite_notice
+from tests.cli_inprocess import Finished, run_accelopt
 from tests.store.samples import make_definition
 
 
@@ -98,19 +97,8 @@ def test_open_store_logs_creating_a_new_file_only(
     assert caplog.records == []
 
 
-ACCELOPT = str(Path(sys.executable).parent / "accelopt")
-
-
-def _accelopt(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "ACCELOPT_STORE"}
-    return subprocess.run(
-        [ACCELOPT, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        env={**env, "COLUMNS": "200"},
-    )
+def _accelopt(*args: str, cwd: Path) -> Finished:
+    return run_accelopt(*args, env={"COLUMNS": "200"}, cwd=cwd)
 
 
 def test_the_cli_opens_an_absolute_sqlite_url_from_another_directory(tmp_path: Path) -> None:

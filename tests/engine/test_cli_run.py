@@ -1,5 +1,6 @@
 """`accelopt optimize` run for real as a user runs it under nohup or CI: the console script in
-a subprocess whose stdout is a pipe, the scripted LLM stand-in, the silu task on the CPU."""
+a subprocess whose stdout is a pipe, the scripted LLM stand-in, the silu task on the CPU. How a
+run against a dead endpoint ends is run in this process (tests/cli_inprocess.py)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from accelopt_mcp.engine.runs import load_run
 from accelopt_mcp.llm import Budget
 from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.store.sqlite import SqliteStore
+from tests.cli_inprocess import Finished, run_accelopt
 from tests.engine.conftest import (
     FAST_BENCH,
     KERNEL_PATH,
@@ -54,13 +56,18 @@ def small_preset(path: Path) -> Path:
     return path
 
 
-def accelopt(*args: str | Path) -> subprocess.CompletedProcess[str]:
+def console_script(*args: str | Path) -> subprocess.CompletedProcess[str]:
     # stdout is a pipe (not a terminal); 40 columns would wrap anything rich wraps.
     env = {**os.environ, "COLUMNS": "40", KEY_ENV: KEY}
     env.pop("ACCELOPT_STORE", None)
     return subprocess.run(
         [ACCELOPT, *map(str, args)], capture_output=True, text=True, timeout=240, env=env
     )
+
+
+def accelopt(*args: str | Path) -> Finished:
+    """The same command in this process (its stdout is not a terminal either)."""
+    return run_accelopt(*args, env={"COLUMNS": "40", KEY_ENV: KEY})
 
 
 def test_optimize_under_a_pipe_prints_plain_lines_and_ends_with_the_outcome(
@@ -70,7 +77,7 @@ def test_optimize_under_a_pipe_prints_plain_lines_and_ends_with_the_outcome(
     models = models_config(standin.base_url, tmp_path / "models.json")
     output_dir = tmp_path / "an-output-folder-with-a-name-long-enough-to-wrap-at-40-columns"
     store = tmp_path / "kernels.db"
-    done = accelopt(
+    done = console_script(
         "optimize", KERNEL_PATH, "--task", TASK_PATH, "--preset", small_preset(tmp_path / "p.json"),
         "--config", models, "--store", store, "--output-dir", output_dir,
     )  # fmt: skip

@@ -28,6 +28,7 @@ import pytest
 from accelopt_mcp.store._rows import TABLES
 from accelopt_mcp.store.detect import check_postgres, check_store, check_supabase
 from accelopt_mcp.store.sqlite import SqliteStore
+from tests.cli_inprocess import Finished, run_accelopt
 from tests.postgrest_standin.launcher import RunningStandIn, free_port
 from tests.store.samples import make_definition
 from tests.store.supabase_fixture import SCHEMA_FILE, fresh_schema_database, serve
@@ -213,16 +214,9 @@ def old_postgrest() -> Iterator[str]:
     yield from _serve_in_thread(type("OldPostgrest", (_JsonApi,), {"describes_api": True}))
 
 
-def _db_check(url: str, key: str) -> subprocess.CompletedProcess[str]:
-    """The real `accelopt db check URL`, the key in the environment as a user sets it."""
-    env = {k: v for k, v in os.environ.items() if k != "ACCELOPT_STORE"}
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "accelopt"), "db", "check", url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**env, "SUPABASE_KEY": key, "COLUMNS": "300"},
-    )
+def _db_check(url: str, key: str) -> Finished:
+    """`accelopt db check URL` (in this process), the key in the environment as a user sets it."""
+    return run_accelopt("db", "check", url, env={"SUPABASE_KEY": key, "COLUMNS": "300"})
 
 
 def test_a_json_404_api_is_not_a_supabase_project(json_404_api: str) -> None:
