@@ -8,8 +8,9 @@ import asyncio
 import logging
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, TextIO
+from typing import Annotated, Any, TextIO
 
 import typer
 from pydantic import ValidationError
@@ -20,7 +21,7 @@ from rich.text import Text
 from accelopt_mcp.backends.base import BackendUnavailableError
 from accelopt_mcp.backends.cluster import ClusterError, cluster_address
 from accelopt_mcp.backends.placement import require_backend_where
-from accelopt_mcp.backends.registry import backend_help, backend_info
+from accelopt_mcp.backends.registry import backend_info
 from accelopt_mcp.cli.common import (
     ClusterOption,
     StoreOption,
@@ -30,6 +31,7 @@ from accelopt_mcp.cli.common import (
     plain,
     say,
 )
+from accelopt_mcp.cli.run_options import with_run_options
 from accelopt_mcp.engine.beam import BeamSearch, InitialKernelFailed, RunNotRunnable
 from accelopt_mcp.engine.checkpoint import Checkpoint
 from accelopt_mcp.engine.config import resolve_optimize_config
@@ -46,7 +48,7 @@ from accelopt_mcp.engine.runs import (
     result_text,
     speedup,
 )
-from accelopt_mcp.llm import LlmConfigError, load_role_configs, model_config_names
+from accelopt_mcp.llm import LlmConfigError, load_role_configs
 from accelopt_mcp.store.base import KernelStore, RunRecord, RunUpdate, StoreOutageError
 from accelopt_mcp.tasks.flashinfer_format import TaskFileError
 from accelopt_mcp.tasks.kernels import load_solution
@@ -71,94 +73,28 @@ SkipLlmCheckOption = Annotated[
 log = logging.getLogger(__name__)
 
 
+@with_run_options(before="store")
 def optimize(
     kernel: Annotated[Path, typer.Argument(help="Initial kernel: a kernel .py or solution .json.")],
     task: Annotated[
         Path, typer.Option("--task", help="Task: definition .json, NKIBench task .py or folder.")
     ],
     workload: Annotated[str | None, typer.Option(help="Workload uuid or index.")] = None,
-    backend: Annotated[
-        str | None, typer.Option(help=f"One of: {backend_help()} (default cpu).")
-    ] = None,
     preset: Annotated[
         str | None,
         typer.Option(help=f"Run settings: {', '.join(PRESETS)} or a JSON file (default quick)."),
-    ] = None,
-    iterations: Annotated[int | None, typer.Option(help="T: iterations.")] = None,
-    beam: Annotated[int | None, typer.Option(help="B: beam width.")] = None,
-    plans: Annotated[int | None, typer.Option(help="N: plans per beam kernel.")] = None,
-    attempts: Annotated[int | None, typer.Option(help="K: attempts per plan.")] = None,
-    topk: Annotated[int | None, typer.Option(help="TopK: experiences per iteration.")] = None,
-    exp_n: Annotated[int | None, typer.Option("--exp-n", help="ExpN: memory capacity.")] = None,
-    positive_threshold: Annotated[float | None, typer.Option(help="e.g. 1.04")] = None,
-    negative_threshold: Annotated[float | None, typer.Option(help="e.g. 0.87")] = None,
-    config: Annotated[
-        str | None,
-        typer.Option(
-            "--config",
-            help="Model config: a JSON/TOML file, or the name of a shipped one "
-            f"({', '.join(model_config_names()) or 'none shipped'}). Default: OPENAI_BASE_URL, "
-            "OPENAI_API_KEY and the model in ACCELOPT_MODEL (else gpt-4.1-mini).",
-        ),
-    ] = None,
-    budget_usd: Annotated[float | None, typer.Option(help="Stop at this LLM spend.")] = None,
-    budget_tokens: Annotated[int | None, typer.Option(help="Stop at this many tokens.")] = None,
-    budget_wall_s: Annotated[float | None, typer.Option(help="Stop after this many s.")] = None,
-    namespace: Annotated[str | None, typer.Option(help="Memory namespace.")] = None,
-    seed_memory: Annotated[
-        bool, typer.Option("--seed-memory", help="Start from the namespace's memory.")
-    ] = False,
-    workers: Annotated[int | None, typer.Option(help="Profiling slots.")] = None,
-    plan_mode: Annotated[
-        str | None,
-        typer.Option(
-            help="distinct (one planner call asks for N different plans; default) or "
-            "independent (N separate samples, as in the paper)."
-        ),
-    ] = None,
-    repair_tries: Annotated[
-        int | None,
-        typer.Option(help="Repair calls after a failed attempt (default 1; 0 in paper)."),
-    ] = None,
-    memory_policy: Annotated[
-        str | None,
-        typer.Option(help="sample (default: newest iteration + a random sample) or fifo."),
-    ] = None,
-    max_llm_failures: Annotated[
-        int | None,
-        typer.Option(
-            help="Stop as llm_unavailable after this many LLM calls in a row failed "
-            "(default 6; 0: never)."
-        ),
     ] = None,
     store: StoreOption = None,
     output_dir: OutputDirOption = None,
     quiet: QuietOption = False,
     skip_llm_check: SkipLlmCheckOption = False,
     cluster: ClusterOption = None,
+    *,
+    given: Mapping[str, Any],
 ) -> None:
     """Optimize KERNEL for TASK with the AccelOpt beam search; stores everything in the DB."""
     overrides = {
-        "backend": backend,
-        "iterations": iterations,
-        "beam": beam,
-        "plans": plans,
-        "attempts": attempts,
-        "topk": topk,
-        "exp_n": exp_n,
-        "positive_threshold": positive_threshold,
-        "negative_threshold": negative_threshold,
-        "models_config": config,
-        "budget_usd": budget_usd,
-        "budget_tokens": budget_tokens,
-        "budget_wall_s": budget_wall_s,
-        "namespace": namespace,
-        "seed_from_namespace": seed_memory or None,
-        "workers": workers,
-        "plan_mode": plan_mode,
-        "repair_tries": repair_tries,
-        "memory_policy": memory_policy,
-        "max_consecutive_llm_failures": max_llm_failures,
+        **given,
         # Kept with the run (ACCELOPT_RAY_ADDRESS resolved now), so that a resume, here or by
         # a server with another environment, profiles where the run started.
         "cluster": cluster_address(cluster) or "local",

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from accelopt_mcp.backends.registry import backend_names
 from accelopt_mcp.engine.memory import default_namespace
 from accelopt_mcp.engine.presets import load_preset
+from accelopt_mcp.engine.settings import given_settings
 from accelopt_mcp.llm.config import find_model_config
 from accelopt_mcp.models import BenchmarkConfig
 
@@ -124,12 +125,13 @@ def resolve_optimize_config(
     preset: str | None = None, overrides: Mapping[str, Any] | None = None
 ) -> OptimizeConfig:
     """A run's settings: the preset's (quick, paper or a JSON file of OptimizeConfig fields;
-    default quick) overlaid with `overrides` (OptimizeConfig field names; None means "the
-    preset's value"). A model config given by name (accelopt_mcp/llm/model_configs) becomes
-    its path and is loaded once, so a broken one is reported before any run is stored. Raises
+    default quick) overlaid with `overrides` (OptimizeConfig field names; NOT_GIVEN or None
+    means "the preset's value"; False and 0 are values). A model config given by name
+    (accelopt_mcp/llm/model_configs) becomes its path and is loaded once, so a broken one is
+    reported before any run is stored. Raises
     RunSettingsError (or LlmConfigError, both ValueErrors) with a one-line message."""
     fields: dict[str, Any] = load_preset(preset or "quick")
-    fields.update({key: value for key, value in (overrides or {}).items() if value is not None})
+    fields.update(given_settings(overrides or {}))
     backend = fields.get("backend", "cpu")
     if backend not in backend_names():
         raise RunSettingsError(

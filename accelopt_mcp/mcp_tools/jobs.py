@@ -5,8 +5,9 @@ that started them; the server resumes interrupted ones when it starts."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import anyio.to_thread
 from mcp.server.mcpserver.exceptions import ToolError
@@ -14,12 +15,13 @@ from mcp.server.mcpserver.tools import Tool
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
-from accelopt_mcp.backends.registry import backend_help, backend_info
+from accelopt_mcp.backends.registry import backend_info
 from accelopt_mcp.engine.config import resolve_optimize_config
 from accelopt_mcp.engine.jobs import JobNotFinished, JobStatus, OptimizeRequest, ProgressEvent
 from accelopt_mcp.engine.presets import PRESETS
 from accelopt_mcp.mcp_tools import ids
 from accelopt_mcp.mcp_tools.roots import KERNEL_SUFFIXES
+from accelopt_mcp.mcp_tools.run_params import with_run_params
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
 from accelopt_mcp.mcp_tools.views import MAX_PAGE, SOURCE_CHARS, ClusterArg, TextSlice, View, cut
 from accelopt_mcp.tasks.kernels import SOURCE_ORIGIN, kernel_solution, syntax_problem
@@ -90,6 +92,7 @@ class JobResultView(View):
     """Per-iteration summaries of the trace."""
 
 
+@with_run_params(before="benchmark")
 def start_optimization(
     ctx: ToolContext,
     task_path: Annotated[
@@ -102,7 +105,6 @@ def start_optimization(
         str | None, Field(description="Or the initial kernel's Python source.")
     ] = None,
     workload: Annotated[str | None, Field(description="Workload uuid or index.")] = None,
-    backend: Annotated[str, Field(description=f"One of: {backend_help()}.")] = "cpu",
     preset: Annotated[
         str,
         Field(
@@ -110,46 +112,6 @@ def start_optimization(
             "paper's) or a JSON file; the fields below override it."
         ),
     ] = "quick",
-    iterations: Annotated[int | None, Field(ge=1, description="T: iterations.")] = None,
-    beam: Annotated[int | None, Field(ge=1, description="B: beam width.")] = None,
-    plans: Annotated[int | None, Field(ge=1, description="N: plans per beam kernel.")] = None,
-    attempts: Annotated[int | None, Field(ge=1, description="K: attempts per plan.")] = None,
-    topk: Annotated[int | None, Field(ge=0, description="Experiences per iteration.")] = None,
-    exp_n: Annotated[int | None, Field(ge=0, description="ExpN: memory capacity.")] = None,
-    positive_threshold: Annotated[float | None, Field(description="e.g. 1.04")] = None,
-    negative_threshold: Annotated[float | None, Field(description="e.g. 0.87")] = None,
-    models_config: Annotated[
-        str | None,
-        Field(
-            description="Model config: a preset name (e.g. openai, vllm-gpt-oss-120b, "
-            "llamacpp) or a file path; default: OPENAI_BASE_URL / OPENAI_API_KEY, with the "
-            "model in ACCELOPT_MODEL (else gpt-4.1-mini)."
-        ),
-    ] = None,
-    budget_usd: Annotated[float | None, Field(ge=0, description="Stop at this spend.")] = None,
-    budget_tokens: Annotated[int | None, Field(ge=0)] = None,
-    budget_wall_s: Annotated[float | None, Field(ge=0)] = None,
-    namespace: Annotated[
-        str | None, Field(description="Memory namespace the run files its experiences in.")
-    ] = None,
-    seed_memory: Annotated[
-        bool, Field(description="Start from the namespace's newest experiences.")
-    ] = False,
-    workers: Annotated[int | None, Field(ge=1, description="Profiling slots.")] = None,
-    plan_mode: Annotated[
-        Literal["distinct", "independent"] | None,
-        Field(description="distinct: one call asks for N different plans; independent: N samples."),
-    ] = None,
-    repair_tries: Annotated[
-        int | None, Field(ge=0, le=5, description="Repair calls after a failed attempt.")
-    ] = None,
-    memory_policy: Annotated[
-        Literal["sample", "fifo"] | None,
-        Field(description="Newest iteration's items + a sample of older ones, or the newest."),
-    ] = None,
-    max_consecutive_llm_failures: Annotated[
-        int | None, Field(ge=0, description="Stop as llm_unavailable after this many (0: never).")
-    ] = None,
     benchmark: Annotated[
         dict[str, Any] | None,
         Field(description="Profiling settings: seeds, iterations, timeout_seconds, ..."),
@@ -162,6 +124,8 @@ def start_optimization(
         ),
     ] = False,
     cluster: ClusterArg = None,
+    *,
+    given: Mapping[str, Any],
 ) -> JobStarted:
     """Start an AccelOpt optimization of a kernel as a background job and return its id at
     once: planner, executor and summarizer LLM calls in a beam search, every attempt
@@ -174,31 +138,14 @@ def start_optimization(
         kernel_path = str(roots.file(kernel_path, "kernel_path", suffixes=KERNEL_SUFFIXES))
     if preset not in PRESETS:
         preset = str(roots.file(preset, "preset", suffixes=(".json",)))
+    overrides = dict(given)
+    models_config = overrides.get("models_config")
     if models_config is not None and _names_a_file(models_config):
-        models_config = str(roots.file(models_config, "models_config"))
+        overrides["models_config"] = str(roots.file(models_config, "models_config"))
     config = resolve_optimize_config(
         preset,
         {
-            "backend": backend,
-            "iterations": iterations,
-            "beam": beam,
-            "plans": plans,
-            "attempts": attempts,
-            "topk": topk,
-            "exp_n": exp_n,
-            "positive_threshold": positive_threshold,
-            "negative_threshold": negative_threshold,
-            "models_config": models_config,
-            "budget_usd": budget_usd,
-            "budget_tokens": budget_tokens,
-            "budget_wall_s": budget_wall_s,
-            "namespace": namespace,
-            "seed_from_namespace": seed_memory or None,
-            "workers": workers,
-            "plan_mode": plan_mode,
-            "repair_tries": repair_tries,
-            "memory_policy": memory_policy,
-            "max_consecutive_llm_failures": max_consecutive_llm_failures,
+            **overrides,
             "benchmark": benchmark,
             "cluster": cluster,
         },
