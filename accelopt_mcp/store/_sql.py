@@ -755,9 +755,23 @@ class SqlKernelStore(KernelStore, abc.ABC):
             raise UnknownReferenceError(_rows.unknown_run(run_id))
         return _rows.run_from_row(row)
 
-    # A lease's end, as SQL: now plus ? seconds, in the dialect's timestamp form.
+    # The lease algorithm, a dialect's: claim the run if it is free (one conditional UPDATE,
+    # so that of several claimers exactly one sees the run free and takes it) and return its
+    # row, else None; renew a holder's lease (False: it holds the run no longer).
     @abc.abstractmethod
-    def _lease_until_sql(self) -> str: ...
+    def _claim(
+        self,
+        cur: Cursor,
+        run_id: str,
+        worker_id: str,
+        lease_s: float,
+        statuses: list[str],
+        steal_from: str | None,
+        set_status: RunStatus | None,
+    ) -> Row | None: ...
+
+    @abc.abstractmethod
+    def _renew(self, cur: Cursor, run_id: str, worker_id: str, lease_s: float) -> bool: ...
 
     def claim_run(
         self,
@@ -774,18 +788,8 @@ class SqlKernelStore(KernelStore, abc.ABC):
         )
         lease = _rows.check_lease(lease_s)
         wanted = _rows.check_statuses(statuses)
-        marks = ", ".join("?" for _ in wanted)
         with self._tx(write=True) as cur:
-            # One conditional UPDATE (under SQLite's write lock, or PostgreSQL's row lock): of
-            # several claimers exactly one sees the run free and takes it.
-            row = cur.one(
-                f"UPDATE runs SET worker_id = ?, lease_expires_at = {self._lease_until_sql()}, "
-                f"status = COALESCE(?, status) WHERE id = ? AND status IN ({marks}) "
-                "AND (worker_id IS NULL OR worker_id = ? OR worker_id = ? "
-                f"OR lease_expires_at IS NULL OR lease_expires_at < {self.now_sql}) "
-                f"RETURNING {', '.join(_rows.RUN_COLUMNS)}",
-                (worker_id, lease, set_status, run_id, *wanted, worker_id, steal_from),
-            )
+            row = self._claim(cur, run_id, worker_id, lease, wanted, steal_from, set_status)
             if row is None and not self._exists(cur, "runs", "id", run_id):
                 raise UnknownReferenceError(_rows.unknown_run(run_id))
         return None if row is None else _rows.run_from_row(row)
@@ -794,12 +798,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
         _rows.check_strings(run_id=run_id, worker_id=worker_id)
         lease = _rows.check_lease(lease_s)
         with self._tx(write=True) as cur:
-            row = cur.one(
-                f"UPDATE runs SET lease_expires_at = {self._lease_until_sql()} WHERE id = ? "
-                "AND worker_id = ? AND status IN ('pending', 'running') RETURNING id",
-                (lease, run_id, worker_id),
-            )
-        return row is not None
+            return self._renew(cur, run_id, worker_id, lease)
 
     def release_run(self, run_id: str, worker_id: str) -> bool:
         _rows.check_strings(run_id=run_id, worker_id=worker_id)

@@ -28,6 +28,7 @@ from accelopt_mcp.store._rows import SOLUTION_COLUMNS
 from accelopt_mcp.store._sql import BATCH_CALLS, Batch, Cursor, Row, SqlKernelStore
 from accelopt_mcp.store.base import (
     ConflictError,
+    RunStatus,
     StoreError,
     StoreUnavailableError,
     UnknownReferenceError,
@@ -648,7 +649,10 @@ class PostgresStore(SqlKernelStore):
             return ConflictError(f"the record collides with a stored one ({message})")
         if isinstance(exc, pg_errors.UndefinedTable | pg_errors.UndefinedColumn) or (
             isinstance(exc, pg_errors.UndefinedFunction)
-            and ("solution_" in message or "search_experiences" in message)
+            and any(
+                name in message
+                for name in ("solution_", "search_experiences", "claim_run", "renew_run_lease")
+            )
         ):
             return StoreUnavailableError(
                 f"the kernel database schema is incomplete in {self.location} ({message}); "
@@ -687,9 +691,30 @@ class PostgresStore(SqlKernelStore):
     def _for_update(self) -> str:
         return " FOR UPDATE"
 
-    def _lease_until_sql(self) -> str:
-        # The same expression as the schema's claim_run (which the Supabase store calls).
-        return "clock_timestamp() + make_interval(secs => ?)"
+    # The lease algorithm is the schema's claim_run and renew_run_lease, the functions the
+    # Supabase store calls through PostgREST: one copy, run by the database.
+    def _claim(
+        self,
+        cur: Cursor,
+        run_id: str,
+        worker_id: str,
+        lease_s: float,
+        statuses: list[str],
+        steal_from: str | None,
+        set_status: RunStatus | None,
+    ) -> Row | None:
+        return cur.one(
+            f"SELECT {', '.join(_rows.RUN_COLUMNS)} "
+            "FROM claim_run(?, ?, ?::double precision, ?::text[], ?, ?)",
+            (run_id, worker_id, lease_s, statuses, steal_from, set_status),
+        )
+
+    def _renew(self, cur: Cursor, run_id: str, worker_id: str, lease_s: float) -> bool:
+        row = cur.one(
+            "SELECT id FROM renew_run_lease(?, ?, ?::double precision)",
+            (run_id, worker_id, lease_s),
+        )
+        return row is not None
 
     def _location(self) -> str:
         return self.location

@@ -31,6 +31,7 @@ from accelopt_mcp.store._sql import (
 )
 from accelopt_mcp.store.base import (
     ConflictError,
+    RunStatus,
     StoreError,
     StoreUnavailableError,
     UnknownReferenceError,
@@ -53,6 +54,8 @@ may serve several definitions. SQLite cannot change a constraint in place: the s
 the table (_rebuild_solutions), keeping every row, its rowid and every reference to it."""
 BUSY_TIMEOUT_MS = 30_000
 _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+# A lease's end: now plus ? seconds, in the stored timestamp form.
+_LEASE_UNTIL = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+' || ? || ' seconds')"
 
 
 def sqlite_schema() -> str:
@@ -586,8 +589,37 @@ class SqliteStore(SqlKernelStore):
             return "profiles p CROSS JOIN solutions s ON s.id = p.solution_id"
         return super()._ranking_source(cur, definition_name, batch)
 
-    def _lease_until_sql(self) -> str:
-        return "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+' || ? || ' seconds')"
+    # SQLite has no stored functions, so it cannot call the schema's claim_run and
+    # renew_run_lease (schema_v2.txt) as the PostgreSQL and Supabase stores do: here is the
+    # same algorithm as one conditional UPDATE each, taken under the file's write lock. Keep
+    # the two in step.
+    def _claim(
+        self,
+        cur: Cursor,
+        run_id: str,
+        worker_id: str,
+        lease_s: float,
+        statuses: list[str],
+        steal_from: str | None,
+        set_status: RunStatus | None,
+    ) -> Row | None:
+        marks = ", ".join("?" for _ in statuses)
+        return cur.one(
+            f"UPDATE runs SET worker_id = ?, lease_expires_at = {_LEASE_UNTIL}, "
+            f"status = COALESCE(?, status) WHERE id = ? AND status IN ({marks}) "
+            "AND (worker_id IS NULL OR worker_id = ? OR worker_id = ? "
+            f"OR lease_expires_at IS NULL OR lease_expires_at < {self.now_sql}) "
+            f"RETURNING {', '.join(_rows.RUN_COLUMNS)}",
+            (worker_id, lease_s, set_status, run_id, *statuses, worker_id, steal_from),
+        )
+
+    def _renew(self, cur: Cursor, run_id: str, worker_id: str, lease_s: float) -> bool:
+        row = cur.one(
+            f"UPDATE runs SET lease_expires_at = {_LEASE_UNTIL} WHERE id = ? "
+            "AND worker_id = ? AND status IN ('pending', 'running') RETURNING id",
+            (lease_s, run_id, worker_id),
+        )
+        return row is not None
 
     def _location(self) -> str:
         return self.path
