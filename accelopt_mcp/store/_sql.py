@@ -36,7 +36,6 @@ from accelopt_mcp.store.base import (
     LeaseLostError,
     LlmCallRecord,
     LlmTotals,
-    RankedSolution,
     RunEntry,
     RunRecord,
     RunStatus,
@@ -607,81 +606,6 @@ class SqlKernelStore(KernelStore, abc.ABC):
         with self._tx(write=False) as cur:
             rows = cur.all(sql, (*params, self._limit(limit), offset))
         return [_rows.profile_from_row(r) for r in rows]
-
-    def best_solutions(
-        self,
-        definition_name: str,
-        *,
-        hardware: str | None = None,
-        workload_uuid: str | None = None,
-        limit: int = 10,
-        include_flagged: bool = False,
-    ) -> list[RankedSolution]:
-        _rows.check_limit(limit)
-        _rows.check_strings(
-            definition_name=definition_name, hardware=hardware, workload_uuid=workload_uuid
-        )
-        where = ["s.definition_name = ?", "p.eval_status = 'PASSED'", "p.latency_ms IS NOT NULL"]
-        if not include_flagged:
-            where.append("p.trusted = TRUE")
-        params: list[Any] = [definition_name]
-        if hardware is not None:
-            where.append("p.eval_hardware = ?")
-            params.append(hardware)
-        if workload_uuid is not None:
-            where.append("p.workload_uuid = ?")
-            params.append(workload_uuid)
-        # Profiles in ranking order, ids only; the first row of each solution is its fastest
-        # profile. Reading in batches lets the database walk the latency index and stop early
-        # instead of ranking every profile of the definition, and only the winners' records
-        # are read in full and decoded (at 100k profiles the decoding of the rows passed over
-        # cost more than the query).
-        batch = 2 * limit + 4
-        order = (
-            f"p.latency_ms, {self._order('solutions', 's')}, {self._order('profiles', 'p')}, p.id"
-        )
-        chosen: dict[str, str] = {}  # solution id -> its fastest profile's id, in rank order
-        offset = 0
-        with self._tx(write=False) as cur:
-            sql = (
-                f"SELECT s.id AS s_id, p.id AS p_id "
-                f"FROM {self._ranking_source(cur, definition_name, batch)} "
-                f"WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
-            )
-            while len(chosen) < limit:
-                rows = cur.all(sql, (*params, batch, offset))
-                for r in rows:
-                    if len(chosen) < limit:
-                        chosen.setdefault(str(r["s_id"]), str(r["p_id"]))
-                if len(rows) < batch:
-                    break
-                offset += batch
-                batch *= 2
-            full = (
-                cur.all(
-                    f"SELECT {_cols('s', _rows.SOLUTION_COLUMNS, 's_')}, "
-                    f"{_cols('p', _rows.PROFILE_COLUMNS, 'p_')} "
-                    "FROM profiles p JOIN solutions s ON s.id = p.solution_id "
-                    f"WHERE p.id IN ({', '.join('?' for _ in chosen)})",
-                    list(chosen.values()),
-                )
-                if chosen
-                else []
-            )
-        by_profile = {str(r["p_id"]): r for r in full}
-        return [
-            RankedSolution(
-                solution=_rows.solution_from_row(by_profile[profile_id], "s_"),
-                profile=_rows.profile_from_row(by_profile[profile_id], "p_"),
-            )
-            for profile_id in chosen.values()
-            if profile_id in by_profile  # PostgreSQL: not deleted between the two reads
-        ]
-
-    def _ranking_source(self, cur: Cursor, definition_name: str, batch: int) -> str:
-        """The FROM clause ranking a definition's profiles (`p`) with their solutions (`s`);
-        a dialect whose planner misjudges the ranking may choose the join order here."""
-        return "profiles p JOIN solutions s ON s.id = p.solution_id"
 
     # ------------------------------------------------------------------ runs
     def create_run(self, run: RunRecord) -> str:
