@@ -36,7 +36,6 @@ from accelopt_mcp.store.base import (
     LeaseLostError,
     LlmCallRecord,
     LlmTotals,
-    RankedSolution,
     RunEntry,
     RunRecord,
     RunStatus,
@@ -608,81 +607,6 @@ class SqlKernelStore(KernelStore, abc.ABC):
             rows = cur.all(sql, (*params, self._limit(limit), offset))
         return [_rows.profile_from_row(r) for r in rows]
 
-    def best_solutions(
-        self,
-        definition_name: str,
-        *,
-        hardware: str | None = None,
-        workload_uuid: str | None = None,
-        limit: int = 10,
-        include_flagged: bool = False,
-    ) -> list[RankedSolution]:
-        _rows.check_limit(limit)
-        _rows.check_strings(
-            definition_name=definition_name, hardware=hardware, workload_uuid=workload_uuid
-        )
-        where = ["s.definition_name = ?", "p.eval_status = 'PASSED'", "p.latency_ms IS NOT NULL"]
-        if not include_flagged:
-            where.append("p.trusted = TRUE")
-        params: list[Any] = [definition_name]
-        if hardware is not None:
-            where.append("p.eval_hardware = ?")
-            params.append(hardware)
-        if workload_uuid is not None:
-            where.append("p.workload_uuid = ?")
-            params.append(workload_uuid)
-        # Profiles in ranking order, ids only; the first row of each solution is its fastest
-        # profile. Reading in batches lets the database walk the latency index and stop early
-        # instead of ranking every profile of the definition, and only the winners' records
-        # are read in full and decoded (at 100k profiles the decoding of the rows passed over
-        # cost more than the query).
-        batch = 2 * limit + 4
-        order = (
-            f"p.latency_ms, {self._order('solutions', 's')}, {self._order('profiles', 'p')}, p.id"
-        )
-        chosen: dict[str, str] = {}  # solution id -> its fastest profile's id, in rank order
-        offset = 0
-        with self._tx(write=False) as cur:
-            sql = (
-                f"SELECT s.id AS s_id, p.id AS p_id "
-                f"FROM {self._ranking_source(cur, definition_name, batch)} "
-                f"WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
-            )
-            while len(chosen) < limit:
-                rows = cur.all(sql, (*params, batch, offset))
-                for r in rows:
-                    if len(chosen) < limit:
-                        chosen.setdefault(str(r["s_id"]), str(r["p_id"]))
-                if len(rows) < batch:
-                    break
-                offset += batch
-                batch *= 2
-            full = (
-                cur.all(
-                    f"SELECT {_cols('s', _rows.SOLUTION_COLUMNS, 's_')}, "
-                    f"{_cols('p', _rows.PROFILE_COLUMNS, 'p_')} "
-                    "FROM profiles p JOIN solutions s ON s.id = p.solution_id "
-                    f"WHERE p.id IN ({', '.join('?' for _ in chosen)})",
-                    list(chosen.values()),
-                )
-                if chosen
-                else []
-            )
-        by_profile = {str(r["p_id"]): r for r in full}
-        return [
-            RankedSolution(
-                solution=_rows.solution_from_row(by_profile[profile_id], "s_"),
-                profile=_rows.profile_from_row(by_profile[profile_id], "p_"),
-            )
-            for profile_id in chosen.values()
-            if profile_id in by_profile  # PostgreSQL: not deleted between the two reads
-        ]
-
-    def _ranking_source(self, cur: Cursor, definition_name: str, batch: int) -> str:
-        """The FROM clause ranking a definition's profiles (`p`) with their solutions (`s`);
-        a dialect whose planner misjudges the ranking may choose the join order here."""
-        return "profiles p JOIN solutions s ON s.id = p.solution_id"
-
     # ------------------------------------------------------------------ runs
     def create_run(self, run: RunRecord) -> str:
         run = _rows.require(run, RunRecord, "run")
@@ -755,9 +679,23 @@ class SqlKernelStore(KernelStore, abc.ABC):
             raise UnknownReferenceError(_rows.unknown_run(run_id))
         return _rows.run_from_row(row)
 
-    # A lease's end, as SQL: now plus ? seconds, in the dialect's timestamp form.
+    # The lease algorithm, a dialect's: claim the run if it is free (one conditional UPDATE,
+    # so that of several claimers exactly one sees the run free and takes it) and return its
+    # row, else None; renew a holder's lease (False: it holds the run no longer).
     @abc.abstractmethod
-    def _lease_until_sql(self) -> str: ...
+    def _claim(
+        self,
+        cur: Cursor,
+        run_id: str,
+        worker_id: str,
+        lease_s: float,
+        statuses: list[str],
+        steal_from: str | None,
+        set_status: RunStatus | None,
+    ) -> Row | None: ...
+
+    @abc.abstractmethod
+    def _renew(self, cur: Cursor, run_id: str, worker_id: str, lease_s: float) -> bool: ...
 
     def claim_run(
         self,
@@ -774,18 +712,8 @@ class SqlKernelStore(KernelStore, abc.ABC):
         )
         lease = _rows.check_lease(lease_s)
         wanted = _rows.check_statuses(statuses)
-        marks = ", ".join("?" for _ in wanted)
         with self._tx(write=True) as cur:
-            # One conditional UPDATE (under SQLite's write lock, or PostgreSQL's row lock): of
-            # several claimers exactly one sees the run free and takes it.
-            row = cur.one(
-                f"UPDATE runs SET worker_id = ?, lease_expires_at = {self._lease_until_sql()}, "
-                f"status = COALESCE(?, status) WHERE id = ? AND status IN ({marks}) "
-                "AND (worker_id IS NULL OR worker_id = ? OR worker_id = ? "
-                f"OR lease_expires_at IS NULL OR lease_expires_at < {self.now_sql}) "
-                f"RETURNING {', '.join(_rows.RUN_COLUMNS)}",
-                (worker_id, lease, set_status, run_id, *wanted, worker_id, steal_from),
-            )
+            row = self._claim(cur, run_id, worker_id, lease, wanted, steal_from, set_status)
             if row is None and not self._exists(cur, "runs", "id", run_id):
                 raise UnknownReferenceError(_rows.unknown_run(run_id))
         return None if row is None else _rows.run_from_row(row)
@@ -794,12 +722,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
         _rows.check_strings(run_id=run_id, worker_id=worker_id)
         lease = _rows.check_lease(lease_s)
         with self._tx(write=True) as cur:
-            row = cur.one(
-                f"UPDATE runs SET lease_expires_at = {self._lease_until_sql()} WHERE id = ? "
-                "AND worker_id = ? AND status IN ('pending', 'running') RETURNING id",
-                (lease, run_id, worker_id),
-            )
-        return row is not None
+            return self._renew(cur, run_id, worker_id, lease)
 
     def release_run(self, run_id: str, worker_id: str) -> bool:
         _rows.check_strings(run_id=run_id, worker_id=worker_id)

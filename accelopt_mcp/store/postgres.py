@@ -25,9 +25,11 @@ from psycopg.types.string import TextLoader
 from accelopt_mcp.redaction import redact, redacted_url
 from accelopt_mcp.store import _retry, _rows
 from accelopt_mcp.store._rows import SOLUTION_COLUMNS
-from accelopt_mcp.store._sql import BATCH_CALLS, Batch, Cursor, Row, SqlKernelStore
+from accelopt_mcp.store._sql import BATCH_CALLS, Batch, Cursor, Row, SqlKernelStore, _cols
 from accelopt_mcp.store.base import (
     ConflictError,
+    RankedSolution,
+    RunStatus,
     StoreError,
     StoreUnavailableError,
     UnknownReferenceError,
@@ -75,6 +77,7 @@ _ADDED_FUNCTIONS = {
     "search_experiences()": "search_experiences(text[])",
     "claim_run()": "claim_run(text, text, double precision, text[], text, text)",
     "renew_run_lease()": "renew_run_lease(text, text, double precision)",
+    "best_solutions()": "best_solutions(text, text, text, integer, boolean)",
 }
 # Constraints it changed in place (DO blocks that check pg_constraint first): shown name ->
 # (table, the constraint this accelopt needs), and what `accelopt db init` says on adding it.
@@ -648,7 +651,16 @@ class PostgresStore(SqlKernelStore):
             return ConflictError(f"the record collides with a stored one ({message})")
         if isinstance(exc, pg_errors.UndefinedTable | pg_errors.UndefinedColumn) or (
             isinstance(exc, pg_errors.UndefinedFunction)
-            and ("solution_" in message or "search_experiences" in message)
+            and any(
+                name in message
+                for name in (
+                    "solution_",
+                    "search_experiences",
+                    "claim_run",
+                    "renew_run_lease",
+                    "best_solutions",
+                )
+            )
         ):
             return StoreUnavailableError(
                 f"the kernel database schema is incomplete in {self.location} ({message}); "
@@ -687,9 +699,63 @@ class PostgresStore(SqlKernelStore):
     def _for_update(self) -> str:
         return " FOR UPDATE"
 
-    def _lease_until_sql(self) -> str:
-        # The same expression as the schema's claim_run (which the Supabase store calls).
-        return "clock_timestamp() + make_interval(secs => ?)"
+    def best_solutions(
+        self,
+        definition_name: str,
+        *,
+        hardware: str | None = None,
+        workload_uuid: str | None = None,
+        limit: int = 10,
+        include_flagged: bool = False,
+    ) -> list[RankedSolution]:
+        _rows.check_limit(limit)
+        _rows.check_strings(
+            definition_name=definition_name, hardware=hardware, workload_uuid=workload_uuid
+        )
+        # The schema's best_solutions ranks (the function the Supabase store calls through
+        # PostgREST: one ranking, one tie rule); the winners' rows are read in the same
+        # statement.
+        with self._tx(write=False) as cur:
+            rows = cur.all(
+                f"SELECT {_cols('s', SOLUTION_COLUMNS, 's_')}, "
+                f"{_cols('p', _rows.PROFILE_COLUMNS, 'p_')} "
+                "FROM best_solutions(?, ?, ?, ?::integer, ?::boolean) b "
+                "JOIN solutions s ON s.id = b.solution_id JOIN profiles p ON p.id = b.profile_id "
+                "ORDER BY b.place",
+                (definition_name, hardware, workload_uuid, limit, bool(include_flagged)),
+            )
+        return [
+            RankedSolution(
+                solution=_rows.solution_from_row(r, "s_"),
+                profile=_rows.profile_from_row(r, "p_"),
+            )
+            for r in rows
+        ]
+
+    # The lease algorithm is the schema's claim_run and renew_run_lease, the functions the
+    # Supabase store calls through PostgREST: one copy, run by the database.
+    def _claim(
+        self,
+        cur: Cursor,
+        run_id: str,
+        worker_id: str,
+        lease_s: float,
+        statuses: list[str],
+        steal_from: str | None,
+        set_status: RunStatus | None,
+    ) -> Row | None:
+        return cur.one(
+            f"SELECT {', '.join(_rows.RUN_COLUMNS)} "
+            "FROM claim_run(?, ?, ?::double precision, ?::text[], ?, ?)",
+            (run_id, worker_id, lease_s, statuses, steal_from, set_status),
+        )
+
+    def _renew(self, cur: Cursor, run_id: str, worker_id: str, lease_s: float) -> bool:
+        row = cur.one(
+            "SELECT id FROM renew_run_lease(?, ?, ?::double precision)",
+            (run_id, worker_id, lease_s),
+        )
+        return row is not None
 
     def _location(self) -> str:
         return self.location

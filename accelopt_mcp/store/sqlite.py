@@ -28,9 +28,12 @@ from accelopt_mcp.store._sql import (
     Cursor,
     Row,
     SqlKernelStore,
+    _cols,
 )
 from accelopt_mcp.store.base import (
     ConflictError,
+    RankedSolution,
+    RunStatus,
     StoreError,
     StoreUnavailableError,
     UnknownReferenceError,
@@ -53,6 +56,8 @@ may serve several definitions. SQLite cannot change a constraint in place: the s
 the table (_rebuild_solutions), keeping every row, its rowid and every reference to it."""
 BUSY_TIMEOUT_MS = 30_000
 _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+# A lease's end: now plus ? seconds, in the stored timestamp form.
+_LEASE_UNTIL = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+' || ? || ' seconds')"
 
 
 def sqlite_schema() -> str:
@@ -567,6 +572,80 @@ class SqliteStore(SqlKernelStore):
     def _no_limit(self) -> int:
         return -1
 
+    def best_solutions(
+        self,
+        definition_name: str,
+        *,
+        hardware: str | None = None,
+        workload_uuid: str | None = None,
+        limit: int = 10,
+        include_flagged: bool = False,
+    ) -> list[RankedSolution]:
+        # The PostgreSQL and Supabase stores call the schema's function best_solutions; SQLite
+        # has no stored functions, and its planner would sort every profile of the definition
+        # for the one query (see _ranking_source), so it walks the latency index in batches,
+        # ranking by the same rule.
+        _rows.check_limit(limit)
+        _rows.check_strings(
+            definition_name=definition_name, hardware=hardware, workload_uuid=workload_uuid
+        )
+        where = ["s.definition_name = ?", "p.eval_status = 'PASSED'", "p.latency_ms IS NOT NULL"]
+        if not include_flagged:
+            where.append("p.trusted = TRUE")
+        params: list[Any] = [definition_name]
+        if hardware is not None:
+            where.append("p.eval_hardware = ?")
+            params.append(hardware)
+        if workload_uuid is not None:
+            where.append("p.workload_uuid = ?")
+            params.append(workload_uuid)
+        # Profiles in ranking order, ids only; the first row of each solution is its fastest
+        # profile. Reading in batches lets the database walk the latency index and stop early
+        # instead of ranking every profile of the definition, and only the winners' records
+        # are read in full and decoded (at 100k profiles the decoding of the rows passed over
+        # cost more than the query).
+        batch = 2 * limit + 4
+        # The tie rule of every store (schema_v2.txt's best_solutions): lower latency, then
+        # the solution stored first, then the profile stored first (created_at, then id).
+        order = "p.latency_ms, s.rowid, p.created_at, p.id"
+        chosen: dict[str, str] = {}  # solution id -> its fastest profile's id, in rank order
+        offset = 0
+        with self._tx(write=False) as cur:
+            sql = (
+                f"SELECT s.id AS s_id, p.id AS p_id "
+                f"FROM {self._ranking_source(cur, definition_name, batch)} "
+                f"WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
+            )
+            while len(chosen) < limit:
+                rows = cur.all(sql, (*params, batch, offset))
+                for r in rows:
+                    if len(chosen) < limit:
+                        chosen.setdefault(str(r["s_id"]), str(r["p_id"]))
+                if len(rows) < batch:
+                    break
+                offset += batch
+                batch *= 2
+            full = (
+                cur.all(
+                    f"SELECT {_cols('s', _rows.SOLUTION_COLUMNS, 's_')}, "
+                    f"{_cols('p', _rows.PROFILE_COLUMNS, 'p_')} "
+                    "FROM profiles p JOIN solutions s ON s.id = p.solution_id "
+                    f"WHERE p.id IN ({', '.join('?' for _ in chosen)})",
+                    list(chosen.values()),
+                )
+                if chosen
+                else []
+            )
+        by_profile = {str(r["p_id"]): r for r in full}
+        return [
+            RankedSolution(
+                solution=_rows.solution_from_row(by_profile[profile_id], "s_"),
+                profile=_rows.profile_from_row(by_profile[profile_id], "p_"),
+            )
+            for profile_id in chosen.values()
+            if profile_id in by_profile
+        ]
+
     def _ranking_source(self, cur: Cursor, definition_name: str, batch: int) -> str:
         # SQLite's planner does not weigh LIMIT against a filter: with ten definitions of 2k
         # kernels, statistics and all, it sorted all of one definition's profiles (60-110 ms,
@@ -584,10 +663,39 @@ class SqliteStore(SqlKernelStore):
         )
         if found is not None and int(found["n"]) >= enough:
             return "profiles p CROSS JOIN solutions s ON s.id = p.solution_id"
-        return super()._ranking_source(cur, definition_name, batch)
+        return "profiles p JOIN solutions s ON s.id = p.solution_id"
 
-    def _lease_until_sql(self) -> str:
-        return "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+' || ? || ' seconds')"
+    # SQLite has no stored functions, so it cannot call the schema's claim_run and
+    # renew_run_lease (schema_v2.txt) as the PostgreSQL and Supabase stores do: here is the
+    # same algorithm as one conditional UPDATE each, taken under the file's write lock. Keep
+    # the two in step.
+    def _claim(
+        self,
+        cur: Cursor,
+        run_id: str,
+        worker_id: str,
+        lease_s: float,
+        statuses: list[str],
+        steal_from: str | None,
+        set_status: RunStatus | None,
+    ) -> Row | None:
+        marks = ", ".join("?" for _ in statuses)
+        return cur.one(
+            f"UPDATE runs SET worker_id = ?, lease_expires_at = {_LEASE_UNTIL}, "
+            f"status = COALESCE(?, status) WHERE id = ? AND status IN ({marks}) "
+            "AND (worker_id IS NULL OR worker_id = ? OR worker_id = ? "
+            f"OR lease_expires_at IS NULL OR lease_expires_at < {self.now_sql}) "
+            f"RETURNING {', '.join(_rows.RUN_COLUMNS)}",
+            (worker_id, lease_s, set_status, run_id, *statuses, worker_id, steal_from),
+        )
+
+    def _renew(self, cur: Cursor, run_id: str, worker_id: str, lease_s: float) -> bool:
+        row = cur.one(
+            f"UPDATE runs SET lease_expires_at = {_LEASE_UNTIL} WHERE id = ? "
+            "AND worker_id = ? AND status IN ('pending', 'running') RETURNING id",
+            (lease_s, run_id, worker_id),
+        )
+        return row is not None
 
     def _location(self) -> str:
         return self.path

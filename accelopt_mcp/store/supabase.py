@@ -696,60 +696,49 @@ class SupabaseStore(KernelStore):
         )
         if limit == 0:
             return []
-        columns = ",".join(_rows.PROFILE_COLUMNS)
-
-        def query() -> Query:
-            q = (
-                self._table("solution_profiles")
-                .select(columns)
-                .eq("definition_name", definition_name)
-                .eq("eval_status", "PASSED")
-                .not_.is_("latency_ms", None)
-            )
-            if not include_flagged:
-                q = q.eq("trusted", True)
-            if hardware is not None:
-                q = q.eq("eval_hardware", hardware)
-            if workload_uuid is not None:
-                q = q.eq("workload_uuid", workload_uuid)
-            return q.order("latency_ms").order("created_at").order("id")
-
-        # Profiles come fastest first, so a solution's first profile is its best one. Read
-        # until `limit` solutions are found and the next profile is slower than the last of
-        # them (ties at the cut are ranked by solution order below, as the SQL stores do).
-        best: dict[str, Row] = {}
-        offset = 0
-        while True:
-            page = self._rows(query().range(offset, offset + self.page_size - 1))
-            offset += len(page)
-            cut_reached = False
-            for row in page:
-                if len(best) >= limit and row["latency_ms"] > _cut(best, limit):
-                    cut_reached = True
-                    break
-                best.setdefault(str(row["solution_id"]), row)
-            if cut_reached or len(page) < self.page_size:
-                break
-        if not best:
+        arguments: dict[str, Any] = {
+            "p_definition_name": definition_name,
+            "p_hardware": hardware,
+            "p_workload_uuid": workload_uuid,
+            "p_limit": limit,
+            "p_include_flagged": bool(include_flagged),
+        }
+        # The schema's best_solutions ranks, as for the PostgreSQL store: one ranking, one tie
+        # rule. Then the winners' rows, by id.
+        ranked = sorted(
+            self._rows(
+                self._postgrest.rpc("best_solutions", arguments).select(
+                    "solution_id,profile_id,place"
+                )
+            ),
+            key=lambda r: int(r["place"]),
+        )
+        if not ranked:
             return []
         solutions = {
             str(r["id"]): r
             for r in self._rows(
                 self._table("solutions")
-                .select(",".join((*_rows.SOLUTION_COLUMNS, "seq")))
-                .in_("id", list(best))
+                .select(",".join(_rows.SOLUTION_COLUMNS))
+                .in_("id", [str(r["solution_id"]) for r in ranked])
             )
         }
-        ranked = sorted(
-            best.items(),
-            key=lambda item: (item[1]["latency_ms"], solutions[item[0]]["seq"], item[0]),
-        )[:limit]
+        profiles = {
+            str(r["id"]): r
+            for r in self._rows(
+                self._table("solution_profiles")
+                .select(",".join(_rows.PROFILE_COLUMNS))
+                .in_("id", [str(r["profile_id"]) for r in ranked])
+            )
+        }
         return [
             RankedSolution(
-                solution=_rows.solution_from_row(solutions[sid]),
-                profile=_rows.profile_from_row(profile),
+                solution=_rows.solution_from_row(solutions[str(r["solution_id"])]),
+                profile=_rows.profile_from_row(profiles[str(r["profile_id"])]),
             )
-            for sid, profile in ranked
+            for r in ranked
+            # Not deleted between the reads.
+            if str(r["solution_id"]) in solutions and str(r["profile_id"]) in profiles
         ]
 
     # ------------------------------------------------------------------ runs
@@ -1190,9 +1179,3 @@ class SupabaseStore(KernelStore):
 
     def close(self) -> None:
         self._http.close()
-
-
-def _cut(best: dict[str, Row], limit: int) -> float:
-    """The latency of the `limit`-th fastest solution found so far."""
-    latencies: list[float] = sorted(r["latency_ms"] for r in best.values())
-    return latencies[limit - 1]

@@ -411,6 +411,33 @@ def test_best_solutions_rank_passed_profiles(seeded: KernelStore) -> None:
     assert seeded.best_solutions("nothing-here") == []
 
 
+def test_ties_in_the_ranking_are_broken_the_same_way_in_every_store(seeded: KernelStore) -> None:
+    """One tie rule (schema_v2.txt's best_solutions): lower latency first, then the solution
+    stored first, then the profile stored first (created_at, then id)."""
+    seeded.upsert_workload(DEF, make_workload(DEF, uuid_="w-2"))
+    tied = [seeded.upsert_solution(make_solution(DEF, f"# tied {i}\n")) for i in range(4)]
+    faster = seeded.upsert_solution(make_solution(DEF, "# faster\n"))
+    # Profiled newest solution first, so that an order by profile (or by id) shows, and each
+    # tied solution twice at the same latency.
+    for sid in reversed(tied):
+        for workload in ("w-2", "w-1"):
+            seeded.upsert_profile(workload, sid, make_evaluation(latency_ms=2.0), CONFIG)
+    seeded.upsert_profile("w-1", faster, make_evaluation(latency_ms=1.0), CONFIG)
+
+    ranked = seeded.best_solutions(DEF)
+    assert [r.solution.id for r in ranked] == [faster, *tied]
+    for r in ranked[1:]:
+        profiles = seeded.list_profiles(solution_id=r.solution.id)
+        first = min(profiles, key=lambda p: (p.created_at, p.id))
+        assert r.profile.id == first.id
+    # The cut falls inside the tie: the solutions stored first make it.
+    assert [r.solution.id for r in seeded.best_solutions(DEF, limit=3)] == [faster, *tied[:2]]
+    assert [r.solution.id for r in seeded.best_solutions(DEF, workload_uuid="w-1")] == [
+        faster,
+        *tied,
+    ]
+
+
 def _flagged(latency_ms: float, *flags: str, hardware: str = "cpu/x86_64") -> Evaluation:
     evaluation = make_evaluation(latency_ms=latency_ms, hardware=hardware)
     return evaluation.model_copy(update={"flags": list(flags)})
