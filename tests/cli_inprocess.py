@@ -25,7 +25,7 @@ import click
 import typer.main
 from click.testing import CliRunner
 
-from accelopt_mcp.cli import _register, app
+from accelopt_mcp.cli import _register, app, common
 from accelopt_mcp.cli.common import show_store_notices
 from accelopt_mcp.isolation.cgroups import remove_stale_groups
 from accelopt_mcp.store import STORE_ENV
@@ -59,12 +59,21 @@ def _restored(cwd: str | Path | None) -> Iterator[None]:
     handlers = {name: list(logging.getLogger(name).handlers) for name in _LOGGERS}
     levels = {name: logging.getLogger(name).level for name in _LOGGERS}
     signals = {sig: signal.getsignal(sig) for sig in _SIGNALS}
+    # rich fixes a console's width from COLUMNS when the console is made (cli/common.py makes
+    # them at import, perhaps inside an earlier run's environment): unfixed for each run, so
+    # that the width follows this run's COLUMNS as a fresh process would.
+    consoles = (common.console, common.err_console)
+    widths = [c._width for c in consoles]
     before = os.getcwd()
     try:
+        for c in consoles:
+            c._width = None
         if cwd is not None:
             os.chdir(cwd)
         yield
     finally:
+        for c, width in zip(consoles, widths, strict=True):
+            c._width = width
         os.chdir(before)
         for sig, handler in signals.items():
             if handler is not None:
