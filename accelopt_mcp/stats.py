@@ -1,6 +1,6 @@
 """Statistics for timings: medians and speedups with confidence intervals, verdicts between
 kernels, and pooling of repeated measurements. NumPy and the standard library only: the
-trusted harness (backends/cpu_runner.py) imports it inside every evaluation.
+trusted harness (backends/cpu_session.py) imports it inside every evaluation.
 
 How the intervals are made, and why:
 

@@ -29,7 +29,7 @@ from accelopt_mcp.backends.base import (
     ranked_comparison,
 )
 from accelopt_mcp.backends.cpu_peaks import PeakMeasurementError, PeakSource, measured_roofline
-from accelopt_mcp.backends.cpu_runner import live_jails
+from accelopt_mcp.backends.cpu_session import live_jails
 from accelopt_mcp.backends.host_facts import environment_libs
 from accelopt_mcp.backends.roofline import NO_ROOFLINE_LINE, ROOFLINE_LINE, is_above_peak
 from accelopt_mcp.isolation.jail import MODE_VARIABLE, jail_status

@@ -17,7 +17,8 @@ its ACK OK echoes):
 - PING: ACK (OK, seq) at once (the harness calibrates its round trip with it);
 - QUIT: exit.
 After every ACK it stops itself (SIGSTOP) with the rest of its jail; the harness waits for
-that stop, freezes the jail, and sends SIGCONT after the next thaw (cpu_runner's JailedRunner).
+that stop, freezes the jail, and sends SIGCONT after the next thaw (cpu_candidate_parent's
+JailedRunner).
 
 Arena files (IN and OUT): an 8-byte header length, a JSON header, then the data, each array at
 a 64-byte aligned offset: {"sets": [[{"dtype": "float32", "shape": [2, 3], "offset": 4096},

@@ -92,7 +92,7 @@ START_LEAD_S = 0.005
 """How far ahead of now a phase's common start time is set (every child has read it by then)."""
 BUSY_SHARE = 0.05
 """Figures are taken under load when more than this share of the time went to other programs
-(the share cpu_runner's timing calls a busy host, CONTENDED_SHARE)."""
+(the share cpu_session's timing calls a busy host, CONTENDED_SHARE)."""
 RETRY_AFTER_S = 600.0
 """A set of figures taken under load is measured again once it is this old (and the host is
 quieter); a measurement that is under load again waits as long once more."""

@@ -3,7 +3,7 @@ roofline()) run in a jail of its own, never in the trusted harness.
 
 A task is code too: a task file reached through a tool may be anybody's, so the harness
 (cpu_runner.py, which runs as the caller, root on a server) never imports it. Instead a jailed
-helper imports it (cpu_runner's `serve_task`, started by `JailedHarness`) and answers the
+helper imports it (cpu_task_harness's `serve_task`, started by `JailedHarness`) and answers the
 harness's requests: draw the inputs for a seed, apply the task's input or output transform,
 describe the task.
 Arrays travel through sealed memfd arenas read with `read_arena` (which trusts nothing), and
@@ -54,13 +54,15 @@ LIBRARY_IN_JAIL = "/opt/accelopt/lib"
 REFERENCE_FILE = "reference.py"
 _BOOT = (
     "import sys; sys.path.insert(0, {lib!r}); "
-    "from accelopt_mcp.backends.cpu_runner import serve_task; sys.exit(serve_task(sys.argv[1:]))"
+    "from accelopt_mcp.backends.cpu_task_harness import serve_task; "
+    "sys.exit(serve_task(sys.argv[1:]))"
 )
 
 
 def _sealed_memfd(name: str, size: int) -> int:
     """An anonymous shared-memory file of `size` bytes that nobody can shrink or grow (the
-    same seals as cpu_runner's arenas; a copy, since that module imports this one)."""
+    same seals as cpu_candidate_parent's arenas; a copy, since the jailed helper imports this
+    module and needs nothing of that one)."""
     fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     os.ftruncate(fd, size)
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
@@ -142,8 +144,8 @@ def _text(value: Any) -> str:
 
 
 class JailedHarness:
-    """What cpu_runner's Session needs of the task (style, inputs, transforms), with every
-    line of the task's code run in the jailed helper. Raises cpu_runner's StageError (kind
+    """What cpu_session's Session needs of the task (style, inputs, transforms), with every
+    line of the task's code run in the jailed helper. Raises cpu_outcomes' StageError (kind
     "reference") for whatever the task's code does wrong, and its Verdict when the output
     transform refuses a kernel's outputs."""
 
@@ -286,7 +288,7 @@ class JailedHarness:
 
     def candidate_inputs(self, inputs: list[Any]) -> list[Any]:
         """The inputs as the candidate is called with them. Without a transform they are the
-        reference's own values (see cpu_runner: a copy would leave the caches in another
+        reference's own values (see cpu_task_harness: a copy would leave the caches in another
         state before the kernel's call than before the reference's)."""
         if not self.has_to:
             return list(inputs)

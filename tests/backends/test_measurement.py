@@ -313,10 +313,10 @@ def test_a_kernel_that_contends_with_itself_is_charged_for_it(busy_cores: int) -
 def test_every_jailed_runner_gets_a_command_line_of_one_length() -> None:
     """Command lines of different lengths shift where a process's stack starts: identical
     code timed as the reference and as a kernel differed by a steady 4-8 % before."""
-    from accelopt_mcp.backends.cpu_runner import _padded
+    from accelopt_mcp.backends.cpu_candidate_parent import padded_spec
 
     short = {"entry": "/w/reference_jail/reference.py", "symbol": "forward"}
     long = {"entry": "/w/kernel_0123abcd/main.py", "symbol": "kernel", "extra": "x" * 300}
-    a, b = _padded(short), _padded(long)
+    a, b = padded_spec(short), padded_spec(long)
     assert len(a) == len(b)
     assert json.loads(a)["entry"] == short["entry"] and json.loads(b)["extra"] == long["extra"]

@@ -15,7 +15,8 @@ import pytest
 
 from accelopt_mcp.backends import nki_runner
 from accelopt_mcp.backends.cpu import CpuBackend
-from accelopt_mcp.backends.cpu_runner import Verdict, _compare, _compare_all
+from accelopt_mcp.backends.cpu_outcomes import Verdict
+from accelopt_mcp.backends.cpu_values import compare_output, compare_outputs
 from accelopt_mcp.backends.nki_runner import NkiJob
 from accelopt_mcp.backends.nonfinite import nonfinite_problem
 from accelopt_mcp.models import (
@@ -151,13 +152,13 @@ REF = np.array([[0.5, -np.inf, np.nan], [np.inf, -1.0, -np.inf]], dtype=np.float
 
 def _fails(out: np.ndarray, rule: str = "match") -> str:
     with pytest.raises(Verdict) as caught:
-        _compare(out, REF, 0, 1e-5, 1e-6, nonfinite=rule)
+        compare_output(out, REF, 0, 1e-5, 1e-6, nonfinite=rule)
     assert caught.value.status == "INCORRECT_NUMERICAL"
     return caught.value.message
 
 
 def test_compare_passes_an_output_equal_to_the_reference() -> None:
-    errors = _compare(REF.copy(), REF, 0, 1e-5, 1e-6)
+    errors = compare_output(REF.copy(), REF, 0, 1e-5, 1e-6)
     assert errors["l2_rel_error"] == 0.0
 
 
@@ -182,7 +183,7 @@ def test_compare_fails_each_kind_of_mismatch() -> None:
 
 def test_compare_ignore_skips_only_the_reference_non_finite_positions() -> None:
     garbage = np.where(np.isfinite(REF), REF, np.float32(7.0))
-    assert _compare(garbage, REF, 0, 1e-5, 1e-6, nonfinite="ignore")["l2_rel_error"] == 0.0
+    assert compare_output(garbage, REF, 0, 1e-5, 1e-6, nonfinite="ignore")["l2_rel_error"] == 0.0
     wild = REF.copy()
     wild[0, 0] = np.inf
     _fails(wild, "ignore")
@@ -193,8 +194,8 @@ def test_compare_ignore_skips_only_the_reference_non_finite_positions() -> None:
 def test_compare_all_passes_the_rule_on() -> None:
     out = np.where(np.isneginf(REF), np.float32(0.0), REF)
     with pytest.raises(Verdict):
-        _compare_all([out], [REF], 1e-5, 1e-6)
-    _compare_all([out], [REF], 1e-5, 1e-6, nonfinite="ignore")
+        compare_outputs([out], [REF], 1e-5, 1e-6)
+    compare_outputs([out], [REF], 1e-5, 1e-6, nonfinite="ignore")
 
 
 def test_an_unknown_rule_is_refused_not_treated_as_lenient() -> None:

@@ -148,14 +148,14 @@ def test_a_lying_description_is_refused(tmp_path: Path) -> None:
     anything. A NaN roofline, a negative size or a megabyte dtype name is refused clearly."""
     lies = [
         "R._declared_roofline = lambda m: {'flops': float('nan'), 'bytes_moved': 1.0}",
-        "R._describe = lambda v: {'shape': [-1], 'dtype': 'float32'}",
-        "R._describe = lambda v: {'shape': [2], 'dtype': 'x' * 200000}",
+        "R.describe_value = lambda v: {'shape': [-1], 'dtype': 'float32'}",
+        "R.describe_value = lambda v: {'shape': [2], 'dtype': 'x' * 200000}",
     ]
     for index, lie in enumerate(lies):
         path = tmp_path / f"liar{index}_numpy.py"
         path.write_text(
             "import sys\nimport numpy as np\n"
-            "R = sys.modules['accelopt_mcp.backends.cpu_runner']\n"
+            "R = sys.modules['accelopt_mcp.backends.cpu_task_harness']\n"
             f"{lie}\n"
             "def get_inputs():\n    return [np.ones(4, dtype=np.float32)]\n"
             "def forward(x):\n    return x\n"
