@@ -7,6 +7,7 @@ job, maps how the child ended onto an Evaluation, and adds the figures the plann
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import logging
 import math
@@ -433,7 +434,7 @@ class CpuBackend(Backend):
         flags = list(dict.fromkeys(result.get("flags", []))) + _isolation_flags(result)
         stderr = str(result.get("candidate_stderr") or "").strip()
         if stderr:
-            run = run.model_copy(update={"stderr": f"{run.stderr}\n[kernel]\n{stderr}".strip()})
+            run = dataclasses.replace(run, stderr=f"{run.stderr}\n[kernel]\n{stderr}".strip())
         error = result.get("error")
         if error:
             return self._error_evaluation(error, run, flags)
@@ -478,7 +479,7 @@ class CpuBackend(Backend):
         flags = list(dict.fromkeys([*outcome.get("flags", []), *flags]))
         if outcome.get("stderr"):
             # What this kernel printed (not the harness's output, which all kernels share).
-            run = run.model_copy(update={"stderr": str(outcome["stderr"]), "stdout": ""})
+            run = dataclasses.replace(run, stderr=str(outcome["stderr"]), stdout="")
         if outcome.get("error"):
             return self._error_evaluation(outcome["error"], run, flags)
         status = EvaluationStatus(outcome.get("status") or "RUNTIME_ERROR")

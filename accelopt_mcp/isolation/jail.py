@@ -79,8 +79,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from accelopt_mcp.isolation.cgroups import (
     CpuacctGroup,
     CpusetGroup,
@@ -145,10 +143,10 @@ _ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _EXEC_VARIABLE = "ACCELOPT_JAIL_EXEC"
 
 
-class JailStatus(BaseModel):
-    """Which jail `spawn_jailed` uses on this host, and why."""
-
-    model_config = ConfigDict(frozen=True)
+@dataclass(frozen=True)
+class JailStatus:
+    """Which jail `spawn_jailed` uses on this host, and why. A plain dataclass: the cpu
+    harness imports this module in every evaluation, and must not load pydantic."""
 
     kind: Literal["bwrap", "none"]
     reason: str

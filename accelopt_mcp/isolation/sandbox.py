@@ -32,9 +32,8 @@ import tempfile
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
-
-from pydantic import BaseModel
 
 from accelopt_mcp.isolation.cgroups import (
     Group,
@@ -186,7 +185,11 @@ def check_cpus(cpus: set[int] | None) -> None:
             raise ValueError(f"cpus {sorted(cpus)} must be a non-empty subset of {sorted(usable)}")
 
 
-class SandboxResult(BaseModel):
+@dataclass
+class SandboxResult:
+    """How one sandboxed child ended. A plain dataclass, not a pydantic model: the cpu
+    harness's jails import this module, and pydantic costs every evaluation ~0.15 s."""
+
     returncode: int | None
     """Exit code; None when the child was killed by a signal (see `signal`)."""
     signal: int | None
