@@ -273,9 +273,6 @@ class SupabaseStore(KernelStore):
             if len(page) < want:
                 return rows
 
-    def _solution_exists(self, solution_id: str) -> bool:
-        return self._first(self._table("solutions").select("id").eq("id", solution_id)) is not None
-
     @staticmethod
     def _canonical_solution(solution_id: str | None, role: str) -> str | None:
         if solution_id is None:
