@@ -10,8 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from accelopt_mcp.backends.registry import backend_names
 from accelopt_mcp.engine.memory import default_namespace
+from accelopt_mcp.engine.not_given import given_settings
 from accelopt_mcp.engine.presets import load_preset
-from accelopt_mcp.engine.settings import given_settings
 from accelopt_mcp.llm.config import find_model_config
 from accelopt_mcp.models import BenchmarkConfig
 

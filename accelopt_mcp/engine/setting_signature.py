@@ -11,7 +11,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from accelopt_mcp.engine.settings import given_settings
+from accelopt_mcp.engine.not_given import given_settings
 
 R = TypeVar("R")
 GIVEN = "given"

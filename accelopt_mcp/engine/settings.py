@@ -9,28 +9,14 @@ from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any, Final, Literal
 
 import annotated_types
 from pydantic.fields import FieldInfo
 
 from accelopt_mcp.backends.registry import backend_help
-
-
-class _NotGiven(Enum):
-    """The one value of "the user did not give this setting" (None can be a given value)."""
-
-    NOT_GIVEN = "NOT_GIVEN"
-
-    def __repr__(self) -> str:
-        return "NOT_GIVEN"
-
-
-NOT_GIVEN: Final = _NotGiven.NOT_GIVEN
-NotGiven = Literal[_NotGiven.NOT_GIVEN]
+from accelopt_mcp.engine.not_given import NOT_GIVEN, NotGiven, given_settings
 
 
 @dataclass(frozen=True)
@@ -162,12 +148,4 @@ RUN_SETTINGS: Final[tuple[RunSetting, ...]] = (
 )
 
 
-def given_settings(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The override map: {OptimizeConfig field: value} of the settings given, from values
-    keyed by field name, where NOT_GIVEN (and None, which no front end can give) means "the
-    preset's value". False and 0 are given values."""
-    return {
-        name: value
-        for name, value in values.items()
-        if value is not NOT_GIVEN and value is not None
-    }
+__all__ = ["NOT_GIVEN", "RUN_SETTINGS", "NotGiven", "RunSetting", "given_settings"]

@@ -11,7 +11,7 @@ import pytest
 
 from accelopt_mcp.backends.base import Backend
 from accelopt_mcp.backends.cpu import CpuBackend, host_hardware
-from accelopt_mcp.backends.cpu_peaks import PeakSource
+from accelopt_mcp.backends.cpu_peaks import PeakSource, forget_peaks
 from accelopt_mcp.backends.registry import backend_class, backend_names
 from accelopt_mcp.models import Roofline
 from accelopt_mcp.store.sqlite import SqliteStore
@@ -42,7 +42,8 @@ def test_other_backends_take_nothing_from_the_store_and_do_nothing_before_a_run(
 def test_before_a_run_the_cpu_backend_measures_peaks_only_for_a_task_with_a_roofline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("ACCELOPT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("ACCELOPT_HOME", str(tmp_path / "home"))  # no peaks file kept yet
+    forget_peaks()  # nor any in this process's memory (an earlier test may have measured)
     with SqliteStore(str(tmp_path / "kernels.db")) as store:
         CpuBackend.before_run(store, scale_task())
         assert store.get_hardware_peaks(host_hardware()) is None
