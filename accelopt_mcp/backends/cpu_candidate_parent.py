@@ -310,18 +310,25 @@ class JailedRunner:
 
         What went to others: the time the jail's threads and this harness were runnable but
         waiting for a CPU, never more than the window less what the jail's tasks ran (all of
-        them, exited ones included). A kernel cannot pass its own work off as someone else's:
-        its threads' time on a CPU counts as its own, and time asleep is no wait. The counters
-        are read while it is frozen (before the thaw, after the freeze): no untimed CPU for
-        the kernel. Every contestant, the reference included, is measured this one way."""
+        them, exited ones included) and less what this harness ran in it. A kernel cannot pass
+        its own work off as someone else's: its threads' time on a CPU counts as its own, and
+        time asleep is no wait. Nor can it pass off the harness's work: a kernel that keeps a
+        thread runnable all call long has a wait that covers every moment it is off the CPU,
+        the harness's thaw, request and read of the answer included, and without the second
+        bound that time would be taken out of its calls and then again, as the round trip,
+        out of everyone's (attack a19 read 1.05x the reference that way on a busy core). The
+        counters are read while it is frozen (before the thaw, after the freeze): no untimed
+        CPU for the kernel. Every contestant, the reference included, is measured this one
+        way."""
         usage_before = self.process.cpu_usage_ns()
-        wait_before = self.process.run_queue_wait_ns() + _own_wait_ns()
+        own_ran_before, own_wait_before = _own_schedstat_ns()
+        wait_before = self.process.run_queue_wait_ns() + own_wait_before
         start = time.perf_counter_ns()
         self.thaw()
         sequence = self._request(op)
         status, value = self._read_ack(sequence)
         elapsed = time.perf_counter_ns() - start
-        harness_wait = _own_wait_ns()
+        own_ran_after, harness_wait = _own_schedstat_ns()
         # The clock stops at "done", and so does the kernel: its runner stops itself, every
         # thread and process of its jail with it, in the same breath as it answers (see
         # `freeze`, which waits for that stop and fails a kernel that prevents it, then
@@ -335,7 +342,7 @@ class JailedRunner:
         if usage_before is None or usage_after is None:
             self.accounted = False
             return elapsed, 0, status, value
-        ran = usage_after - usage_before
+        ran = usage_after - usage_before + max(0, own_ran_after - own_ran_before)
         return elapsed, min(max(0, waited), max(0, elapsed - ran)), status, value
 
     def call(self, sets: list[list[Any]]) -> tuple[int, list[list[Any]], list[list[str]]]:
@@ -397,13 +404,15 @@ class JailedRunner:
                 os.close(fd)
 
 
-def _own_wait_ns() -> int:
-    """Nanoseconds this thread has spent runnable but waiting for a CPU (0 if unknown)."""
+def _own_schedstat_ns() -> tuple[int, int]:
+    """Nanoseconds this thread has spent on a CPU, and runnable but waiting for one (0, 0 if
+    unknown: then the harness's own time bounds nothing, for every contestant alike)."""
     try:
         with open("/proc/thread-self/schedstat") as f:
-            return int(f.read().split()[1])
+            fields = f.read().split()
+        return int(fields[0]), int(fields[1])
     except (OSError, ValueError, IndexError):
-        return 0
+        return 0, 0
 
 
 def padded_spec(spec: dict[str, Any]) -> str:
