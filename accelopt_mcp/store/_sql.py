@@ -412,30 +412,12 @@ class SqlKernelStore(KernelStore, abc.ABC):
             )
         return None if row is None else _rows.solution_from_row(row)
 
-    def list_solutions(
-        self,
-        *,
-        definition_name: str | None = None,
-        run_id: str | None = None,
-        language: str | None = None,
-        author: str | None = None,
-        limit: int | None = None,
-        offset: int = 0,
+    def _list_solutions(
+        self, filters: dict[str, str], limit: int | None, offset: int
     ) -> list[StoredSolution]:
-        _rows.check_limit(limit, offset)
-        _rows.check_strings(
-            definition_name=definition_name, run_id=run_id, language=language, author=author
-        )
-        filters = {
-            "s.definition_name": definition_name,
-            "s.run_id": run_id,
-            "s.spec_language": language,
-            "s.author": author,
-        }
-        where = [f"{col} = ?" for col, value in filters.items() if value is not None] or ["1 = 1"]
-        params = [value for value in filters.values() if value is not None]
+        where, params = _equal({f"s.{col}": value for col, value in filters.items()})
         sql = (
-            self._solution_where(" AND ".join(where))
+            self._solution_where(where)
             + f" ORDER BY {self._order('solutions', 's')}, s.id LIMIT ? OFFSET ?"
         )
         with self._tx(write=False) as cur:
@@ -570,37 +552,16 @@ class SqlKernelStore(KernelStore, abc.ABC):
             )
         return None if row is None else _rows.profile_from_row(row)
 
-    def list_profiles(
-        self,
-        *,
-        solution_id: str | None = None,
-        workload_uuid: str | None = None,
-        run_id: str | None = None,
-        hardware: str | None = None,
-        status: str | None = None,
-        limit: int | None = None,
-        offset: int = 0,
+    def _list_profiles(
+        self, filters: dict[str, str], limit: int | None, offset: int
     ) -> list[StoredProfile]:
-        _rows.check_limit(limit, offset)
-        _rows.check_strings(
-            workload_uuid=workload_uuid, run_id=run_id, hardware=hardware, status=status
+        # run_id is the solution's; every other filter is a column of profiles.
+        where, params = _equal(
+            {("s." if col == "run_id" else "p.") + col: value for col, value in filters.items()}
         )
-        if solution_id is not None:
-            solution_id = _rows.canonical_uuid(solution_id)
-            if solution_id is None:
-                return []
-        filters = {
-            "p.solution_id": solution_id,
-            "p.workload_uuid": workload_uuid,
-            "s.run_id": run_id,
-            "p.eval_hardware": hardware,
-            "p.eval_status": status,
-        }
-        where = [f"{col} = ?" for col, value in filters.items() if value is not None] or ["1 = 1"]
-        params = [value for value in filters.values() if value is not None]
         sql = (
             f"SELECT {_cols('p', _rows.PROFILE_COLUMNS)} FROM profiles p "
-            f"JOIN solutions s ON s.id = p.solution_id WHERE {' AND '.join(where)} "
+            f"JOIN solutions s ON s.id = p.solution_id WHERE {where} "
             f"ORDER BY {self._order('profiles', 'p')}, p.id LIMIT ? OFFSET ?"
         )
         with self._tx(write=False) as cur:
@@ -799,20 +760,13 @@ class SqlKernelStore(KernelStore, abc.ABC):
             )
         return None if row is None else _rows.experience_from_row(row)
 
-    def recent_experiences(
-        self, *, run_id: str | None = None, namespace: str | None = None, limit: int
-    ) -> list[ExperienceRecord]:
-        _rows.check_limit(limit)
-        _rows.check_strings(run_id=run_id, namespace=namespace)
-        filters = {"e.run_id": run_id, "e.namespace": namespace}
-        where = ["e.removed = FALSE"]
-        where += [f"{col} = ?" for col, value in filters.items() if value is not None]
-        params = [value for value in filters.values() if value is not None]
+    def _recent_experiences(self, filters: dict[str, str], limit: int) -> list[ExperienceRecord]:
+        where, params = _equal({f"e.{col}": value for col, value in filters.items()})
         with self._tx(write=False) as cur:
             rows = cur.all(
                 f"SELECT {_cols('e', _rows.EXPERIENCE_COLUMNS)}, "
                 f"{self._order('experiences', 'e')} AS queue_position "
-                f"FROM experiences e WHERE {' AND '.join(where)} "
+                f"FROM experiences e WHERE e.removed = FALSE AND {where} "
                 "ORDER BY queue_position DESC LIMIT ?",
                 (*params, limit),
             )
@@ -913,20 +867,10 @@ class SqlKernelStore(KernelStore, abc.ABC):
             )
         return call_id
 
-    def list_llm_calls(
-        self,
-        run_id: str,
-        *,
-        role: str | None = None,
-        limit: int | None = None,
-        offset: int = 0,
+    def _list_llm_calls(
+        self, filters: dict[str, str], limit: int | None, offset: int
     ) -> list[LlmCallRecord]:
-        _rows.check_limit(limit, offset)
-        _rows.check_strings(run_id=run_id, role=role)
-        where, params = "l.run_id = ?", [run_id]
-        if role is not None:
-            where += " AND l.role = ?"
-            params.append(role)
+        where, params = _equal({f"l.{col}": value for col, value in filters.items()})
         columns = _cols("l", _rows.LLM_CALL_COLUMNS)
         with self._tx(write=False) as cur:
             rows = cur.all(
@@ -1034,3 +978,10 @@ class SqlKernelStore(KernelStore, abc.ABC):
             location=self._location(),
             counts={t: int(row[t]) for t in _rows.TABLES},
         )
+
+
+def _equal(filters: Mapping[str, str]) -> tuple[str, list[str]]:
+    """A WHERE condition that each column equals its value (always true when there are none),
+    and its parameters."""
+    where = " AND ".join(f"{col} = ?" for col in filters) or "1 = 1"
+    return where, list(filters.values())

@@ -7,6 +7,7 @@ MCP server talk to this interface only.
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -30,6 +31,7 @@ from accelopt_mcp.models import (
     Solution,
     Workload,
 )
+from accelopt_mcp.store._checks import canonical_uuid, check_limit, check_strings
 
 # --------------------------------------------------------------------------- errors
 
@@ -386,6 +388,22 @@ class StoreStats(Row):
 # --------------------------------------------------------------------------- interface
 
 
+def _given(filters: dict[str, str | None]) -> dict[str, str]:
+    """The filters that were given (not None)."""
+    return {column: value for column, value in filters.items() if value is not None}
+
+
+@dataclasses.dataclass(frozen=True)
+class Ranking:
+    """What best_solutions was asked, checked: the arguments of the ranking query."""
+
+    definition_name: str
+    hardware: str | None
+    workload_uuid: str | None
+    limit: int
+    include_flagged: bool
+
+
 class KernelStore(abc.ABC):
     """The kernel database. Upserts are idempotent: storing the same record twice yields one row
     and returns its key. Methods are thread-safe; a store is used from worker threads."""
@@ -461,7 +479,6 @@ class KernelStore(abc.ABC):
         """The solution of this definition with this source hash, if stored (the same source
         may be stored under other definitions too, as other solutions)."""
 
-    @abc.abstractmethod
     def list_solutions(
         self,
         *,
@@ -473,6 +490,24 @@ class KernelStore(abc.ABC):
         offset: int = 0,
     ) -> list[StoredSolution]:
         """Oldest first. `run_id` matches evolve_metadata.run_id."""
+        check_limit(limit, offset)
+        check_strings(
+            definition_name=definition_name, run_id=run_id, language=language, author=author
+        )
+        filters = {
+            "definition_name": definition_name,
+            "run_id": run_id,
+            "spec_language": language,
+            "author": author,
+        }
+        return self._list_solutions(_given(filters), limit, offset)
+
+    @abc.abstractmethod
+    def _list_solutions(
+        self, filters: dict[str, str], limit: int | None, offset: int
+    ) -> list[StoredSolution]:
+        """list_solutions' query, its arguments checked: `filters` maps a column of the
+        solutions table to the value it must equal (only the filters given)."""
 
     @abc.abstractmethod
     def ancestors(self, solution_id: str) -> list[StoredSolution]:
@@ -506,7 +541,6 @@ class KernelStore(abc.ABC):
     def list_measurements(self, profile_id: str) -> list[StoredMeasurement]:
         """Every measurement of a profile, oldest first (empty for an unknown id)."""
 
-    @abc.abstractmethod
     def list_profiles(
         self,
         *,
@@ -517,9 +551,30 @@ class KernelStore(abc.ABC):
         status: str | None = None,
         limit: int | None = None,
         offset: int = 0,
-    ) -> list[StoredProfile]: ...
+    ) -> list[StoredProfile]:
+        """Oldest first; each filter given must match (`run_id`: the solution's run)."""
+        check_limit(limit, offset)
+        check_strings(workload_uuid=workload_uuid, run_id=run_id, hardware=hardware, status=status)
+        if solution_id is not None:
+            solution_id = canonical_uuid(solution_id)
+            if solution_id is None:
+                return []
+        filters = {
+            "solution_id": solution_id,
+            "workload_uuid": workload_uuid,
+            "run_id": run_id,
+            "eval_hardware": hardware,
+            "eval_status": status,
+        }
+        return self._list_profiles(_given(filters), limit, offset)
 
     @abc.abstractmethod
+    def _list_profiles(
+        self, filters: dict[str, str], limit: int | None, offset: int
+    ) -> list[StoredProfile]:
+        """list_profiles' query, its arguments checked: `filters` maps a column of the
+        profiles table (run_id: the solution's) to the value it must equal."""
+
     def best_solutions(
         self,
         definition_name: str,
@@ -532,6 +587,19 @@ class KernelStore(abc.ABC):
         """Correct (PASSED) solutions, fastest first, one entry per solution (its best profile).
         A profile whose evaluation carries an untrusted flag (models/evaluation.py: above_peak,
         constant_output, any flag not informational) ranks nothing unless include_flagged."""
+        check_limit(limit)
+        check_strings(
+            definition_name=definition_name, hardware=hardware, workload_uuid=workload_uuid
+        )
+        if limit == 0:
+            return []
+        return self._best_solutions(
+            Ranking(definition_name, hardware, workload_uuid, limit, bool(include_flagged))
+        )
+
+    @abc.abstractmethod
+    def _best_solutions(self, ranking: Ranking) -> list[RankedSolution]:
+        """best_solutions' query, its arguments checked (limit at least 1)."""
 
     def ranked_solutions(
         self,
@@ -632,12 +700,19 @@ class KernelStore(abc.ABC):
     @abc.abstractmethod
     def get_experience(self, experience_id: str) -> ExperienceRecord | None: ...
 
-    @abc.abstractmethod
     def recent_experiences(
         self, *, run_id: str | None = None, namespace: str | None = None, limit: int
     ) -> list[ExperienceRecord]:
         """The working memory: the newest `limit` items not removed, returned oldest first
         (queue order)."""
+        check_limit(limit)
+        check_strings(run_id=run_id, namespace=namespace)
+        return self._recent_experiences(_given({"run_id": run_id, "namespace": namespace}), limit)
+
+    @abc.abstractmethod
+    def _recent_experiences(self, filters: dict[str, str], limit: int) -> list[ExperienceRecord]:
+        """recent_experiences' query, its arguments checked: `filters` maps a column of the
+        experiences table to the value it must equal."""
 
     @abc.abstractmethod
     def search_experiences(
@@ -670,7 +745,6 @@ class KernelStore(abc.ABC):
         stored redacted, messages and reply compressed (zlib). Raises UnknownReferenceError
         for an unknown run."""
 
-    @abc.abstractmethod
     def list_llm_calls(
         self,
         run_id: str,
@@ -681,6 +755,16 @@ class KernelStore(abc.ABC):
     ) -> list[LlmCallRecord]:
         """A run's calls (of one role, or all) in the order they started, oldest first;
         metadata only (messages and reply None). `limit` None: all from `offset`."""
+        check_limit(limit, offset)
+        check_strings(run_id=run_id, role=role)
+        return self._list_llm_calls(_given({"run_id": run_id, "role": role}), limit, offset)
+
+    @abc.abstractmethod
+    def _list_llm_calls(
+        self, filters: dict[str, str], limit: int | None, offset: int
+    ) -> list[LlmCallRecord]:
+        """list_llm_calls' query, its arguments checked: `filters` maps a column of the
+        llm_calls table to the value it must equal (run_id always)."""
 
     @abc.abstractmethod
     def get_llm_call(self, call_id: str) -> LlmCallRecord | None:

@@ -9,6 +9,7 @@ applied. A DSN's password never appears in a message.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -29,6 +30,7 @@ from accelopt_mcp.store._sql import BATCH_CALLS, Batch, Cursor, Row, SqlKernelSt
 from accelopt_mcp.store.base import (
     ConflictError,
     RankedSolution,
+    Ranking,
     RunStatus,
     StoreError,
     StoreUnavailableError,
@@ -699,19 +701,7 @@ class PostgresStore(SqlKernelStore):
     def _for_update(self) -> str:
         return " FOR UPDATE"
 
-    def best_solutions(
-        self,
-        definition_name: str,
-        *,
-        hardware: str | None = None,
-        workload_uuid: str | None = None,
-        limit: int = 10,
-        include_flagged: bool = False,
-    ) -> list[RankedSolution]:
-        _rows.check_limit(limit)
-        _rows.check_strings(
-            definition_name=definition_name, hardware=hardware, workload_uuid=workload_uuid
-        )
+    def _best_solutions(self, ranking: Ranking) -> list[RankedSolution]:
         # The schema's best_solutions ranks (the function the Supabase store calls through
         # PostgREST: one ranking, one tie rule); the winners' rows are read in the same
         # statement.
@@ -722,7 +712,7 @@ class PostgresStore(SqlKernelStore):
                 "FROM best_solutions(?, ?, ?, ?::integer, ?::boolean) b "
                 "JOIN solutions s ON s.id = b.solution_id JOIN profiles p ON p.id = b.profile_id "
                 "ORDER BY b.place",
-                (definition_name, hardware, workload_uuid, limit, bool(include_flagged)),
+                dataclasses.astuple(ranking),
             )
         return [
             RankedSolution(

@@ -33,6 +33,7 @@ from accelopt_mcp.store._sql import (
 from accelopt_mcp.store.base import (
     ConflictError,
     RankedSolution,
+    Ranking,
     RunStatus,
     StoreError,
     StoreUnavailableError,
@@ -572,39 +573,27 @@ class SqliteStore(SqlKernelStore):
     def _no_limit(self) -> int:
         return -1
 
-    def best_solutions(
-        self,
-        definition_name: str,
-        *,
-        hardware: str | None = None,
-        workload_uuid: str | None = None,
-        limit: int = 10,
-        include_flagged: bool = False,
-    ) -> list[RankedSolution]:
+    def _best_solutions(self, ranking: Ranking) -> list[RankedSolution]:
         # The PostgreSQL and Supabase stores call the schema's function best_solutions; SQLite
         # has no stored functions, and its planner would sort every profile of the definition
         # for the one query (see _ranking_source), so it walks the latency index in batches,
         # ranking by the same rule.
-        _rows.check_limit(limit)
-        _rows.check_strings(
-            definition_name=definition_name, hardware=hardware, workload_uuid=workload_uuid
-        )
         where = ["s.definition_name = ?", "p.eval_status = 'PASSED'", "p.latency_ms IS NOT NULL"]
-        if not include_flagged:
+        if not ranking.include_flagged:
             where.append("p.trusted = TRUE")
-        params: list[Any] = [definition_name]
-        if hardware is not None:
+        params: list[Any] = [ranking.definition_name]
+        if ranking.hardware is not None:
             where.append("p.eval_hardware = ?")
-            params.append(hardware)
-        if workload_uuid is not None:
+            params.append(ranking.hardware)
+        if ranking.workload_uuid is not None:
             where.append("p.workload_uuid = ?")
-            params.append(workload_uuid)
+            params.append(ranking.workload_uuid)
         # Profiles in ranking order, ids only; the first row of each solution is its fastest
         # profile. Reading in batches lets the database walk the latency index and stop early
         # instead of ranking every profile of the definition, and only the winners' records
         # are read in full and decoded (at 100k profiles the decoding of the rows passed over
         # cost more than the query).
-        batch = 2 * limit + 4
+        batch = 2 * ranking.limit + 4
         # The tie rule of every store (schema_v2.txt's best_solutions): lower latency, then
         # the solution stored first, then the profile stored first (created_at, then id).
         order = "p.latency_ms, s.rowid, p.created_at, p.id"
@@ -613,13 +602,13 @@ class SqliteStore(SqlKernelStore):
         with self._tx(write=False) as cur:
             sql = (
                 f"SELECT s.id AS s_id, p.id AS p_id "
-                f"FROM {self._ranking_source(cur, definition_name, batch)} "
+                f"FROM {self._ranking_source(cur, ranking.definition_name, batch)} "
                 f"WHERE {' AND '.join(where)} ORDER BY {order} LIMIT ? OFFSET ?"
             )
-            while len(chosen) < limit:
+            while len(chosen) < ranking.limit:
                 rows = cur.all(sql, (*params, batch, offset))
                 for r in rows:
-                    if len(chosen) < limit:
+                    if len(chosen) < ranking.limit:
                         chosen.setdefault(str(r["s_id"]), str(r["p_id"]))
                 if len(rows) < batch:
                     break

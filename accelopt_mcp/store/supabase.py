@@ -48,6 +48,7 @@ from accelopt_mcp.store.base import (
     LlmCallRecord,
     LlmTotals,
     RankedSolution,
+    Ranking,
     RunEntry,
     RunRecord,
     RunStatus,
@@ -273,6 +274,13 @@ class SupabaseStore(KernelStore):
             if len(page) < want:
                 return rows
 
+    def _filtered(self, table: str, columns: Sequence[str], filters: dict[str, str]) -> Query:
+        """The rows of `table` (these columns) where each filter's column equals its value."""
+        query = self._table(table).select(",".join(columns))
+        for column, value in filters.items():
+            query = query.eq(column, value)
+        return query
+
     @staticmethod
     def _canonical_solution(solution_id: str | None, role: str) -> str | None:
         if solution_id is None:
@@ -464,34 +472,15 @@ class SupabaseStore(KernelStore):
         row = self._first(self._by_hash(definition_name, solution_hash, hash_version))
         return None if row is None else _rows.solution_from_row(row)
 
-    def list_solutions(
-        self,
-        *,
-        definition_name: str | None = None,
-        run_id: str | None = None,
-        language: str | None = None,
-        author: str | None = None,
-        limit: int | None = None,
-        offset: int = 0,
+    def _list_solutions(
+        self, filters: dict[str, str], limit: int | None, offset: int
     ) -> list[StoredSolution]:
-        _rows.check_limit(limit, offset)
-        _rows.check_strings(
-            definition_name=definition_name, run_id=run_id, language=language, author=author
-        )
-        filters = {
-            "definition_name": definition_name,
-            "run_id": run_id,
-            "spec_language": language,
-            "author": author,
-        }
-        columns = ",".join(_rows.SOLUTION_COLUMNS)
-
         def query() -> Query:
-            q = self._table("solutions").select(columns)
-            for column, value in filters.items():
-                if value is not None:
-                    q = q.eq(column, value)
-            return q.order("seq").order("id")
+            return (
+                self._filtered("solutions", _rows.SOLUTION_COLUMNS, filters)
+                .order("seq")
+                .order("id")
+            )
 
         return [_rows.solution_from_row(r) for r in self._paged(query, limit, offset)]
 
@@ -641,64 +630,26 @@ class SupabaseStore(KernelStore):
         )
         return None if row is None else _rows.profile_from_row(row)
 
-    def list_profiles(
-        self,
-        *,
-        solution_id: str | None = None,
-        workload_uuid: str | None = None,
-        run_id: str | None = None,
-        hardware: str | None = None,
-        status: str | None = None,
-        limit: int | None = None,
-        offset: int = 0,
+    def _list_profiles(
+        self, filters: dict[str, str], limit: int | None, offset: int
     ) -> list[StoredProfile]:
-        _rows.check_limit(limit, offset)
-        _rows.check_strings(
-            workload_uuid=workload_uuid, run_id=run_id, hardware=hardware, status=status
-        )
-        if solution_id is not None:
-            solution_id = _rows.canonical_uuid(solution_id)
-            if solution_id is None:
-                return []
-        filters = {
-            "solution_id": solution_id,
-            "workload_uuid": workload_uuid,
-            "run_id": run_id,
-            "eval_hardware": hardware,
-            "eval_status": status,
-        }
-        columns = ",".join(_rows.PROFILE_COLUMNS)
-
         def query() -> Query:
-            q = self._table("solution_profiles").select(columns)
-            for column, value in filters.items():
-                if value is not None:
-                    q = q.eq(column, value)
-            return q.order("created_at").order("id")
+            columns = _rows.PROFILE_COLUMNS
+            return (
+                self._filtered("solution_profiles", columns, filters)
+                .order("created_at")
+                .order("id")
+            )
 
         return [_rows.profile_from_row(r) for r in self._paged(query, limit, offset)]
 
-    def best_solutions(
-        self,
-        definition_name: str,
-        *,
-        hardware: str | None = None,
-        workload_uuid: str | None = None,
-        limit: int = 10,
-        include_flagged: bool = False,
-    ) -> list[RankedSolution]:
-        _rows.check_limit(limit)
-        _rows.check_strings(
-            definition_name=definition_name, hardware=hardware, workload_uuid=workload_uuid
-        )
-        if limit == 0:
-            return []
+    def _best_solutions(self, ranking: Ranking) -> list[RankedSolution]:
         arguments: dict[str, Any] = {
-            "p_definition_name": definition_name,
-            "p_hardware": hardware,
-            "p_workload_uuid": workload_uuid,
-            "p_limit": limit,
-            "p_include_flagged": bool(include_flagged),
+            "p_definition_name": ranking.definition_name,
+            "p_hardware": ranking.hardware,
+            "p_workload_uuid": ranking.workload_uuid,
+            "p_limit": ranking.limit,
+            "p_include_flagged": bool(ranking.include_flagged),
         }
         # The schema's best_solutions ranks, as for the PostgreSQL store: one ranking, one tie
         # rule. Then the winners' rows, by id.
@@ -926,23 +877,10 @@ class SupabaseStore(KernelStore):
         )
         return None if row is None else _rows.experience_from_row(row)
 
-    def recent_experiences(
-        self, *, run_id: str | None = None, namespace: str | None = None, limit: int
-    ) -> list[ExperienceRecord]:
-        _rows.check_limit(limit)
-        _rows.check_strings(run_id=run_id, namespace=namespace)
-
+    def _recent_experiences(self, filters: dict[str, str], limit: int) -> list[ExperienceRecord]:
         def query() -> Query:
-            q = (
-                self._table("experiences")
-                .select(",".join(_rows.EXPERIENCE_COLUMNS))
-                .eq("removed", False)
-            )
-            if run_id is not None:
-                q = q.eq("run_id", run_id)
-            if namespace is not None:
-                q = q.eq("namespace", namespace)
-            return q.order("seq", desc=True)
+            q = self._filtered("experiences", _rows.EXPERIENCE_COLUMNS, filters)
+            return q.eq("removed", False).order("seq", desc=True)
 
         rows = self._paged(query, limit)
         return [_rows.experience_from_row(r) for r in reversed(rows)]
@@ -1040,22 +978,11 @@ class SupabaseStore(KernelStore):
         )
         return call_id
 
-    def list_llm_calls(
-        self,
-        run_id: str,
-        *,
-        role: str | None = None,
-        limit: int | None = None,
-        offset: int = 0,
+    def _list_llm_calls(
+        self, filters: dict[str, str], limit: int | None, offset: int
     ) -> list[LlmCallRecord]:
-        _rows.check_limit(limit, offset)
-        _rows.check_strings(run_id=run_id, role=role)
-
         def query() -> Query:
-            q = self._table("llm_calls").select(",".join(_rows.LLM_CALL_COLUMNS))
-            q = q.eq("run_id", run_id)
-            if role is not None:
-                q = q.eq("role", role)
+            q = self._filtered("llm_calls", _rows.LLM_CALL_COLUMNS, filters)
             return q.order("created_at").order("id")
 
         return [_rows.llm_call_from_row(r) for r in self._paged(query, limit, offset)]
