@@ -16,6 +16,7 @@ from accelopt_mcp.engine.selection import SpeedupMeasured
 from accelopt_mcp.linking import store_kernel
 from accelopt_mcp.mcp_tools import ids
 from accelopt_mcp.mcp_tools.app import NotFoundError
+from accelopt_mcp.mcp_tools.database_check import check_database_url
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
 from accelopt_mcp.mcp_tools.views import (
     DEFAULT_PAGE,
@@ -236,8 +237,12 @@ def check_database(
 ) -> StoreCheck:
     """Check that the kernel database answers, accepts the key and has the schema. When it
     does not (e.g. a Supabase URL that does not answer), `ok` is false and `message` and
-    `next_steps` say how to set it up: relay them to the user and stop."""
-    return check_store(url or state_of(ctx).store_url)
+    `next_steps` say how to set it up: relay them to the user and stop. Another database
+    than the server's own is checked without the server's secrets (database_check.py)."""
+    state = state_of(ctx)
+    if url is None:
+        return check_store(state.store_url)
+    return check_database_url(url, state.store_url, state.roots)
 
 
 def list_definitions(

@@ -4,13 +4,16 @@ confined to the server's roots, through the real tools of an in-process MCP clie
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
@@ -194,3 +197,66 @@ async def test_paths_inside_the_roots_still_work(client: Client, layout: dict[st
     }
     report = await ok(client, "profile_kernel", args)
     assert report["correct"] is True, report
+
+
+# --------------------------------------------------------------------------- check_database
+
+
+class _HeaderLog(http.server.BaseHTTPRequestHandler):
+    """Records every header sent to it: a local listener posing as a Supabase project."""
+
+    seen: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append(str(self.headers))
+        self.send_response(404)
+        self.end_headers()
+
+    do_HEAD = do_GET
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def listener() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HeaderLog)
+    _HeaderLog.seen = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_check_database_hands_no_secret_to_a_url_the_client_names(
+    client: Client, layout: dict[str, Path], listener: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prompt-injected agent names a database of the attacker's: the server's Supabase key
+    goes nowhere but where it belongs, its PostgreSQL password to no other host, and no SQLite
+    file outside the roots is opened (it would tell whether the file exists and its tables)."""
+    monkeypatch.setenv("SUPABASE_KEY", SECRET)
+    monkeypatch.delenv("SUPABASE_URL", raising=False)
+    monkeypatch.setenv("PGPASSWORD", SECRET)
+    check = await ok(client, "check_database", {"url": listener})
+    assert check["ok"] is False
+    assert _HeaderLog.seen, "the check never reached the listener"
+    assert not any(SECRET in headers for headers in _HeaderLog.seen)
+    assert "sends SUPABASE_KEY only" in check["next_steps"][0]
+    # Where the key belongs (the project the user configured), it is sent.
+    monkeypatch.setenv("SUPABASE_URL", listener)
+    _HeaderLog.seen.clear()
+    await ok(client, "check_database", {"url": listener})
+    assert any(SECRET in headers for headers in _HeaderLog.seen)
+
+    for dsn in ("postgresql://someone@db.invalid:5432/x", "host=db.invalid,127.0.0.1 dbname=x"):
+        message = await fails(client, "check_database", {"url": dsn}, "url", "this host")
+        assert SECRET not in message
+    outside = layout["outside"] / "kernels.db"
+    sqlite3.connect(outside).execute(f"CREATE TABLE t_{SECRET.replace('-', '_')} (x)").close()
+    message = await fails(
+        client, "check_database", {"url": str(outside)}, "outside the server's roots"
+    )
+    assert SECRET.replace("-", "_") not in message
