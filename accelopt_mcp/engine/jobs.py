@@ -94,6 +94,16 @@ class OptimizeRequest(BaseModel):
     workload: str | None = None
     """A workload uuid or index; default the first."""
     config: OptimizeConfig = Field(default_factory=OptimizeConfig)
+    read_within: list[str] | None = None
+    """Folders (resolved) the task may read from: the MCP server's roots, so that a definition's
+    trace set is never looked for above them. None: anywhere (the CLI)."""
+
+    def within(self) -> Callable[[Path], bool] | None:
+        """`read_within` as a test of a resolved path, for load_task."""
+        if self.read_within is None:
+            return None
+        roots = [Path(root) for root in self.read_within]
+        return lambda path: any(path == root or path.is_relative_to(root) for root in roots)
 
     @model_validator(mode="after")
     def _one_kernel(self) -> OptimizeRequest:
@@ -231,7 +241,9 @@ class JobManager:
                 load_role_configs(Path(config_path) if config_path else None),
                 roles_used(request.config.summarize),
             )
-        task = load_task(Path(request.task_path), workload=request.workload)
+        task = load_task(
+            Path(request.task_path), workload=request.workload, within=request.within()
+        )
         solution = kernel_solution(
             task,
             kernel_path=request.kernel_path,

@@ -216,7 +216,10 @@ def compare_kernels(
             "(list_backends says which run here)"
         )
     comparing.check_count(len(kernels))
-    task = load_task(state_of(ctx).roots.file_or_dir(task_path, "task_path"), workload=workload)
+    roots = state_of(ctx).roots
+    task = load_task(
+        roots.file_or_dir(task_path, "task_path"), workload=workload, within=roots.contains
+    )
     hardware = list(backends.backend_info(backend).target_hardware)
     chosen = [_kernel(task, k, i, ctx, hardware) for i, k in enumerate(kernels)]
     config = BenchmarkConfig(

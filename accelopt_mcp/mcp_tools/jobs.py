@@ -156,6 +156,7 @@ def start_optimization(
         kernel_source=kernel_source,
         workload=workload,
         config=config,
+        read_within=[str(root) for root in roots.paths],
     )
     _check_initial_kernel(request)
     jobs = state_of(ctx).jobs()
@@ -175,7 +176,9 @@ def _names_a_file(value: str) -> bool:
 def _check_initial_kernel(request: OptimizeRequest) -> None:
     """Refuse, before a job is stored, an initial kernel that is not valid Python: the run
     would only stop on it (profile_kernel reports such a kernel as COMPILE_ERROR)."""
-    task = load_task(Path(request.task_path).expanduser(), workload=request.workload)
+    task = load_task(
+        Path(request.task_path).expanduser(), workload=request.workload, within=request.within()
+    )
     solution = kernel_solution(
         task,
         kernel_path=request.kernel_path,

@@ -195,7 +195,9 @@ def profile_kernel(
             "(list_backends says which run here)"
         )
     roots = state_of(ctx).roots
-    task = load_task(roots.file_or_dir(task_path, "task_path"), workload=workload)
+    task = load_task(
+        roots.file_or_dir(task_path, "task_path"), workload=workload, within=roots.contains
+    )
     solution = kernel_solution(
         task,
         kernel_path=(

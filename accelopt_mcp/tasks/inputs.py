@@ -54,7 +54,16 @@ def input_plan(
             entry.update(kind="scalar", value=source.value)
         elif source is not None and source.type == "safetensors":
             path = Path(source.path)
-            if not path.is_absolute() and base_dir is not None:
+            # Task files are untrusted: a path out of the trace set (absolute, or through
+            # '..') would have the trusted harness read any file on the host, and the error
+            # below tell whether it exists. Refused before anything is looked up.
+            if path.is_absolute() or ".." in path.parts:
+                raise InputError(
+                    f"input {name!r} of workload {workload.uuid}: a safetensors path must be "
+                    "relative to the trace-set directory and stay inside it (no leading '/', no "
+                    "'..'); move the file into the trace set and name it from there"
+                )
+            if base_dir is not None:
                 path = base_dir / path
             if not path.is_file():
                 raise InputError(

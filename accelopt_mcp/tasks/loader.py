@@ -3,6 +3,7 @@ Kernels (solutions) are loaded by accelopt_mcp.tasks.kernels."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from accelopt_mcp.models import (
@@ -19,20 +20,24 @@ from accelopt_mcp.tasks.flashinfer_format import (
 from accelopt_mcp.tasks.nkibench import default_workload, definition_from_task, is_nkibench_task
 
 
-def load_task(path: Path, *, workload: str | None = None) -> Task:
+def load_task(
+    path: Path, *, workload: str | None = None, within: Callable[[Path], bool] | None = None
+) -> Task:
     """A task from a definition .json, an NKIBench task .py, or a directory holding one of
     those (a FlashInfer trace-set directory with a single definition counts).
 
     workload: a workload uuid or its index among the definition's workloads; default the first.
+    within: where the task may read (the MCP server's roots): a definition's trace set is looked
+    for only in folders that pass it, never above them.
     """
     path = Path(path)
     if path.is_dir():
-        return _task_from_dir(path, workload)
+        return _task_from_dir(path, workload, within)
     if not path.exists():
         raise TaskFileError(f"task path {str(path)!r} does not exist")
     if path.suffix == ".json":
         definition = load_definition(path)
-        return Task(definition=definition, workload=_pick(definition, path, workload))
+        return Task(definition=definition, workload=_pick(definition, path, workload, within))
     if path.suffix == ".py":
         definition = definition_from_task(path)
         return Task(definition=definition, workload=_pick(definition, None, workload))
@@ -42,7 +47,7 @@ def load_task(path: Path, *, workload: str | None = None) -> Task:
     )
 
 
-def _task_from_dir(root: Path, workload: str | None) -> Task:
+def _task_from_dir(root: Path, workload: str | None, within: Callable[[Path], bool] | None) -> Task:
     if is_trace_set(root):
         trace_set = load_trace_set(root)
         if len(trace_set.definitions) != 1:
@@ -69,7 +74,7 @@ def _task_from_dir(root: Path, workload: str | None) -> Task:
             f"directory {str(root)!r} must hold exactly one definition .json or NKIBench task "
             f".py (found: {found}); give the file's path instead{hint}"
         )
-    return load_task(candidates[0], workload=workload)
+    return load_task(candidates[0], workload=workload, within=within)
 
 
 def _looks_like_definition(path: Path) -> bool:
@@ -80,12 +85,20 @@ def _looks_like_definition(path: Path) -> bool:
     return '"reference"' in text and '"axes"' in text
 
 
-def _pick(definition: Definition, definition_file: Path | None, workload: str | None) -> Workload:
-    """Workloads for a definition file: those of its trace set (when it sits in one), else the
-    single default workload of an all-const definition."""
+def _pick(
+    definition: Definition,
+    definition_file: Path | None,
+    workload: str | None,
+    within: Callable[[Path], bool] | None = None,
+) -> Workload:
+    """Workloads for a definition file: those of its trace set (when it sits in one, at most
+    four folders up and, given `within`, no higher than it allows), else the single default
+    workload of an all-const definition."""
     known: list[Workload] = []
     if definition_file is not None:
         for parent in list(definition_file.parents)[:4]:
+            if within is not None and not within(parent):
+                break
             if is_trace_set(parent):
                 known = load_trace_set(parent).workloads.get(definition.name, [])
                 break

@@ -199,6 +199,24 @@ async def test_paths_inside_the_roots_still_work(client: Client, layout: dict[st
     assert report["correct"] is True, report
 
 
+async def test_a_task_finds_no_trace_set_above_the_roots(tmp_path: Path) -> None:
+    """A definition in a root whose workloads sit in a trace set above it: the server looks
+    for them only inside its roots (they would tell what lies above, and be read)."""
+    above = tmp_path / "above"
+    shutil.copytree(TRACE_DIR, above)
+    root = above / "definitions"
+    uuid = json.loads((above / "workloads" / "silu_n1024.jsonl").read_text().splitlines()[0])
+    uuid = uuid["workload"]["uuid"]
+    task = str(root / SILU_TASK.name)
+    async with served(str(tmp_path / "k.db"), tmp_path, roots=Roots.of([root])) as client:
+        message = await fails(client, "profile_kernel", {"task_path": task}, "silu_n1024")
+        assert uuid not in message
+    # The same file with the trace set inside the roots finds its workload.
+    async with served(str(tmp_path / "k2.db"), tmp_path, roots=Roots.of([above])) as client:
+        message = await fails(client, "profile_kernel", {"task_path": task}, "kernel")
+        assert "workload" not in message
+
+
 # --------------------------------------------------------------------------- check_database
 
 

@@ -61,6 +61,20 @@ def test_missing_safetensors_file_is_a_clear_error(tmp_path: Path) -> None:
         input_plan(definition(), workload(x=source), base_dir=tmp_path)
 
 
+@pytest.mark.parametrize("path", ["/etc/shadow", "../outside/x.safetensors", "a/../../x"])
+def test_a_safetensors_path_out_of_the_trace_set_is_refused_unlooked(
+    tmp_path: Path, path: str
+) -> None:
+    """A task file is untrusted: a path out of its trace set would have the harness read any
+    file, and 'does not exist' tell which exist. Refused before it is looked up."""
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "x.safetensors").write_bytes(b"")
+    source = SafetensorsInput(path=path, tensor_key="x")
+    with pytest.raises(InputError, match="stay inside it") as caught:
+        input_plan(definition(), workload(x=source), base_dir=tmp_path / "set")
+    assert "does not exist" not in str(caught.value)
+
+
 def test_unknown_workload_input_is_rejected() -> None:
     with pytest.raises(InputError, match="does not have"):
         input_plan(definition(), workload(zzz=RandomInput()))
