@@ -33,7 +33,7 @@ from accelopt_mcp.backends.cpu_peaks import PeakMeasurementError, PeakSource, me
 from accelopt_mcp.backends.cpu_session import live_jails
 from accelopt_mcp.backends.host_facts import environment_libs
 from accelopt_mcp.backends.roofline import NO_ROOFLINE_LINE, ROOFLINE_LINE, is_above_peak
-from accelopt_mcp.isolation.jail import MODE_VARIABLE, jail_status
+from accelopt_mcp.isolation.jail_probe import MODE_VARIABLE, jail_status
 from accelopt_mcp.isolation.sandbox import (
     SandboxResult,
     address_space_backstop_mb,

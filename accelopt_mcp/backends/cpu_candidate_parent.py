@@ -83,7 +83,8 @@ class JailedRunner:
         self._ack, ack_w = os.pipe()
         # Imported when a runner starts, not with this module (which the server's cpu backend
         # reaches through cpu_session for live_jails).
-        from accelopt_mcp.isolation.jail import jail_status, python_for_jail, spawn_jailed
+        from accelopt_mcp.isolation.jail import spawn_jailed
+        from accelopt_mcp.isolation.jail_probe import jail_status, python_for_jail
 
         spec = {
             "entry": str(entry),

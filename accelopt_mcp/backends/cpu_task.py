@@ -150,7 +150,8 @@ class JailedHarness:
     transform refuses a kernel's outputs."""
 
     def __init__(self, job: dict[str, Any], folder: Path) -> None:
-        from accelopt_mcp.isolation.jail import python_for_jail, spawn_jailed
+        from accelopt_mcp.isolation.jail import spawn_jailed
+        from accelopt_mcp.isolation.jail_probe import python_for_jail
         from accelopt_mcp.tasks.inputs import needs_torch
 
         self.job = job

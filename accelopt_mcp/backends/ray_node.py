@@ -26,7 +26,7 @@ from typing import Any
 
 from accelopt_mcp.backends.base import Backend, BackendUnavailableError, Baseline
 from accelopt_mcp.backends.registry import backend_class, list_backends
-from accelopt_mcp.isolation.jail import jail_status
+from accelopt_mcp.isolation.jail_probe import jail_status
 from accelopt_mcp.models import BenchmarkConfig, Solution, Task
 
 UNJAILED_ENV = "ACCELOPT_RAY_ALLOW_UNJAILED"

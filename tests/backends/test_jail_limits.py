@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from accelopt_mcp.backends.cpu import CpuBackend
-from accelopt_mcp.isolation.jail import jail_status, python_for_jail, spawn_jailed
+from accelopt_mcp.isolation.jail import spawn_jailed
+from accelopt_mcp.isolation.jail_probe import jail_status, python_for_jail
 from accelopt_mcp.isolation.sandbox import address_space_backstop_mb
 from accelopt_mcp.models import EvaluationStatus
 from tests.backends.test_cpu_backend import FAST, python_solution, scale_task

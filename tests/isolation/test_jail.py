@@ -23,13 +23,10 @@ from typing import Any
 import pytest
 
 from accelopt_mcp.isolation.cgroups import CGROUP_ROOT, v2_parent
-from accelopt_mcp.isolation.jail import (
-    JAIL_UID,
-    JailedProcess,
-    jail_status,
-    python_for_jail,
-    spawn_jailed,
-)
+from accelopt_mcp.isolation.jail import spawn_jailed
+from accelopt_mcp.isolation.jail_argv import JAIL_UID
+from accelopt_mcp.isolation.jail_probe import jail_status, python_for_jail
+from accelopt_mcp.isolation.jail_process import JailedProcess
 
 REPO = Path(__file__).resolve().parents[2]
 SITE_PACKAGES = Path(next(p for p in sys.path if p.endswith("site-packages")))
@@ -628,7 +625,8 @@ def test_the_fallback_still_runs_but_says_it_is_not_isolated(
 _OWNER = r"""
 import json, sys, time
 from pathlib import Path
-from accelopt_mcp.isolation.jail import python_for_jail, spawn_jailed
+from accelopt_mcp.isolation.jail import spawn_jailed
+from accelopt_mcp.isolation.jail_probe import python_for_jail
 work = Path(sys.argv[1])
 jails = []
 for name in ("running", "frozen"):
@@ -696,7 +694,8 @@ def test_cpus_are_enforced_not_just_advised(work: Path) -> None:
 
 _LAPTOP = r"""
 import json, os, sys
-from accelopt_mcp.isolation.jail import jail_status, python_for_jail, spawn_jailed
+from accelopt_mcp.isolation.jail import spawn_jailed
+from accelopt_mcp.isolation.jail_probe import jail_status, python_for_jail
 r, w = os.pipe()
 proc = spawn_jailed([python_for_jail(), "-I", "-c",
                      "import os, sys, time; os.write(int(sys.argv[1]), str(os.getuid()).encode());"
@@ -780,7 +779,8 @@ from accelopt_mcp.isolation.sandbox import run_sandboxed
 harness = '''
 import json, os, sys, time
 from pathlib import Path
-from accelopt_mcp.isolation.jail import python_for_jail, spawn_jailed
+from accelopt_mcp.isolation.jail import spawn_jailed
+from accelopt_mcp.isolation.jail_probe import python_for_jail
 work = Path("jail")
 work.mkdir()
 proc = spawn_jailed([python_for_jail(), "-c", "while True: pass"], work_dir=work,

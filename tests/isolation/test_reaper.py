@@ -32,7 +32,7 @@ from accelopt_mcp.isolation.cgroups import (
     v1_parent,
     v2_parent,
 )
-from accelopt_mcp.isolation.jail import jail_status
+from accelopt_mcp.isolation.jail_probe import jail_status
 from tests.engine import kernels
 from tests.engine.conftest import (
     FAST_BENCH,
@@ -219,7 +219,8 @@ def leftovers(pids: dict[int, str], owners: dict[int, str]) -> str:
 _OWNER = r"""
 import json, sys, time
 from pathlib import Path
-from accelopt_mcp.isolation.jail import python_for_jail, spawn_jailed
+from accelopt_mcp.isolation.jail import spawn_jailed
+from accelopt_mcp.isolation.jail_probe import python_for_jail
 program = '''
 import os, time
 for _ in range(2):

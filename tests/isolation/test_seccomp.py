@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from accelopt_mcp.isolation import seccomp
-from accelopt_mcp.isolation.jail import jail_status, python_for_jail, spawn_jailed
+from accelopt_mcp.isolation.jail import spawn_jailed
+from accelopt_mcp.isolation.jail_probe import jail_status, python_for_jail
 
 needs_jail = pytest.mark.skipif(
     jail_status().kind != "bwrap", reason=f"no jail here: {jail_status().reason}"
