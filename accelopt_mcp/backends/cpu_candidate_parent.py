@@ -139,6 +139,10 @@ class JailedRunner:
         """The last `call`'s timed windows, wall clock."""
         self.accounted = True
         """Whether the jail's CPU time could be read for every call (else wall clock only)."""
+        self.shares_one_core = len(os.sched_getaffinity(0)) == 1
+        """This harness and the jail are confined to the same one core (every evaluation the
+        product makes): then they never run at once, and what this harness ran in a window is
+        time no other program had either."""
         self.last_ping_foreign_ns = 0
         """What the last empty call's window gave to others: where this harness shares the
         jail's core, its own steps (thaw, request, reading the ack) while the jail waits."""
@@ -311,16 +315,18 @@ class JailedRunner:
 
         What went to others: the time the jail's threads and this harness were runnable but
         waiting for a CPU, never more than the window less what the jail's tasks ran (all of
-        them, exited ones included) and less what this harness ran in it. A kernel cannot pass
-        its own work off as someone else's: its threads' time on a CPU counts as its own, and
-        time asleep is no wait. Nor can it pass off the harness's work: a kernel that keeps a
-        thread runnable all call long has a wait that covers every moment it is off the CPU,
-        the harness's thaw, request and read of the answer included, and without the second
-        bound that time would be taken out of its calls and then again, as the round trip,
-        out of everyone's (attack a19 read 1.05x the reference that way on a busy core). The
-        counters are read while it is frozen (before the thaw, after the freeze): no untimed
-        CPU for the kernel. Every contestant, the reference included, is measured this one
-        way."""
+        them, exited ones included) and, where the two share one core, less what this harness
+        ran in it. A kernel cannot pass its own work off as someone else's: its threads' time
+        on a CPU counts as its own, and time asleep is no wait. Nor can it pass off the
+        harness's work: a kernel that keeps a thread runnable all call long has a wait that
+        covers every moment it is off the core, the harness's thaw, request and read of the
+        answer included, and without the second bound that time (~130 us a call here) would be
+        taken out of its calls and then again, as the round trip, out of everyone's (attack a19
+        read 1.05x the reference on CI's busy core). On several cores the harness's CPU time
+        can overlap the jail's, so it bounds nothing there (subtracting it read a busy A/A at
+        0.65-1.19x). The counters are read while it is frozen (before the thaw, after the
+        freeze): no untimed CPU for the kernel. Every contestant, the reference included, is
+        measured this one way."""
         usage_before = self.process.cpu_usage_ns()
         own_ran_before, own_wait_before = _own_schedstat_ns()
         wait_before = self.process.run_queue_wait_ns() + own_wait_before
@@ -343,7 +349,9 @@ class JailedRunner:
         if usage_before is None or usage_after is None:
             self.accounted = False
             return elapsed, 0, status, value
-        ran = usage_after - usage_before + max(0, own_ran_after - own_ran_before)
+        ran = usage_after - usage_before
+        if self.shares_one_core:
+            ran += max(0, own_ran_after - own_ran_before)
         return elapsed, min(max(0, waited), max(0, elapsed - ran)), status, value
 
     def call(self, sets: list[list[Any]]) -> tuple[int, list[list[Any]], list[list[str]]]:
