@@ -14,6 +14,7 @@ import pytest
 
 from accelopt_mcp.backends.base import Baseline
 from accelopt_mcp.backends.cpu import CpuBackend
+from accelopt_mcp.backends.cpu_session import CONTENDED_SHARE
 from accelopt_mcp.backends.host_facts import quietest_core
 from accelopt_mcp.models import BenchmarkConfig, EvaluationStatus, Task
 from accelopt_mcp.tasks.kernels import solution_from_source
@@ -172,7 +173,10 @@ def test_a_busy_core_is_seen_and_taken_out_of_every_contestant_alike() -> None:
     assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
     assert evaluation.latency_stats is not None
     assert evaluation.latency_stats.contended, evaluation.log
-    assert evaluation.measurement["foreign_share"] > 0.1, evaluation.measurement
+    # Past the share at which the harness calls the host busy (the spinner's time only: the
+    # harness's own steps on the shared core are not another program's). A ~0.1 ms kernel that
+    # sleeps between calls is favoured by the scheduler on waking, so the share stays modest.
+    assert evaluation.measurement["foreign_share"] > CONTENDED_SHARE, evaluation.measurement
     assert "went to other programs" in evaluation.log
     assert "retaken" not in json.dumps(evaluation.measurement)
 
