@@ -10,6 +10,7 @@ import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.text import Text
 
+from accelopt_mcp.backends.registry import backend_help
 from accelopt_mcp.models import BenchmarkConfig
 from accelopt_mcp.store import STORE_ENV, open_store
 from accelopt_mcp.store.base import KernelStore, StoreError
@@ -118,6 +120,26 @@ DECIDE_AT_HELP = (
     "Speedups to decide on, comma-separated (default 1.0: faster or slower?). Sampling stops "
     "once every speedup interval is wholly above or below each; 'none': only --target-ci."
 )
+
+# The options of the commands that time kernels (profile, compare): what to time, on what, how.
+TaskOption = Annotated[
+    Path,
+    typer.Option("--task", help="Definition .json, NKIBench task .py, or a directory holding one."),
+]
+BackendOption = Annotated[str, typer.Option(help=f"One of: {backend_help()}.")]
+WorkloadOption = Annotated[
+    str | None, typer.Option(help="Workload uuid or index (default: the first).")
+]
+SeedsOption = Annotated[int | None, typer.Option(min=1, help="Number of correctness seeds.")]
+TimeoutOption = Annotated[
+    float | None,
+    typer.Option(
+        min=1,
+        help="Longest one call of a kernel or the reference may take, s (default 60); "
+        "later calls are held to 20x the first (at least 5 s).",
+    ),
+]
+DecideAtOption = Annotated[str | None, typer.Option(help=DECIDE_AT_HELP)]
 
 
 def parse_ratios(text: str | None) -> list[float] | None:
