@@ -15,7 +15,8 @@ from accelopt_mcp.backends.cluster import (
     describe_nodes,
     first_line,
 )
-from accelopt_mcp.backends.cpu_peaks import CpuPeaks, PeakMeasurementError, PeakSource
+from accelopt_mcp.backends.cpu_peaks import PeakSource
+from accelopt_mcp.backends.cpu_peaks_records import CpuPeaks, PeakMeasurementError
 from accelopt_mcp.backends.registry import backend_info
 from accelopt_mcp.cli.common import (
     BackendOption,
