@@ -4,6 +4,10 @@ Statements are written once with `?` for a parameter and `?j` for a JSON paramet
 rewrites them (psycopg: `%s`, `%s::jsonb`). References are checked inside the write
 transaction before inserting, so an unknown definition, parent or workload gets a message
 that names it instead of a bare foreign-key failure.
+
+Over ~600 lines for one reason: it is the one implementation of the whole contract (base.py,
+some forty methods over nine tables) that SQLite and PostgreSQL share; a split by table would
+spread one transaction helper and one dialect over several files that change together.
 """
 
 from __future__ import annotations

@@ -2,6 +2,10 @@
 
 Every store passes the same contract suite (tests/store/test_contract.py). The engine, CLI and
 MCP server talk to this interface only.
+
+Over ~600 lines for one reason: the contract is its records and its interface together (every
+method's docstring is the specification the three stores and tests/store/test_contract.py
+follow); apart, a change to one would be made without seeing the other.
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@
 WAL lets readers run beside the one writer; every write transaction starts with
 BEGIN IMMEDIATE, so two writers queue on the busy timeout instead of failing on a lock
 upgrade. Each thread (and each process after a fork) opens its own connection.
+
+Over ~600 lines for one reason: the SQLite dialect of _sql.py plus what only an embedded file
+has (its own schema migrations, the ranking walk and the lease UPDATE that PostgreSQL does in
+stored functions); they change together when the schema does.
 """
 
 from __future__ import annotations
