@@ -31,6 +31,7 @@ from accelopt_mcp.models import (
 from accelopt_mcp.store import _retry, _rows, _search
 from accelopt_mcp.store.base import (
     AmbiguousIdError,
+    Claim,
     ConflictError,
     ExperienceIn,
     ExperienceRecord,
@@ -42,7 +43,6 @@ from accelopt_mcp.store.base import (
     LlmTotals,
     RunEntry,
     RunRecord,
-    RunStatus,
     RunUpdate,
     StoredDefinition,
     StoredMeasurement,
@@ -648,46 +648,21 @@ class SqlKernelStore(KernelStore, abc.ABC):
     # so that of several claimers exactly one sees the run free and takes it) and return its
     # row, else None; renew a holder's lease (False: it holds the run no longer).
     @abc.abstractmethod
-    def _claim(
-        self,
-        cur: Cursor,
-        run_id: str,
-        worker_id: str,
-        lease_s: float,
-        statuses: list[str],
-        steal_from: str | None,
-        set_status: RunStatus | None,
-    ) -> Row | None: ...
+    def _claim(self, cur: Cursor, claim: Claim) -> Row | None: ...
 
     @abc.abstractmethod
     def _renew(self, cur: Cursor, run_id: str, worker_id: str, lease_s: float) -> bool: ...
 
-    def claim_run(
-        self,
-        run_id: str,
-        worker_id: str,
-        *,
-        lease_s: float,
-        statuses: Sequence[str],
-        steal_from: str | None = None,
-        set_status: RunStatus | None = None,
-    ) -> RunRecord | None:
-        _rows.check_strings(
-            run_id=run_id, worker_id=worker_id, steal_from=steal_from, set_status=set_status
-        )
-        lease = _rows.check_lease(lease_s)
-        wanted = _rows.check_statuses(statuses)
+    def _claim_run(self, claim: Claim) -> RunRecord | None:
         with self._tx(write=True) as cur:
-            row = self._claim(cur, run_id, worker_id, lease, wanted, steal_from, set_status)
-            if row is None and not self._exists(cur, "runs", "id", run_id):
-                raise UnknownReferenceError(_rows.unknown_run(run_id))
+            row = self._claim(cur, claim)
+            if row is None and not self._exists(cur, "runs", "id", claim.run_id):
+                raise UnknownReferenceError(_rows.unknown_run(claim.run_id))
         return None if row is None else _rows.run_from_row(row)
 
-    def renew_run_lease(self, run_id: str, worker_id: str, *, lease_s: float) -> bool:
-        _rows.check_strings(run_id=run_id, worker_id=worker_id)
-        lease = _rows.check_lease(lease_s)
+    def _renew_run_lease(self, run_id: str, worker_id: str, lease_s: float) -> bool:
         with self._tx(write=True) as cur:
-            return self._renew(cur, run_id, worker_id, lease)
+            return self._renew(cur, run_id, worker_id, lease_s)
 
     def release_run(self, run_id: str, worker_id: str) -> bool:
         _rows.check_strings(run_id=run_id, worker_id=worker_id)
