@@ -29,13 +29,9 @@ from accelopt_mcp.cli.common import (
     TimeoutOption,
     WorkloadOption,
     benchmark_config,
-    console,
-    fail,
     opened_store,
-    plain,
-    print_json,
-    say,
 )
+from accelopt_mcp.cli.output import console, fail, plain, print_json, say
 from accelopt_mcp.comparing import (
     comparison_text,
     interval_text,
