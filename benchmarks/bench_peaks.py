@@ -26,7 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from accelopt_mcp.backends.cpu import host_hardware
-from accelopt_mcp.backends.cpu_peaks import CorePeaks, CpuPeaks, PeakSizes, measure_peaks
+from accelopt_mcp.backends.cpu_peaks_measure import measure_peaks
+from accelopt_mcp.backends.cpu_peaks_records import CorePeaks, CpuPeaks, PeakSizes
 
 TARGET_SECONDS = 15.0
 

@@ -25,7 +25,7 @@ import click
 import typer.main
 from click.testing import CliRunner
 
-from accelopt_mcp.cli import _register, app, common
+from accelopt_mcp.cli import _register, app, output
 from accelopt_mcp.cli.common import show_store_notices
 from accelopt_mcp.isolation.cgroups import remove_stale_groups
 from accelopt_mcp.store import STORE_ENV
@@ -59,10 +59,10 @@ def _restored(cwd: str | Path | None) -> Iterator[None]:
     handlers = {name: list(logging.getLogger(name).handlers) for name in _LOGGERS}
     levels = {name: logging.getLogger(name).level for name in _LOGGERS}
     signals = {sig: signal.getsignal(sig) for sig in _SIGNALS}
-    # rich fixes a console's width from COLUMNS when the console is made (cli/common.py makes
+    # rich fixes a console's width from COLUMNS when the console is made (cli/output.py makes
     # them at import, perhaps inside an earlier run's environment): unfixed for each run, so
     # that the width follows this run's COLUMNS as a fresh process would.
-    consoles = (common.console, common.err_console)
+    consoles = (output.console, output.err_console)
     widths = [c._width for c in consoles]
     before = os.getcwd()
     try:

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from accelopt_mcp.cli import _register, app
-from accelopt_mcp.cli.common import console
+from accelopt_mcp.cli.output import console
 from accelopt_mcp.cli.runs import _slot_speedup
 from accelopt_mcp.engine.runs import SpeedupFigure, figure_text
 from accelopt_mcp.engine.selection import AttemptRecord

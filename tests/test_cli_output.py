@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from accelopt_mcp import __version__
 from accelopt_mcp.cli import _register, app
-from accelopt_mcp.cli.common import fail, say
 from accelopt_mcp.cli.optimize import EventLines, LiveDisplay, event_line, outcome
+from accelopt_mcp.cli.output import fail, say
 from accelopt_mcp.engine.checkpoint import Checkpoint, IterationSummary
 from accelopt_mcp.engine.events import Activity, EngineEvent, describe_activity
 from accelopt_mcp.engine.report import best_latency_figure

@@ -4,7 +4,7 @@ cpu backend writes (its `timing:` line, written by the backend's own function he
 
 from __future__ import annotations
 
-from accelopt_mcp.backends.cpu import _timing_lines
+from accelopt_mcp.backends.cpu_result import timing_lines
 from accelopt_mcp.models import (
     BenchmarkConfig,
     Correctness,
@@ -36,7 +36,7 @@ def evaluation(
 
 
 def timing_log(cpus: set[int] | None) -> str:
-    lines = _timing_lines(BenchmarkConfig(), ANALYSIS, CONTENTION, [], cpus)
+    lines = timing_lines(BenchmarkConfig(), ANALYSIS, CONTENTION, [], cpus)
     return "\n".join(["correct on 5 seeds; median 1.0000 ms", *lines, "roofline: none"])
 
 

@@ -29,7 +29,26 @@ from accelopt_mcp.backends.base import (
     Baseline,
     ranked_comparison,
 )
-from accelopt_mcp.backends.cpu_peaks import PeakMeasurementError, PeakSource, measured_roofline
+from accelopt_mcp.backends.cpu_peaks import PeakSource, measured_roofline
+from accelopt_mcp.backends.cpu_peaks_records import PeakMeasurementError
+from accelopt_mcp.backends.cpu_result import (
+    EVALUATION_CAP_S,
+    cap,
+    correctness_of,
+    died,
+    error_line,
+    isolation_flags,
+    join,
+    measurement,
+    memory_cgroup,
+    memory_line,
+    outcome_text,
+    output_plan,
+    pair_verdicts,
+    read_json,
+    stats,
+    timing_lines,
+)
 from accelopt_mcp.backends.cpu_session import live_jails
 from accelopt_mcp.backends.host_facts import environment_libs
 from accelopt_mcp.backends.roofline import NO_ROOFLINE_LINE, ROOFLINE_LINE, is_above_peak
@@ -37,7 +56,6 @@ from accelopt_mcp.isolation.jail_probe import MODE_VARIABLE, jail_status
 from accelopt_mcp.isolation.sandbox import (
     SandboxResult,
     address_space_backstop_mb,
-    read_result_file,
     remove_abandoned_work_dirs,
     run_sandboxed,
     work_dir_prefix,
@@ -46,13 +64,11 @@ from accelopt_mcp.models import (
     BenchmarkConfig,
     Comparison,
     Correctness,
-    Definition,
     Environment,
     Evaluation,
     EvaluationStatus,
     KernelComparison,
     Language,
-    LatencyStats,
     PairVerdict,
     Performance,
     Roofline,
@@ -61,7 +77,7 @@ from accelopt_mcp.models import (
 )
 from accelopt_mcp.pysource import parse_python, source_imports_any
 from accelopt_mcp.redaction import redact
-from accelopt_mcp.stats import Interval, robust_spread_of, verdict
+from accelopt_mcp.stats import Interval, verdict
 from accelopt_mcp.tasks.inputs import InputError, input_plan
 
 log = logging.getLogger(__name__)
@@ -106,10 +122,6 @@ def reference_style(reference: str) -> str:
         return "flashinfer"
     names = {n.name for n in module.body if isinstance(n, ast.FunctionDef)}
     return "nkibench" if "get_inputs" in names else "flashinfer"
-
-
-EVALUATION_CAP_S = 1800.0
-"""No cpu evaluation runs longer than this, whatever its settings (see evaluation_backstop_s)."""
 
 
 def evaluation_backstop_s(config: BenchmarkConfig, kernels: int) -> float:
@@ -262,7 +274,7 @@ class CpuBackend(Backend):
                     evaluations[label] = self._kernel_evaluation(
                         task, config, run, result, stage, label, names
                     )
-                pairs = _pairs(result or {}, names, [label for label, _ in runnable])
+                pairs = pair_verdicts(result or {}, names, [label for label, _ in runnable])
         return ranked_comparison(
             kernels,
             [evaluations[label] for label in labels],
@@ -326,11 +338,11 @@ class CpuBackend(Backend):
                 env=TIMING_ENV,
                 cpus=self.cpus,
             )
-            result = _read_json(work / "result.json")
+            result = read_json(work / "result.json")
             if result is not None and result.get("nonce") != job["nonce"]:
                 return self._evaluation(
                     EvaluationStatus.RUNTIME_ERROR,
-                    _join(
+                    join(
                         [
                             "the result file was not written by the profiler (forged by the "
                             "kernel?); the evaluation is void"
@@ -339,7 +351,7 @@ class CpuBackend(Backend):
                     ),
                     flags=["forged_result"],
                 )
-            stage = (_read_json(work / "progress.json") or {}).get("stage", "start-up")
+            stage = (read_json(work / "progress.json") or {}).get("stage", "start-up")
         return run, result, stage
 
     def _write_job(
@@ -386,7 +398,7 @@ class CpuBackend(Backend):
             "kernels": specs,
             "primary": primary,
             "input_plan": plan,
-            "output_plan": _output_plan(definition, workload.axes),
+            "output_plan": output_plan(definition, workload.axes),
             "use_torch": use_torch,
             "cpus": sorted(self.cpus) if self.cpus else None,
             "memory_limit_mb": config.memory_limit_mb,
@@ -415,7 +427,7 @@ class CpuBackend(Backend):
             ),
             timestamp=datetime.now(UTC).isoformat(),
             # A second line of defence: no secret leaves an evaluation, whatever printed it.
-            log=_cap(redact(log)),
+            log=cap(redact(log)),
             **fields,
         )
 
@@ -430,28 +442,21 @@ class CpuBackend(Backend):
     ) -> Evaluation:
         """The candidate's evaluation from a primary-mode run."""
         if result is None:
-            return self._evaluation(*_died(run, stage, config))
-        flags = list(dict.fromkeys(result.get("flags", []))) + _isolation_flags(result)
+            return self._evaluation(*died(run, stage, config))
+        flags = list(dict.fromkeys(result.get("flags", []))) + isolation_flags(result)
         stderr = str(result.get("candidate_stderr") or "").strip()
         if stderr:
             run = dataclasses.replace(run, stderr=f"{run.stderr}\n[kernel]\n{stderr}".strip())
         error = result.get("error")
         if error:
             return self._error_evaluation(error, run, flags)
-        status = EvaluationStatus(result["status"])
-        correctness = _correctness(result.get("correctness"))
-        if status == EvaluationStatus.INCORRECT_NUMERICAL:
-            return self._evaluation(
-                status,
-                _join([result.get("message", "")], run),
-                correctness=correctness or Correctness(),
-                flags=flags,
-            )
-        if status != EvaluationStatus.PASSED:
-            return self._evaluation(status, _join([result.get("message", "")], run), flags=flags)
+        correctness = correctness_of(result.get("correctness"))
+        failed = self._unpassed(result.get("status"), result, correctness, run, flags)
+        if failed is not None:
+            return failed
         assert correctness is not None
         dropped = [
-            f"baseline {(names or {}).get(label, label)} was not timed: {_outcome_text(outcome)}"
+            f"baseline {(names or {}).get(label, label)} was not timed: {outcome_text(outcome)}"
             for label, outcome in (result.get("kernels") or {}).items()
             if label != PRIMARY and outcome.get("status") != "PASSED"
         ]
@@ -471,8 +476,8 @@ class CpuBackend(Backend):
     ) -> Evaluation:
         """One kernel's evaluation from a comparison run."""
         if result is None:
-            return self._evaluation(*_died(run, stage, config))
-        flags = _isolation_flags(result)
+            return self._evaluation(*died(run, stage, config))
+        flags = isolation_flags(result)
         if result.get("error"):
             return self._error_evaluation(result["error"], run, flags)
         outcome = (result.get("kernels") or {}).get(label) or {}
@@ -482,22 +487,36 @@ class CpuBackend(Backend):
             run = dataclasses.replace(run, stderr=str(outcome["stderr"]), stdout="")
         if outcome.get("error"):
             return self._error_evaluation(outcome["error"], run, flags)
-        status = EvaluationStatus(outcome.get("status") or "RUNTIME_ERROR")
-        correctness = _correctness(outcome.get("correctness"))
-        if status == EvaluationStatus.INCORRECT_NUMERICAL:
-            return self._evaluation(
-                status,
-                _join([outcome.get("message", "")], run),
-                correctness=correctness or Correctness(),
-                flags=flags,
-            )
-        if status != EvaluationStatus.PASSED or correctness is None:
-            return self._evaluation(status, _join([outcome.get("message", "")], run), flags=flags)
+        correctness = correctness_of(outcome.get("correctness"))
+        failed = self._unpassed(outcome.get("status"), outcome, correctness, run, flags)
+        if failed is not None:
+            return failed
+        assert correctness is not None
         if label not in ((result.get("analysis") or {}).get("summaries") or {}):
             return self._evaluation(
                 EvaluationStatus.RUNTIME_ERROR, "no timing was taken", flags=flags
             )
         return self._passed(task, config, run, result, label, correctness, flags, {}, [])
+
+    def _unpassed(
+        self,
+        status: str | None,
+        report: dict[str, Any],
+        correctness: Correctness | None,
+        run: SandboxResult,
+        flags: list[str],
+    ) -> Evaluation | None:
+        """The evaluation of a kernel the harness reported as not passed, with its message
+        (None when it passed, with the figures that says it did)."""
+        verdict = EvaluationStatus(status or "RUNTIME_ERROR")
+        log = join([report.get("message", "")], run)
+        if verdict == EvaluationStatus.INCORRECT_NUMERICAL:
+            return self._evaluation(
+                verdict, log, correctness=correctness or Correctness(), flags=flags
+            )
+        if verdict != EvaluationStatus.PASSED or correctness is None:
+            return self._evaluation(verdict, log, flags=flags)
+        return None
 
     def _error_evaluation(
         self, error: dict[str, Any], run: SandboxResult, flags: list[str]
@@ -506,8 +525,8 @@ class CpuBackend(Backend):
             "compile": EvaluationStatus.COMPILE_ERROR,
             "timeout": EvaluationStatus.TIMEOUT,
         }.get(error["kind"], EvaluationStatus.RUNTIME_ERROR)
-        lines = [_error_line(error), error.get("traceback", "")]
-        return self._evaluation(status, _join(lines, run), flags=flags)
+        lines = [error_line(error), error.get("traceback", "")]
+        return self._evaluation(status, join(lines, run), flags=flags)
 
     def _passed(
         self,
@@ -524,7 +543,7 @@ class CpuBackend(Backend):
         analysis = result["analysis"]
         summaries = analysis["summaries"]
         contention = analysis.get("contention") or {}
-        kernel = _stats(summaries[label], analysis, config.confidence, contention, label)
+        kernel = stats(summaries[label], analysis, config.confidence, contention, label)
         reference = summaries["reference"]
         latency_ms, reference_ms = kernel.median_ms, reference["median"] / 1e6
         speedups = {(s["kernel"], s["baseline"]): s for s in analysis.get("speedups", [])}
@@ -576,18 +595,18 @@ class CpuBackend(Backend):
             f"{c.ci_high:.3f}] ({c.verdict})"
             for c in comparisons
         ]
-        log += _timing_lines(config, analysis, contention, flags, self.cpus)
+        log += timing_lines(config, analysis, contention, flags, self.cpus)
         log.append(roofline_line)
         if "above_peak" in flags:
             log.append(
                 "above this host's measured peak: the kernel skips work (or reuses a result), "
                 "or the task's roofline overstates the work"
             )
-        log.append(_memory_line(result, label, config))
+        log.append(memory_line(result, label, config))
         log += notes
         return self._evaluation(
             EvaluationStatus.PASSED,
-            _join(log, run),
+            join(log, run),
             correctness=correctness,
             performance=Performance(
                 latency_ms=latency_ms,
@@ -598,7 +617,7 @@ class CpuBackend(Backend):
             ),
             latency_stats=kernel,
             hardware_counters={k: float(v) for k, v in counters.items()},
-            measurement=_measurement(result, analysis, label)
+            measurement=measurement(result, analysis, label)
             | {
                 name: value
                 for name, value in {
@@ -608,7 +627,7 @@ class CpuBackend(Backend):
                     "jail_memory_peak_mb": (result.get("jail_memory_peak_mb") or {}).get(label),
                     # 1.0: memory_limit_mb held each jail as a whole (its memory cgroup); 0.0:
                     # only RLIMIT_AS per process (the log names which).
-                    "jail_memory_cgroup": _memory_cgroup(result, label),
+                    "jail_memory_cgroup": memory_cgroup(result, label),
                 }.items()
                 if value is not None
             },
@@ -652,286 +671,3 @@ MEASURED_PEAK_SLACK = 1.5
 peak taken once, briefly, on a shared host under-reads (throttling, a busy sibling thread), and
 a correct kernel near it must not be thrown out of the search; a kernel half again over it
 skips work or the roofline overstates it."""
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _output_plan(definition: Definition, axes: dict[str, int]) -> list[dict[str, Any]]:
-    plan = []
-    for name, spec in definition.outputs.items():
-        try:
-            shape = definition.shape_of(spec, axes)
-        except ValueError:
-            shape = None
-        plan.append(
-            {"name": name, "shape": list(shape) if shape else None, "dtype": spec.dtype.value}
-        )
-    return plan
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    text = read_result_file(path)
-    if text is None:
-        return None
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _float(value: Any) -> float:
-    return float(value) if value is not None else math.nan
-
-
-def _correctness(data: dict[str, Any] | None) -> Correctness | None:
-    if not data:
-        return None
-    extra = {k: _float(v) for k, v in data.items() if k not in ("max_absolute_error",)}
-    return Correctness(
-        max_relative_error=abs(_float(data.get("max_relative_error", 0.0))),
-        max_absolute_error=abs(_float(data.get("max_absolute_error", 0.0))),
-        extra=extra,
-    )
-
-
-def _stats(
-    summary: dict[str, Any],
-    analysis: dict[str, Any],
-    confidence: float,
-    contention: dict[str, Any],
-    label: str,
-) -> LatencyStats:
-    """LatencyStats in milliseconds from the harness's summary (nanoseconds) of one kernel."""
-    busy_rounds = (contention.get("busy_rounds_by_contestant") or {}).get(label, 0)
-    ms = {k: float(v) / 1e6 for k, v in summary.items() if k != "samples"}
-    return LatencyStats(
-        mean_ms=ms["mean"],
-        median_ms=ms["median"],
-        min_ms=ms["min"],
-        max_ms=ms["max"],
-        stdev_ms=ms["stdev"],
-        relative_spread=robust_spread_of(ms["q1"], ms["q3"], ms["median"]),
-        runs=int(summary["samples"]),
-        measurement_rounds=int(analysis["blocks"]),
-        # No interval at all rather than (0, inf): too few samples to say anything.
-        ci_low_ms=ms["low"] if math.isfinite(ms["high"]) else None,
-        ci_high_ms=ms["high"] if math.isfinite(ms["high"]) else None,
-        confidence=confidence,
-        q1_ms=ms["q1"],
-        q3_ms=ms["q3"],
-        contended_samples=int(busy_rounds),
-        contended=bool(contention.get("contended")),
-    )
-
-
-NOISY_WIDTH = 0.05
-"""A figure whose widest interval stays beyond ±5 % is flagged noisy_timing: too loose to tell
-apart the changes a search ranks on (a few percent)."""
-
-
-def _timing_lines(
-    config: BenchmarkConfig,
-    analysis: dict[str, Any],
-    contention: dict[str, Any],
-    flags: list[str],
-    cpus: set[int] | None,
-) -> list[str]:
-    """What the timing saw (how busy the host was, what was taken out, how wide the intervals
-    stayed) and, when the figures are loose, what to do about it; adds noisy_timing then."""
-    widest = float(analysis.get("widest", 0.0))
-    share = float(contention.get("foreign_share", 0.0))
-    load = (float(contention.get("load_before", 0.0)), float(contention.get("load_after", 0.0)))
-    cores = len(os.sched_getaffinity(0))
-    if cpus:
-        where = (
-            f"pinned to core{'s' if len(cpus) > 1 else ''} {','.join(map(str, sorted(cpus)))} "
-            f"with {len(cpus)} BLAS/OpenMP thread{'s' if len(cpus) > 1 else ''}"
-        )
-    else:
-        where = f"on every usable core ({cores}), BLAS/OpenMP threads at the library's default"
-    seen = (
-        f"timing: {where}; host load {load[0]:.1f} -> {load[1]:.1f} "
-        f"on {cores} usable cores; "
-        f"{share:.1%} of the timed windows went to other programs"
-    )
-    seen += (
-        " (taken out of every contestant's samples alike)"
-        if contention.get("accounted", True)
-        else " (not taken out: this host gives no per-jail CPU time, the figures are wall clock)"
-    )
-    steal = float(contention.get("steal_fraction", 0.0))
-    if steal > 0.01:
-        seen += f"; steal {steal:.1%}"
-    seen += f"; widest speedup interval ±{widest:.1%} (target ±{config.target_ci:.1%}"
-    thresholds = analysis.get("decide_at") or []
-    if thresholds:
-        seen += ", or clear of " + " and ".join(f"{float(t):g}x" for t in thresholds)
-    seen += ")"
-    if analysis.get("answered", analysis.get("target_met", True)):
-        return [seen + f", answered after {analysis.get('blocks', 1)} sets of processes"]
-    why = (
-        f"the {config.max_timing_seconds:g} s timing cap"
-        if analysis.get("time_capped")
-        else f"{analysis['blocks']} sets of processes"
-    )
-    seen += f", reached after {why}"
-    if widest <= NOISY_WIDTH:
-        return [seen]
-    flags.append("noisy_timing")
-    if contention.get("contended"):
-        step = (
-            "the host was busy: time it again when it is quieter (in a run: fewer --workers), "
-            "or raise --max-timing"
-        )
-    else:
-        step = (
-            "the kernel's own times vary from call to call (or process to process): raise "
-            "--max-timing, or make each call longer than a millisecond"
-        )
-    return [seen, f"next step: {step}"]
-
-
-def _measurement(result: dict[str, Any], analysis: dict[str, Any], label: str) -> dict[str, float]:
-    """How the figures were taken (never shown to the LLM): calls, time inside them, the
-    harness's round trip, contention."""
-    timed = result.get("timed_ns") or {}
-    contention = analysis.get("contention") or {}
-    return {
-        "timed_calls": float(result.get("timed_calls", 0)),
-        "timed_total_ms": timed.get(label, 0) / 1e6,
-        "reference_timed_total_ms": timed.get("reference", 0) / 1e6,
-        "all_timed_total_ms": sum(timed.values()) / 1e6,
-        "harness_overhead_us": result.get("harness_overhead_ns", 0) / 1e3,
-        "calls_per_sample": float(analysis.get("calls_per_sample", 1)),
-        "rounds": float(analysis.get("rounds", 0)),
-        "foreign_share": float(contention.get("foreign_share", 0.0)),
-        "reference_busy_rounds": float(
-            (contention.get("busy_rounds_by_contestant") or {}).get("reference", 0)
-        ),
-        "host_load": float(contention.get("load_after", 0.0)),
-        "steal_fraction": float(contention.get("steal_fraction", 0.0)),
-        "drift": float(contention.get("drift", 0.0)),
-    }
-
-
-def _pairs(result: dict[str, Any], names: dict[str, str], labels: list[str]) -> list[PairVerdict]:
-    """Each pair of compared kernels once, the faster median first."""
-    analysis = result.get("analysis") or {}
-    summaries = analysis.get("summaries") or {}
-    speedups = {(s["kernel"], s["baseline"]): s for s in analysis.get("speedups", [])}
-    timed = [label for label in labels if label in summaries]
-    pairs = []
-    for i, a in enumerate(timed):
-        for b in timed[i + 1 :]:
-            if summaries[b]["median"] < summaries[a]["median"]:
-                first, second = b, a
-            else:
-                first, second = a, b
-            s = speedups.get((first, second))
-            if s is None:
-                continue
-            interval = Interval(float(s["estimate"]), float(s["low"]), float(s["high"]))
-            pairs.append(
-                PairVerdict(
-                    kernel=names[first],
-                    baseline=names[second],
-                    baseline_latency_ms=summaries[second]["median"] / 1e6,
-                    speedup=interval.estimate,
-                    ci_low=interval.low,
-                    ci_high=interval.high,
-                    verdict=verdict(interval),
-                )
-            )
-    return pairs
-
-
-def _isolation_flags(result: dict[str, Any]) -> list[str]:
-    """['not_isolated'] when the harness says its processes ran without a jail."""
-    isolation = result.get("isolation")
-    return ["not_isolated"] if isinstance(isolation, dict) and not isolation.get("isolated") else []
-
-
-def _memory_cgroup(result: dict[str, Any], label: str) -> float | None:
-    by = (result.get("jail_memory_limit_by") or {}).get(label)
-    return None if by is None else float(by in ("cgroup-v1", "cgroup-v2"))
-
-
-def _memory_line(result: dict[str, Any], label: str, config: BenchmarkConfig) -> str:
-    """What held the kernel's jails to memory_limit_mb, and the most they held at once."""
-    by = (result.get("jail_memory_limit_by") or {}).get(label)
-    peak = (result.get("jail_memory_peak_mb") or {}).get(label)
-    limit = f"memory_limit_mb {config.memory_limit_mb} MB"
-    if by in ("cgroup-v1", "cgroup-v2"):
-        line = (
-            f"memory: {limit} held by each jail's memory cgroup ({by}: all its processes and "
-            "their /tmp, /dev/shm and work-folder files together)"
-        )
-    else:
-        line = f"memory: {limit} per process only (RLIMIT_AS; no memory cgroup on this host)"
-    return line + (f"; peak {peak:.0f} MB" if isinstance(peak, int | float) else "")
-
-
-def _outcome_text(outcome: dict[str, Any]) -> str:
-    error = outcome.get("error")
-    if error:
-        return str(error.get("message", "failed"))
-    return f"{outcome.get('status')}: {outcome.get('message', '')}".strip()
-
-
-def _died(run: SandboxResult, stage: str, config: BenchmarkConfig) -> tuple[EvaluationStatus, str]:
-    """Status and log for a child that ended without writing its result."""
-    where = f"during {stage}"
-    if run.timed_out:
-        status = EvaluationStatus.TIMEOUT
-        line = (
-            f"the whole evaluation ran past its limit ({run.wall_s:.0f} s) {where} "
-            f"(timeout_seconds {config.timeout_seconds:g} s per call, for every untimed call of "
-            f"every contestant, plus the sampling cap; never more than {EVALUATION_CAP_S:g} s): "
-            "if the kernel is slow rather than stuck, raise timeout_seconds (CLI --timeout)"
-        )
-    elif run.memory_exceeded:
-        status = EvaluationStatus.RUNTIME_ERROR
-        line = f"ran out of memory (limit {config.memory_limit_mb} MB) {where}"
-    elif run.signal is not None:
-        status = EvaluationStatus.RUNTIME_ERROR
-        line = f"the kernel process {run.describe().removeprefix('child ')} {where}"
-    else:
-        status = EvaluationStatus.RUNTIME_ERROR
-        line = (
-            f"the process exited with code {run.returncode} {where} without reporting a result "
-            "(os._exit or a hard exit in the kernel?)"
-        )
-    if run.fork_limit_hit:
-        line += "; it also hit the process limit (fork bomb?)"
-    return status, _join([line], run)
-
-
-def _error_line(error: dict[str, Any]) -> str:
-    message: str = error["message"]
-    if error["kind"] == "reference":
-        message = f"the task's reference failed (not the candidate's fault): {message}"
-    if "MemoryError" in message or "Unable to allocate" in message:
-        message = f"ran out of memory: {message}"
-    if "Resource temporarily unavailable" in message or "BlockingIOError" in message:
-        message = f"hit the process limit (fork bomb?): {message}"
-    return message
-
-
-def _join(lines: list[str], run: SandboxResult) -> str:
-    parts = [line for line in lines if line]
-    if run.stderr.strip():
-        parts.append("stderr (tail):\n" + run.stderr[-STDERR_TAIL_CHARS:])
-    if run.stdout.strip():
-        parts.append("stdout (tail):\n" + run.stdout[-STDERR_TAIL_CHARS // 2 :])
-    if run.output_truncated:
-        parts.append("(output was truncated by the sandbox)")
-    return "\n".join(parts)
-
-
-def _cap(log: str) -> str:
-    if len(log) <= MAX_LOG_CHARS:
-        return log
-    half = MAX_LOG_CHARS // 2
-    return f"{log[:half]}\n[... {len(log) - MAX_LOG_CHARS} characters dropped ...]\n{log[-half:]}"

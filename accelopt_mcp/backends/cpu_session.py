@@ -32,6 +32,7 @@ from accelopt_mcp.backends.cpu_values import (
     same_outputs,
     values_nbytes,
 )
+from accelopt_mcp.backends.host_load import load_average
 
 if TYPE_CHECKING:
     from accelopt_mcp.backends.cpu_task import JailedHarness
@@ -72,15 +73,6 @@ MAX_ROUNDS_PER_PASS = 400
 MAX_LIVE_JAILS = 24
 """Processes (all frozen but the one being timed) kept alive at once; more sets than fit are
 opened after closing the oldest."""
-
-
-def _load_average() -> float:
-    """The host's one-minute load average (runnable tasks), 0.0 when unreadable."""
-    try:
-        with open("/proc/loadavg") as f:
-            return float(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 0.0
 
 
 class _Clock:
@@ -220,7 +212,7 @@ class Session:
         (taken out of its sample; reported)."""
         self.accounted = True
         """Whether every jail's CPU time could be read (else samples are wall clock)."""
-        self.load_before = _load_average()
+        self.load_before = load_average()
         self.stderr: dict[str, str] = {}
         self.timed_ns: dict[str, int] = {}
         self.timed_calls = 0
@@ -819,7 +811,7 @@ class Session:
                 },
                 "accounted": self.accounted,
                 "load_before": self.load_before,
-                "load_after": _load_average(),
+                "load_after": load_average(),
             },
         }
         result["timed_calls"] = self.timed_calls

@@ -1,28 +1,22 @@
-"""Pieces every CLI command shares: the --store option, opening a store, printing messages.
-
-User text (paths, names, errors, hints such as `pip install 'accelopt-mcp[flashinfer]'`) is
-never read as rich markup: print it with say() / fail(), or as a rich Text, never inside a
-markup string. Lines are not wrapped, so a path or id stays whole under a pipe too."""
+"""Options every CLI command shares (the store, --json, --cluster, and those of the commands
+that time kernels), opening the store, and its notices. Printing is cli/output.py."""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, NoReturn
+from pathlib import Path
+from typing import Annotated
 
 import typer
-from pydantic import BaseModel, ValidationError
-from rich.console import Console
-from rich.text import Text
+from pydantic import ValidationError
 
+from accelopt_mcp.backends.registry import backend_help
+from accelopt_mcp.cli.output import fail, say
 from accelopt_mcp.models import BenchmarkConfig
 from accelopt_mcp.store import STORE_ENV, open_store
 from accelopt_mcp.store.base import KernelStore, StoreError
-
-console = Console()
-err_console = Console(stderr=True)
 
 StoreOption = Annotated[
     str | None,
@@ -49,25 +43,6 @@ ClusterOption = Annotated[
         ),
     ),
 ]
-
-
-def say(*parts: str | Text | tuple[str, str], err: bool = False) -> None:
-    """One line, its parts joined as they are: a str or Text is shown verbatim, a (text,
-    style) pair in that rich style (e.g. ("error:", "bold red")). No markup is interpreted and
-    the line is not wrapped."""
-    line = Text.assemble(*parts)
-    (err_console if err else console).print(line, soft_wrap=True, highlight=False)
-
-
-def plain(text: object) -> Text:
-    """A table cell or title that shows `text` as it is (no markup)."""
-    return Text(str(text))
-
-
-def fail(message: str, code: int = 2) -> NoReturn:
-    """Print `error: message` on stderr (verbatim, one line) and exit with `code`."""
-    say(("error:", "bold red"), " ", message, err=True)
-    raise typer.Exit(code)
 
 
 class _NoteHandler(logging.Handler):
@@ -100,24 +75,30 @@ def opened_store(url: str | None) -> Iterator[KernelStore]:
         store.close()
 
 
-def print_json(data: Any) -> None:
-    if isinstance(data, BaseModel):
-        text = data.model_dump_json(indent=2)
-    else:
-        text = json.dumps(data, indent=2, default=_jsonable)
-    typer.echo(text)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    return str(value)
-
-
 DECIDE_AT_HELP = (
     "Speedups to decide on, comma-separated (default 1.0: faster or slower?). Sampling stops "
     "once every speedup interval is wholly above or below each; 'none': only --target-ci."
 )
+
+# The options of the commands that time kernels (profile, compare): what to time, on what, how.
+TaskOption = Annotated[
+    Path,
+    typer.Option("--task", help="Definition .json, NKIBench task .py, or a directory holding one."),
+]
+BackendOption = Annotated[str, typer.Option(help=f"One of: {backend_help()}.")]
+WorkloadOption = Annotated[
+    str | None, typer.Option(help="Workload uuid or index (default: the first).")
+]
+SeedsOption = Annotated[int | None, typer.Option(min=1, help="Number of correctness seeds.")]
+TimeoutOption = Annotated[
+    float | None,
+    typer.Option(
+        min=1,
+        help="Longest one call of a kernel or the reference may take, s (default 60); "
+        "later calls are held to 20x the first (at least 5 s).",
+    ),
+]
+DecideAtOption = Annotated[str | None, typer.Option(help=DECIDE_AT_HELP)]
 
 
 def parse_ratios(text: str | None) -> list[float] | None:

@@ -8,16 +8,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from accelopt_mcp.cli.common import (
-    JsonOption,
-    StoreOption,
-    console,
-    fail,
-    opened_store,
-    plain,
-    print_json,
-    say,
-)
+from accelopt_mcp.cli.common import JsonOption, StoreOption, opened_store
+from accelopt_mcp.cli.output import console, fail, plain, print_json, say
 from accelopt_mcp.engine.lineage import speedup_between, timed_beside_children
 from accelopt_mcp.engine.runs import SpeedupFigure, figure_text
 from accelopt_mcp.models import LatencyStats

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from accelopt_mcp.cli.common import StoreOption, opened_store, say
+from accelopt_mcp.cli.common import StoreOption, opened_store
+from accelopt_mcp.cli.output import say
 from accelopt_mcp.transfer import ImportFormat, import_directory
 
 app = typer.Typer(help="Load benchmark directories into the kernel database.", no_args_is_help=True)

@@ -13,16 +13,8 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from accelopt_mcp.backends.registry import backend_names
-from accelopt_mcp.cli.common import (
-    JsonOption,
-    StoreOption,
-    console,
-    fail,
-    opened_store,
-    plain,
-    print_json,
-    say,
-)
+from accelopt_mcp.cli.common import JsonOption, StoreOption, opened_store
+from accelopt_mcp.cli.output import console, fail, plain, print_json, say
 from accelopt_mcp.engine.memory import (
     DEFAULT_BACKEND,
     add_experience,

@@ -22,15 +22,8 @@ from accelopt_mcp.backends.base import BackendUnavailableError
 from accelopt_mcp.backends.cluster import ClusterError, cluster_address
 from accelopt_mcp.backends.placement import require_backend_where
 from accelopt_mcp.backends.registry import backend_info
-from accelopt_mcp.cli.common import (
-    ClusterOption,
-    StoreOption,
-    console,
-    fail,
-    opened_store,
-    plain,
-    say,
-)
+from accelopt_mcp.cli.common import ClusterOption, StoreOption, opened_store
+from accelopt_mcp.cli.output import console, fail, plain, say
 from accelopt_mcp.cli.run_options import with_run_options
 from accelopt_mcp.engine.beam import BeamSearch, InitialKernelFailed, RunNotRunnable
 from accelopt_mcp.engine.checkpoint import Checkpoint

@@ -15,21 +15,23 @@ from accelopt_mcp.backends.cluster import (
     describe_nodes,
     first_line,
 )
-from accelopt_mcp.backends.cpu_peaks import CpuPeaks, PeakMeasurementError, PeakSource
-from accelopt_mcp.backends.registry import backend_help, backend_info
+from accelopt_mcp.backends.cpu_peaks import PeakSource
+from accelopt_mcp.backends.cpu_peaks_records import CpuPeaks, PeakMeasurementError
+from accelopt_mcp.backends.registry import backend_info
 from accelopt_mcp.cli.common import (
-    DECIDE_AT_HELP,
+    BackendOption,
     ClusterOption,
+    DecideAtOption,
     JsonOption,
+    SeedsOption,
     StoreOption,
+    TaskOption,
+    TimeoutOption,
+    WorkloadOption,
     benchmark_config,
-    console,
-    fail,
     opened_store,
-    plain,
-    print_json,
-    say,
 )
+from accelopt_mcp.cli.output import console, fail, plain, print_json, say
 from accelopt_mcp.comparing import (
     comparison_text,
     interval_text,
@@ -50,28 +52,13 @@ from accelopt_mcp.tasks.loader import load_task
 
 def profile(
     kernel: Annotated[Path, typer.Argument(help="Kernel .py file or solution .json.")],
-    task: Annotated[
-        Path,
-        typer.Option(
-            "--task",
-            help="Definition .json, NKIBench task .py, or a directory holding one.",
-        ),
-    ],
-    backend: Annotated[str, typer.Option(help=f"One of: {backend_help()}.")] = "cpu",
-    workload: Annotated[
-        str | None, typer.Option(help="Workload uuid or index (default: the first).")
-    ] = None,
-    seeds: Annotated[int | None, typer.Option(min=1, help="Number of correctness seeds.")] = None,
+    task: TaskOption,
+    backend: BackendOption = "cpu",
+    workload: WorkloadOption = None,
+    seeds: SeedsOption = None,
     iterations: Annotated[int | None, typer.Option(min=1, help="Timed runs per round.")] = None,
-    timeout: Annotated[
-        float | None,
-        typer.Option(
-            min=1,
-            help="Longest one call of a kernel or the reference may take, s (default 60); "
-            "later calls are held to 20x the first (at least 5 s).",
-        ),
-    ] = None,
-    decide_at: Annotated[str | None, typer.Option(help=DECIDE_AT_HELP)] = None,
+    timeout: TimeoutOption = None,
+    decide_at: DecideAtOption = None,
     max_timing: Annotated[
         float | None,
         typer.Option(

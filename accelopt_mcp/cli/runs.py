@@ -7,16 +7,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from accelopt_mcp.cli.common import (
-    JsonOption,
-    StoreOption,
-    console,
-    fail,
-    opened_store,
-    plain,
-    print_json,
-    say,
-)
+from accelopt_mcp.cli.common import JsonOption, StoreOption, opened_store
+from accelopt_mcp.cli.output import console, fail, plain, print_json, say
 from accelopt_mcp.engine.runs import (
     BestFigures,
     RunNotFound,

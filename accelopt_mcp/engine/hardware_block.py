@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from accelopt_mcp.backends import host_facts as hf
 from accelopt_mcp.backends.cpu import host_hardware
-from accelopt_mcp.backends.cpu_peaks import CorePeaks, PeakSource
+from accelopt_mcp.backends.cpu_peaks import PeakSource
+from accelopt_mcp.backends.cpu_peaks_records import CorePeaks
 from accelopt_mcp.backends.roofline import HardwarePeak, peak_for
 from accelopt_mcp.models import Environment, Task
 from accelopt_mcp.pysource import source_imports_any

@@ -11,6 +11,9 @@ starts. A run whose holder is gone is "interrupted"; `resume_interrupted()` (at 
 every half lease while the manager runs) takes over the ones this server can serve: jobs, not
 runs a user drives with `accelopt optimize` in a terminal, whose backend runs here and whose
 LLM settings resolve here. The others are listed with the command that resumes them.
+
+Over ~600 lines for one reason: `JobManager` is one lifecycle (queue, lease, worker process,
+progress, cancel, resume) whose states share one lock and one table of jobs.
 """
 
 from __future__ import annotations

@@ -21,6 +21,10 @@ A memory group per run (`MemoryGroup`, v1 `memory`; in v2 `memory.max` on the ru
 holds every process of the run and every tmpfs page they touched (/tmp, /dev/shm, a tmpfs work
 dir: shmem pages are charged to the group of the task that first faults them in) to one limit,
 and keeps the true peak of all of it together.
+
+Over ~600 lines for one reason: five controllers (pids, freezer, cpuset, cpuacct, memory) on two
+hierarchies (cgroup v1 and v2), and the orphan sweep that must know all of them; each is short,
+and they share the group naming and the owner bookkeeping.
 """
 
 from __future__ import annotations

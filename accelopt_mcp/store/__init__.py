@@ -15,7 +15,7 @@ from accelopt_mcp.store.url import (
 
 log = logging.getLogger(__name__)
 """Where open_store says that it created a new SQLite file: the server's log shows it, and the
-`accelopt` command prints it on stderr (cli/common.py show_store_notices)."""
+`accelopt` command prints it on stderr (cli/common.py show_store_notices, through cli/output.py)."""
 
 
 def open_store(url: str | None = None, *, supabase_key: str | None = None) -> KernelStore:

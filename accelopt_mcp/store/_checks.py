@@ -5,6 +5,7 @@ so that the contract can use them."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 
 
 def check_limit(limit: int | None, offset: int = 0) -> None:
@@ -33,3 +34,26 @@ def canonical_uuid(value: object) -> str | None:
         return str(uuid.UUID(value))
     except ValueError:
         return None
+
+
+MAX_LEASE_S = 24 * 3600.0
+
+
+def check_lease(lease_s: object) -> float:
+    """A lease length: a number of seconds in (0, one day]."""
+    if isinstance(lease_s, bool) or not isinstance(lease_s, int | float):
+        raise TypeError(f"lease_s must be a number of seconds, got {lease_s!r}")
+    if not 0 < lease_s <= MAX_LEASE_S:
+        raise ValueError(f"lease_s must be between 0 and {MAX_LEASE_S:g} seconds, got {lease_s}")
+    return float(lease_s)
+
+
+def check_statuses(statuses: object) -> list[str]:
+    """The run statuses a claim accepts: a non-empty list of strings."""
+    if isinstance(statuses, str) or not isinstance(statuses, Iterable):
+        raise TypeError(f"statuses must be a list of run statuses, got {statuses!r}")
+    found = sorted(statuses)
+    check_strings(**{f"statuses[{i}]": s for i, s in enumerate(found)})
+    if not found:
+        raise ValueError("statuses must name at least one run status")
+    return found

@@ -16,7 +16,7 @@ import json
 import re
 import uuid
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -33,8 +33,11 @@ from accelopt_mcp.models import (
 )
 from accelopt_mcp.redaction import mask_secrets, redact
 from accelopt_mcp.store import _retry
+from accelopt_mcp.store._checks import MAX_LEASE_S as MAX_LEASE_S
 from accelopt_mcp.store._checks import canonical_uuid as canonical_uuid
+from accelopt_mcp.store._checks import check_lease as check_lease
 from accelopt_mcp.store._checks import check_limit as check_limit
+from accelopt_mcp.store._checks import check_statuses as check_statuses
 from accelopt_mcp.store._checks import check_strings as check_strings
 from accelopt_mcp.store.base import (
     AmbiguousIdError,
@@ -567,26 +570,3 @@ def lease_lost(run_id: str, holder: str, current: Mapping[str, Any]) -> str:
         f"run {run_id} is {current['status']}, set by another process while worker {holder} "
         "held it (e.g. cancelled from another server); this worker must stop"
     )
-
-
-MAX_LEASE_S = 24 * 3600.0
-
-
-def check_lease(lease_s: object) -> float:
-    """A lease length: a number of seconds in (0, one day]."""
-    if isinstance(lease_s, bool) or not isinstance(lease_s, int | float):
-        raise TypeError(f"lease_s must be a number of seconds, got {lease_s!r}")
-    if not 0 < lease_s <= MAX_LEASE_S:
-        raise ValueError(f"lease_s must be between 0 and {MAX_LEASE_S:g} seconds, got {lease_s}")
-    return float(lease_s)
-
-
-def check_statuses(statuses: object) -> list[str]:
-    """The run statuses a claim accepts: a non-empty list of strings."""
-    if isinstance(statuses, str) or not isinstance(statuses, Iterable):
-        raise TypeError(f"statuses must be a list of run statuses, got {statuses!r}")
-    found = sorted(statuses)
-    check_strings(**{f"statuses[{i}]": s for i, s in enumerate(found)})
-    if not found:
-        raise ValueError("statuses must name at least one run status")
-    return found

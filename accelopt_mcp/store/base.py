@@ -2,6 +2,10 @@
 
 Every store passes the same contract suite (tests/store/test_contract.py). The engine, CLI and
 MCP server talk to this interface only.
+
+Over ~600 lines for one reason: the contract is its records and its interface together (every
+method's docstring is the specification the three stores and tests/store/test_contract.py
+follow); apart, a change to one would be made without seeing the other.
 """
 
 from __future__ import annotations
@@ -31,7 +35,13 @@ from accelopt_mcp.models import (
     Solution,
     Workload,
 )
-from accelopt_mcp.store._checks import canonical_uuid, check_limit, check_strings
+from accelopt_mcp.store._checks import (
+    canonical_uuid,
+    check_lease,
+    check_limit,
+    check_statuses,
+    check_strings,
+)
 
 # --------------------------------------------------------------------------- errors
 
@@ -404,6 +414,18 @@ class Ranking:
     include_flagged: bool
 
 
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """What claim_run was asked, checked: the arguments of the claiming update."""
+
+    run_id: str
+    worker_id: str
+    lease_s: float
+    statuses: list[str]
+    steal_from: str | None
+    set_status: RunStatus | None
+
+
 class KernelStore(abc.ABC):
     """The kernel database. Upserts are idempotent: storing the same record twice yields one row
     and returns its key. Methods are thread-safe; a store is used from worker threads."""
@@ -643,7 +665,6 @@ class KernelStore(abc.ABC):
         and it is pending or running, else raise LeaseLostError (a worker that lost its lease
         cannot overwrite the one that took the run over)."""
 
-    @abc.abstractmethod
     def claim_run(
         self,
         run_id: str,
@@ -661,12 +682,26 @@ class KernelStore(abc.ABC):
         database's clock and, when given, the status (a worker taking a stopped run marks it
         running in the same update); returns the run as now stored, or None when it is not
         free. Raises UnknownReferenceError for an unknown run."""
+        check_strings(
+            run_id=run_id, worker_id=worker_id, steal_from=steal_from, set_status=set_status
+        )
+        lease, wanted = check_lease(lease_s), check_statuses(statuses)
+        return self._claim_run(Claim(run_id, worker_id, lease, wanted, steal_from, set_status))
 
     @abc.abstractmethod
+    def _claim_run(self, claim: Claim) -> RunRecord | None:
+        """claim_run's update, its arguments checked."""
+
     def renew_run_lease(self, run_id: str, worker_id: str, *, lease_s: float) -> bool:
         """Extend the worker's lease by lease_s seconds from now; False when the worker no
         longer holds the run or the run is no longer pending or running (cancelled by someone
         else): the worker must stop."""
+        check_strings(run_id=run_id, worker_id=worker_id)
+        return self._renew_run_lease(run_id, worker_id, check_lease(lease_s))
+
+    @abc.abstractmethod
+    def _renew_run_lease(self, run_id: str, worker_id: str, lease_s: float) -> bool:
+        """renew_run_lease's update, its arguments checked."""
 
     @abc.abstractmethod
     def release_run(self, run_id: str, worker_id: str) -> bool:

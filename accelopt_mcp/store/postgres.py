@@ -4,6 +4,10 @@ connection string), through psycopg 3 and a small connection pool.
 Opening fails fast (a few seconds) with a message that says which of these it was: the server
 does not answer, the password was rejected, the database does not exist, or the schema is not
 applied. A DSN's password never appears in a message.
+
+Over ~600 lines for one reason: the PostgreSQL dialect of _sql.py plus what only a server has
+(opening with a clear failure, the connection pool, schema migration, stored functions); each
+part is small, and they change together when the schema does.
 """
 
 from __future__ import annotations
@@ -28,10 +32,10 @@ from accelopt_mcp.store import _retry, _rows
 from accelopt_mcp.store._rows import SOLUTION_COLUMNS
 from accelopt_mcp.store._sql import BATCH_CALLS, Batch, Cursor, Row, SqlKernelStore, _cols
 from accelopt_mcp.store.base import (
+    Claim,
     ConflictError,
     RankedSolution,
     Ranking,
-    RunStatus,
     StoreError,
     StoreUnavailableError,
     UnknownReferenceError,
@@ -724,20 +728,11 @@ class PostgresStore(SqlKernelStore):
 
     # The lease algorithm is the schema's claim_run and renew_run_lease, the functions the
     # Supabase store calls through PostgREST: one copy, run by the database.
-    def _claim(
-        self,
-        cur: Cursor,
-        run_id: str,
-        worker_id: str,
-        lease_s: float,
-        statuses: list[str],
-        steal_from: str | None,
-        set_status: RunStatus | None,
-    ) -> Row | None:
+    def _claim(self, cur: Cursor, claim: Claim) -> Row | None:
         return cur.one(
             f"SELECT {', '.join(_rows.RUN_COLUMNS)} "
             "FROM claim_run(?, ?, ?::double precision, ?::text[], ?, ?)",
-            (run_id, worker_id, lease_s, statuses, steal_from, set_status),
+            dataclasses.astuple(claim),
         )
 
     def _renew(self, cur: Cursor, run_id: str, worker_id: str, lease_s: float) -> bool:

@@ -3,6 +3,10 @@
 WAL lets readers run beside the one writer; every write transaction starts with
 BEGIN IMMEDIATE, so two writers queue on the busy timeout instead of failing on a lock
 upgrade. Each thread (and each process after a fork) opens its own connection.
+
+Over ~600 lines for one reason: the SQLite dialect of _sql.py plus what only an embedded file
+has (its own schema migrations, the ranking walk and the lease UPDATE that PostgreSQL does in
+stored functions); they change together when the schema does.
 """
 
 from __future__ import annotations
@@ -31,10 +35,10 @@ from accelopt_mcp.store._sql import (
     _cols,
 )
 from accelopt_mcp.store.base import (
+    Claim,
     ConflictError,
     RankedSolution,
     Ranking,
-    RunStatus,
     StoreError,
     StoreUnavailableError,
     UnknownReferenceError,
@@ -658,24 +662,23 @@ class SqliteStore(SqlKernelStore):
     # renew_run_lease (schema_v2.txt) as the PostgreSQL and Supabase stores do: here is the
     # same algorithm as one conditional UPDATE each, taken under the file's write lock. Keep
     # the two in step.
-    def _claim(
-        self,
-        cur: Cursor,
-        run_id: str,
-        worker_id: str,
-        lease_s: float,
-        statuses: list[str],
-        steal_from: str | None,
-        set_status: RunStatus | None,
-    ) -> Row | None:
-        marks = ", ".join("?" for _ in statuses)
+    def _claim(self, cur: Cursor, claim: Claim) -> Row | None:
+        marks = ", ".join("?" for _ in claim.statuses)
         return cur.one(
             f"UPDATE runs SET worker_id = ?, lease_expires_at = {_LEASE_UNTIL}, "
             f"status = COALESCE(?, status) WHERE id = ? AND status IN ({marks}) "
             "AND (worker_id IS NULL OR worker_id = ? OR worker_id = ? "
             f"OR lease_expires_at IS NULL OR lease_expires_at < {self.now_sql}) "
             f"RETURNING {', '.join(_rows.RUN_COLUMNS)}",
-            (worker_id, lease_s, set_status, run_id, *statuses, worker_id, steal_from),
+            (
+                claim.worker_id,
+                claim.lease_s,
+                claim.set_status,
+                claim.run_id,
+                *claim.statuses,
+                claim.worker_id,
+                claim.steal_from,
+            ),
         )
 
     def _renew(self, cur: Cursor, run_id: str, worker_id: str, lease_s: float) -> bool:

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from accelopt_mcp.backends.cpu import EVALUATION_CAP_S, CpuBackend, evaluation_backstop_s
+from accelopt_mcp.backends.cpu import CpuBackend, evaluation_backstop_s
+from accelopt_mcp.backends.cpu_result import EVALUATION_CAP_S
 from accelopt_mcp.models import BenchmarkConfig, EvaluationStatus
 from tests.backends.test_cpu_backend import evaluate
 

@@ -16,24 +16,24 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from accelopt_mcp.backends import cpu_peaks
+from accelopt_mcp.backends import cpu_peaks, cpu_peaks_records
 from accelopt_mcp.backends.cpu import host_hardware
 from accelopt_mcp.backends.cpu_peaks import (
+    PeakSource,
+    default_peaks_file,
+    forget_peaks,
+    measured_roofline,
+)
+from accelopt_mcp.backends.cpu_peaks_measure import crowd_total, measure_cores, measure_peaks
+from accelopt_mcp.backends.cpu_peaks_records import (
     BUSY_SHARE,
     BandwidthPoint,
     CorePeaks,
     CpuPeaks,
     HostLoad,
     PeakSizes,
-    PeakSource,
-    crowd_total,
-    default_peaks_file,
-    forget_peaks,
-    host_busy_share,
-    measure_cores,
-    measure_peaks,
-    measured_roofline,
 )
+from accelopt_mcp.backends.host_load import host_busy_share
 from accelopt_mcp.cli import _register, app
 from accelopt_mcp.engine.hardware_block import describe_hardware
 from accelopt_mcp.models import Environment, Roofline
@@ -302,7 +302,7 @@ def test_figures_taken_under_load_are_measured_again_on_a_quieter_host(
     found = source.peaks(HARDWARE)
     again = found.one_core
     assert len(asked) == 2 and again.measurements == 2 and again.measured_at >= kept.measured_at
-    for name in cpu_peaks.RATE_FIELDS:
+    for name in cpu_peaks_records.RATE_FIELDS:
         assert getattr(again, name) >= getattr(kept, name)
     pairs = zip(again.bandwidth, kept.bandwidth, strict=True)
     assert all(p.bytes_per_s >= q.bytes_per_s for p, q in pairs)

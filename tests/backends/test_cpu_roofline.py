@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from accelopt_mcp.backends.cpu import CpuBackend
-from accelopt_mcp.backends.cpu_peaks import CpuPeaks, PeakSizes, PeakSource, forget_peaks
+from accelopt_mcp.backends.cpu_peaks import PeakSource, forget_peaks
+from accelopt_mcp.backends.cpu_peaks_records import CpuPeaks, PeakSizes
 from accelopt_mcp.comparing import figures_text, roofline_text, shown_counters
 from accelopt_mcp.engine.prompts import describe_profile
 from accelopt_mcp.models import BenchmarkConfig, Evaluation, Roofline, Task
