@@ -13,7 +13,7 @@ that differs from the one given is a conflict: lineage is history, never rewritt
 
 from __future__ import annotations
 
-from typing import Any, Protocol, cast
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -30,20 +30,6 @@ from accelopt_mcp.tasks.kernels import DEFAULT_AUTHOR, is_placeholder_name
 
 SHORT_ID = 8
 """How many characters of an id messages show (any 8 or more are accepted back)."""
-
-
-class SolutionLinkUpdater(Protocol):
-    """The store method that writes filled-in links (the policy is this module's)."""
-
-    def update_solution_links(
-        self,
-        solution_id: str,
-        *,
-        parent_id: str | None = None,
-        name: str | None = None,
-        author: str | None = None,
-        evolve_metadata: dict[str, Any] | None = None,
-    ) -> StoredSolution: ...
 
 
 class LinkPlan(BaseModel):
@@ -170,23 +156,7 @@ def plan_links(
             )
     if added:
         plan.fill["evolve_metadata"] = added
-    if plan.fill and not hasattr(store, "update_solution_links"):
-        raise _cannot_fill(store, plan.fill)
     return plan
-
-
-def _cannot_fill(store: KernelStore, fill: dict[str, Any]) -> StoreError:
-    return StoreError(
-        f"this {store.backend} store cannot fill in {', '.join(fill)} of a stored solution "
-        "yet (it lacks update_solution_links); store the kernel as a new source, or upgrade "
-        "accelopt-mcp"
-    )
-
-
-def _write_fill(store: KernelStore, solution_id: str, fill: dict[str, Any]) -> None:
-    if not hasattr(store, "update_solution_links"):
-        raise _cannot_fill(store, fill)
-    cast(SolutionLinkUpdater, store).update_solution_links(solution_id, **fill)
 
 
 def store_kernel(
@@ -223,7 +193,7 @@ def store_kernel(
     if existing is None:
         raise StoreError("the solution was stored but cannot be read back; try again")
     if plan.fill:
-        _write_fill(store, existing.id, plan.fill)
+        store.update_solution_links(existing.id, **plan.fill)
     return StoredKernel(
         solution_id=existing.id,
         created=created,
