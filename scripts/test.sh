@@ -4,21 +4,29 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Wall time of each part, printed at the end (`times: install 52s, lint 3s, ...`) so that CI's
-# log says where its minutes went. An EXIT trap: after a failure the line still comes, with
-# the time spent in the part that failed.
-TIMES=""
+# Every stage runs, whatever an earlier one did: a failing lint or timing stage must not hide
+# the rest of the suite. Each stage's outcome (its pytest counts, or ok/FAILED) and wall time go
+# into a summary printed at the end, so that CI's log says what ran, what failed and where the
+# minutes went; the script exits 1 when any stage failed. Installing is the exception: without
+# it nothing can run, so a failed install stops here (an EXIT trap still prints the summary).
+SUMMARY=""
+FAILED=0
+PASSED_TOTAL=0 FAILED_TOTAL=0 SKIPPED_TOTAL=0
 PART_STARTED=$SECONDS
-part_done() {
-  TIMES="${TIMES:+$TIMES, }$1 $((SECONDS - PART_STARTED))s"
+part_done() {  # NAME OUTCOME
+  SUMMARY="${SUMMARY}  $(printf '%-17s' "$1") $2 ($((SECONDS - PART_STARTED))s)"$'\n'
   PART_STARTED=$SECONDS
 }
-print_times() {
+print_summary() {
   local status=$?
-  [ "$status" -eq 0 ] || part_done "failed part"
-  echo "times: $TIMES (total ${SECONDS}s)"
+  [ "$status" -eq 0 ] || [ -n "$SUMMARY" ] || part_done install "FAILED (exit $status)"
+  echo
+  echo "stages (total ${SECONDS}s):"
+  printf '%s' "$SUMMARY"
+  # One closing line over every pytest stage, in the plain form any reader of a log takes.
+  echo "${PASSED_TOTAL} passed, ${FAILED_TOTAL} failed, ${SKIPPED_TOTAL} skipped"
 }
-trap print_times EXIT
+trap print_summary EXIT
 
 # The PostgreSQL server that the tests start on 127.0.0.1 (tests/pg_server.py).
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
@@ -57,29 +65,53 @@ PYTHON="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e ".[dev]"
-part_done install
+part_done install ok
 
-.venv/bin/ruff check .
-.venv/bin/ruff format --check .
-part_done lint
-.venv/bin/mypy accelopt_mcp
-part_done mypy
+# stage NAME COMMAND...: run it, record how it ended, go on either way.
+stage() {
+  local name=$1 log rc counts n
+  shift
+  log=$(mktemp)
+  set +e
+  "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  # pytest's closing line, e.g. "1 failed, 28 passed, 1 skipped in 45.33s (0:00:45)".
+  counts=$(grep -E '^[0-9]+ (passed|failed|skipped|errors?|deselected)' "$log" | tail -1 |
+    sed -E 's/ in [0-9.]+s.*//')
+  for n in $(grep -oE '[0-9]+ passed' <<<"$counts" | grep -oE '^[0-9]+'); do
+    PASSED_TOTAL=$((PASSED_TOTAL + n))
+  done
+  for n in $(grep -oE '[0-9]+ (failed|errors?)' <<<"$counts" | grep -oE '^[0-9]+'); do
+    FAILED_TOTAL=$((FAILED_TOTAL + n))
+  done
+  for n in $(grep -oE '[0-9]+ skipped' <<<"$counts" | grep -oE '^[0-9]+'); do
+    SKIPPED_TOTAL=$((SKIPPED_TOTAL + n))
+  done
+  set -e
+  rm -f "$log"
+  if [ "$rc" -eq 0 ]; then
+    part_done "$name" "${counts:-ok}"
+  else
+    FAILED=1
+    part_done "$name" "FAILED (exit $rc)${counts:+: $counts}"
+  fi
+}
+
+stage lint sh -c '.venv/bin/ruff check . && .venv/bin/ruff format --check .'
+stage mypy .venv/bin/mypy accelopt_mcp
 if [ "$#" -gt 0 ]; then
   # Given tests: run them as asked, in one process.
-  .venv/bin/python -m pytest -q "$@"
-  part_done tests
-  exit 0
+  stage tests .venv/bin/python -m pytest -q "$@"
+  exit "$FAILED"
 fi
 # Timing-sensitive tests (marked serial: measured speedups decide what they check) run alone
 # first; then the rest, two workers at a time (most of it waits on subprocesses and servers),
 # each test file kept on one worker.
-.venv/bin/python -m pytest -q -m serial --durations=10
-part_done serial
+stage serial .venv/bin/python -m pytest -q -m serial --durations=10
 # The measurements that decide what a run keeps, again with a busy loop on every core: a
 # timing that is fair only on a quiet host fails here (tests/conftest.py: busy_cores).
-ACCELOPT_TEST_BUSY_CORES=1 .venv/bin/python -m pytest -q -m serial --durations=5 \
-  tests/backends/test_measurement.py tests/backends/test_stopping.py \
+stage "busy-core serial" env ACCELOPT_TEST_BUSY_CORES=1 .venv/bin/python -m pytest -q -m serial \
+  --durations=5 tests/backends/test_measurement.py tests/backends/test_stopping.py \
   tests/engine/test_noise_selection.py
-part_done "busy-core serial"
-.venv/bin/python -m pytest -q -m "not serial" -n 2 --dist loadfile --durations=15
-part_done parallel
+stage parallel .venv/bin/python -m pytest -q -m "not serial" -n 2 --dist loadfile --durations=15
+exit "$FAILED"
