@@ -269,9 +269,11 @@ def check_count(count: int) -> None:
 def stored_kernel(
     store: KernelStore, task: Task, solution_id: str, label: str | None = None
 ) -> Baseline:
-    """A stored solution, labelled with its id. LookupError when the store has no such id;
-    ValueError when it is for another definition."""
-    found = store.get_solution(solution_id)
+    """A stored solution (its id, or a unique prefix of 8+ characters), labelled with the id
+    as given. LookupError when the store has no such id (AmbiguousIdError, a LookupError, for
+    a prefix of several); ValueError when it is for another definition."""
+    full = store.resolve_id("solution", solution_id)
+    found = store.get_solution(full) if full is not None else None
     if found is None:
         raise LookupError(f"no stored solution with id {solution_id!r}")
     if found.definition_name != task.definition.name:

@@ -16,7 +16,8 @@ from accelopt_mcp.backends.registry import backend_help
 from accelopt_mcp.cli.output import fail, say
 from accelopt_mcp.models import BenchmarkConfig
 from accelopt_mcp.store import STORE_ENV, open_store
-from accelopt_mcp.store.base import KernelStore, StoreError
+from accelopt_mcp.store.base import AmbiguousIdError, IdKind, KernelStore, StoreError
+from accelopt_mcp.store.ids import unknown_id
 
 StoreOption = Annotated[
     str | None,
@@ -146,3 +147,16 @@ def benchmark_config(
     except ValidationError as exc:
         first = exc.errors()[0]["msg"] if exc.errors() else str(exc)
         fail(str(first).removeprefix("Value error, "))
+
+
+def full_id(db: KernelStore, kind: IdKind, given: str, *, noun: str, hint: str) -> str:
+    """The full id of the record of `kind` that `given` names (its id, or a unique prefix of
+    8+ characters, as the CLI prints them); else stop with one line: an ambiguous prefix with
+    its matches, or no such record and where to list them (`hint`)."""
+    try:
+        found = db.resolve_id(kind, given)
+    except AmbiguousIdError as exc:
+        fail(str(exc).replace(f"{kind} id", f"{noun} id", 1).replace(f"{kind}s (", f"{noun}s (", 1))
+    if found is None:
+        fail(unknown_id(noun, given, hint))
+    return found

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from accelopt_mcp.cli.common import JsonOption, StoreOption, opened_store
+from accelopt_mcp.cli.common import JsonOption, StoreOption, full_id, opened_store
 from accelopt_mcp.cli.output import console, fail, plain, print_json, say
 from accelopt_mcp.engine.lineage import speedup_between, timed_beside_children
 from accelopt_mcp.engine.runs import SpeedupFigure, figure_text
@@ -197,7 +197,7 @@ def _latency_cell(latency_ms: float | None, stats: LatencyStats | None) -> str:
 
 @app.command()
 def lineage(
-    solution_id: Annotated[str, typer.Argument(help="Solution id.")],
+    solution_id: Annotated[str, typer.Argument(help="Solution id, or a prefix of 8+ characters.")],
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -205,8 +205,15 @@ def lineage(
     and its speedup over its parent: timed in the same rounds where that was measured
     (interval and verdict), else labelled "timed apart"."""
     with opened_store(store) as db:
+        solution_id = full_id(
+            db,
+            "solution",
+            solution_id,
+            noun="solution",
+            hint="`accelopt db best DEFINITION` lists a definition's solutions",
+        )
         found = db.get_solution(solution_id)
-        if found is None:
+        if found is None:  # removed in between
             fail(f"no solution with id {solution_id!r}")
         up, down = db.ancestors(solution_id), db.descendants(solution_id)
         shown = [found, *up, *down]

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from accelopt_mcp.backends.registry import backend_names
-from accelopt_mcp.cli.common import JsonOption, StoreOption, opened_store
+from accelopt_mcp.cli.common import JsonOption, StoreOption, full_id, opened_store
 from accelopt_mcp.cli.output import console, fail, plain, print_json, say
 from accelopt_mcp.engine.memory import (
     DEFAULT_BACKEND,
@@ -74,6 +74,7 @@ def list_items(
             )
             title = "optimization memory: search"
         elif run is not None:
+            run = full_id(db, "run", run, noun="run", hint="list runs with `accelopt runs list`")
             items = db.recent_experiences(run_id=run, limit=limit)
             title = f"optimization memory of run {run}"
         else:
@@ -138,11 +139,16 @@ def add(
 
 @app.command()
 def remove(
-    item_id: Annotated[str, typer.Argument(help="Item id (from `accelopt memory list`).")],
+    item_id: Annotated[
+        str, typer.Argument(help="Item id (from `accelopt memory list`), or a prefix of 8+.")
+    ],
     store: StoreOption = None,
 ) -> None:
     """Take an item out of the working memory; it stays in the database as history."""
     with opened_store(store) as db:
+        item_id = full_id(
+            db, "experience", item_id, noun="memory item", hint="see `accelopt memory list`"
+        )
         if not db.remove_experience(item_id):
-            fail(f"no memory item {item_id!r}; see `accelopt memory list`")
+            fail(f"memory item {item_id} was removed already; see `accelopt memory list`")
     say(f"removed {item_id}")

@@ -22,7 +22,7 @@ from accelopt_mcp.backends.base import BackendUnavailableError
 from accelopt_mcp.backends.cluster import ClusterError, cluster_address
 from accelopt_mcp.backends.placement import require_backend_where
 from accelopt_mcp.backends.registry import backend_info
-from accelopt_mcp.cli.common import ClusterOption, StoreOption, opened_store
+from accelopt_mcp.cli.common import ClusterOption, StoreOption, full_id, opened_store
 from accelopt_mcp.cli.output import console, fail, plain, say
 from accelopt_mcp.cli.run_options import with_run_options
 from accelopt_mcp.engine.beam import BeamSearch, InitialKernelFailed, RunNotRunnable
@@ -122,7 +122,7 @@ def optimize(
 
 
 def resume(
-    run_id: Annotated[str, typer.Argument(help="The run to continue.")],
+    run_id: Annotated[str, typer.Argument(help="The run to continue (id, or 8+ characters).")],
     iterations: Annotated[int | None, typer.Option(help="Raise T (run longer).")] = None,
     budget_usd: Annotated[float | None, typer.Option(help="New USD cap.")] = None,
     budget_tokens: Annotated[int | None, typer.Option(help="New token cap.")] = None,
@@ -142,6 +142,7 @@ def resume(
 ) -> None:
     """Continue a run from its last checkpoint (after a crash, kill or budget stop)."""
     with opened_store(store) as db:
+        run_id = full_id(db, "run", run_id, noun="run", hint="list runs with `accelopt runs list`")
         try:
             run, spec, checkpoint = load_run(db, run_id)
         except (RunNotFound, ValueError) as exc:

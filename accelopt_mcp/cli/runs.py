@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from accelopt_mcp.cli.common import JsonOption, StoreOption, opened_store
+from accelopt_mcp.cli.common import JsonOption, StoreOption, full_id, opened_store
 from accelopt_mcp.cli.output import console, fail, plain, print_json, say
 from accelopt_mcp.engine.runs import (
     BestFigures,
@@ -22,6 +22,8 @@ from accelopt_mcp.engine.selection import AttemptRecord
 from accelopt_mcp.store.base import KernelStore, LlmCallRecord
 
 app = typer.Typer(help="Optimization runs: list them, show one's trace.", no_args_is_help=True)
+
+RUN_HINT = "list runs with `accelopt runs list`"
 
 
 @app.command("list")
@@ -79,7 +81,7 @@ def list_runs(
 
 @app.command()
 def show(
-    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    run_id: Annotated[str, typer.Argument(help="Run id, or a prefix of 8+ characters.")],
     calls: Annotated[
         bool,
         typer.Option(
@@ -100,15 +102,14 @@ def show(
 ) -> None:
     """A run's trace: per iteration its plans, attempts (status, latency) and experiences;
     with --calls its LLM calls, with --call ID one call's prompt and reply."""
-    if call is not None:
-        with opened_store(store) as db:
-            _print_call(db, call, as_json, run_id=run_id)
-        return
-    if calls:
-        with opened_store(store) as db:
-            _print_calls(db, run_id, role, as_json)
-        return
     with opened_store(store) as db:
+        run_id = full_id(db, "run", run_id, noun="run", hint=RUN_HINT)
+        if call is not None:
+            _print_call(db, call, as_json, run_id=run_id)
+            return
+        if calls:
+            _print_calls(db, run_id, role, as_json)
+            return
         try:
             run, spec, checkpoint = load_run(db, run_id)
         except (RunNotFound, ValueError) as exc:

@@ -33,6 +33,7 @@ from accelopt_mcp.store.base import (
     DEFAULT_BACKEND,
     ExperienceIn,
     ExperienceRecord,
+    IdKind,
     KernelStore,
     RunRecord,
     StoreError,
@@ -106,24 +107,43 @@ MemoryPolicy = Literal["fifo", "sample"]
 
 
 class UnknownItemReference(UnknownReferenceError):
-    """A memory item names a definition or run the store does not hold; `field` says which
-    (`definition_name` or `run_id`), so that a front end can add where to look it up."""
+    """A memory item names a definition, run or solution the store does not hold; `field`
+    says which (`definition_name`, `run_id`, `slow_solution_id`, `fast_solution_id`), so that
+    a front end can add where to look it up."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
         self.field = field
 
 
+ID_FIELDS: tuple[tuple[str, IdKind], ...] = (
+    ("run_id", "run"),
+    ("slow_solution_id", "solution"),
+    ("fast_solution_id", "solution"),
+)
+"""The ids a memory item may name, and what each names."""
+
+
 def add_experience(store: KernelStore, item: ExperienceIn) -> ExperienceRecord:
     """Store a memory item given from outside a run (`accelopt memory add`, the add_memory
     tool) and return it as stored. The record has validated its own fields; here its
-    definition, and its run when it names one, must be in the store."""
+    definition, and its run and solutions when it names them, must be in the store: each id
+    whole or a unique prefix of 8+ characters, as the CLI and the tools print them (stored
+    whole; AmbiguousIdError for a prefix of several)."""
     if store.get_definition(item.definition_name) is None:
         raise UnknownItemReference(
             "definition_name", f"no definition named {item.definition_name!r}"
         )
-    if item.run_id is not None and store.get_run(item.run_id) is None:
-        raise UnknownItemReference("run_id", f"no run with id {item.run_id!r}")
+    whole: dict[str, str] = {}
+    for field, kind in ID_FIELDS:
+        given = getattr(item, field)
+        if given is None:
+            continue
+        found = store.resolve_id(kind, given)
+        if found is None:
+            raise UnknownItemReference(field, f"no {kind} with id {given!r}")
+        whole[field] = found
+    item = item.model_copy(update=whole)
     new_id = store.add_experience(item)
     stored = store.get_experience(new_id)
     if stored is None:

@@ -17,9 +17,7 @@ from accelopt_mcp.store.base import (
     RunRecord,
     StoredSolution,
 )
-
-MIN_PREFIX = 8
-"""The shortest prefix accepted for an id, in hexadecimal digits."""
+from accelopt_mcp.store.ids import unknown_id
 
 SOLUTION_HINT = "list_solutions gives the ids of a definition"
 RUN_HINT = "list_jobs shows the runs"
@@ -47,9 +45,7 @@ def resolve(
         ) from exc
     if found is not None:
         return found
-    short = len(given.strip().replace("-", "")) < MIN_PREFIX
-    why = f" (a prefix needs {MIN_PREFIX}+ characters)" if short else ""
-    raise NotFoundError(f"no {noun} with id {given!r}{why}; {hint}")
+    raise NotFoundError(unknown_id(noun, given, hint))
 
 
 def solution_id(store: KernelStore, given: str, *, hint: str = SOLUTION_HINT) -> str:

@@ -28,7 +28,12 @@ from accelopt_mcp.store.base import ExperienceIn
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
 
 # Where the agent looks up what an item refers to, by the field that named it.
-LOOK_UP = {"definition_name": "; list_definitions shows them"}
+LOOK_UP = {
+    "definition_name": "; list_definitions shows them",
+    "run_id": "; list_jobs shows the runs",
+    "slow_solution_id": "; list_solutions gives the ids of a definition",
+    "fast_solution_id": "; list_solutions gives the ids of a definition",
+}
 
 BACKEND_HELP = (
     "Backend whose memory namespace (its name) is used when no namespace is given: what a "

@@ -50,7 +50,7 @@ def test_runs_and_memory_commands(
     text = runner.invoke(app, ["runs", "show", run_id, *db], terminal_width=200).output
     assert "iteration 1" in text and "iteration 2" in text and "PASSED" in text
     missing = runner.invoke(app, ["runs", "show", "nope", *db])
-    assert missing.exit_code != 0 and "no run 'nope'" in missing.output
+    assert missing.exit_code != 0 and "no run with id 'nope'" in missing.output
 
     added = runner.invoke(
         app,

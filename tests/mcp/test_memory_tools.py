@@ -122,3 +122,19 @@ async def test_memory_tools_take_id_prefixes(client: Client, sqlite_url: str) ->
     removed = await ok(client, "remove_memory", {"experience_id": added["id"][:8]})
     assert removed == {"id": added["id"], "removed": True}
     await fails(client, "remove_memory", {"experience_id": "nope"}, "no memory item")
+    # add_memory takes the prefixes every other tool prints, and stores the whole ids.
+    with SqliteStore(sqlite_url) as store:
+        (solution, *_) = store.list_solutions(definition_name=DEFINITION)
+    item = {**ITEM, "run_id": run_id[:8], "slow_solution_id": solution.id[:8]}
+    stored = await ok(client, "add_memory", {"item": item})
+    assert stored["item"]["run_id"] == run_id
+    with SqliteStore(sqlite_url) as store:
+        record = store.get_experience(stored["id"])
+    assert record is not None and record.slow_solution_id == solution.id
+    await fails(
+        client,
+        "add_memory",
+        {"item": {**ITEM, "fast_solution_id": "ffffffff"}},
+        "no solution with id 'ffffffff'",
+        "list_solutions",
+    )
