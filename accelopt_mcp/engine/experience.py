@@ -16,7 +16,7 @@ from accelopt_mcp.engine.selection import AttemptRecord, Pair
 from accelopt_mcp.engine.summarizer import NothingChanged, summarize_pair
 from accelopt_mcp.llm import BudgetExceeded, LlmCallFailed, MalformedReply
 from accelopt_mcp.models import Evaluation, MeasuringConditions, measuring_conditions_of
-from accelopt_mcp.store.base import ExperienceIn
+from accelopt_mcp.store.base import ExperienceIn, ExperienceRecord
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +54,29 @@ async def summarize_pairs(
     done = {(item.slow_solution_id, item.fast_solution_id) for item in existing}
     # A resumed iteration may select other pairs than before the stop (its LLM_FAILED
     # attempts were tried again); what it already stored still counts against TopK.
+    # Each slow -> fast pair once: within the batch, in this run (a pair that stays the best
+    # move for many iterations would otherwise be summarized in every one of them), and in the
+    # namespace unless its measurement changed (another setup, or a speedup that moved).
+    learned = await asyncio.to_thread(ctx.memory.pairs_learned)
     todo = []
     seen = set(done)
     for pair in pairs:
-        # Each slow -> fast pair once: against what is stored and within the batch.
-        if slow_fast(pair) not in seen:
-            seen.add(slow_fast(pair))
-            todo.append(pair)
+        key = slow_fast(pair)
+        if key in seen:
+            continue
+        seen.add(key)
+        before = await _learned_before(ctx, pair, learned.get(key, []))
+        if before is not None:
+            log.info(
+                "pair %s -> %s is memory item %s already (iteration %s of run %s); not again",
+                key[0][:8],
+                key[1][:8],
+                before.id[:8],
+                before.iteration,
+                (before.run_id or "-")[:8],
+            )
+            continue
+        todo.append(pair)
     todo = todo[: max(0, ctx.cfg.topk - len(done))]
     tasks = [control.spawn(_summarize_one(ctx, control, iteration, pair)) for pair in todo]
     results = await asyncio.gather(*tasks, return_exceptions=True)
@@ -68,6 +84,47 @@ async def summarize_pairs(
         if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
             raise result
     return len(done) + sum(r for r in results if isinstance(r, int))
+
+
+SAME_SPEEDUP = 0.05
+"""A pair measured again within this fraction of the speedup it was summarized at is the same
+lesson (above it, the re-measurement moved the figure and the pair is summarized anew)."""
+
+
+async def _learned_before(
+    ctx: RunContext, pair: Pair, items: list[ExperienceRecord]
+) -> ExperienceRecord | None:
+    """The item that already holds this pair's lesson, if any: one of this run's, or one of
+    the namespace's measured on the same setup (cores, BLAS threads, pinning, evaluations at
+    once) at the same speedup. Host load and which core are left out: they differ between any
+    two measurements."""
+    if not items:
+        return None
+    own = [item for item in items if item.run_id == ctx.memory.run_id]
+    if own:
+        return own[0]
+    slow_id, fast_id = slow_fast(pair)
+    measured = await ctx.profiles.stored_evaluation(fast_id if pair.positive else slow_id)
+    setup = _setup(pair_conditions(measured, ctx.profiles.perf))
+    factor = max(pair.speedup, 1.0 / pair.speedup)
+    for item in items:
+        same_speedup = item.speedup is not None and (
+            abs(item.speedup - factor) <= SAME_SPEEDUP * factor
+        )
+        if same_speedup and _setup(item.conditions) == setup:
+            return item
+    return None
+
+
+def _setup(conditions: MeasuringConditions | None) -> tuple[Any, ...]:
+    if conditions is None:
+        return ()
+    return (
+        conditions.cores,
+        conditions.blas_threads,
+        conditions.pinned,
+        conditions.evaluations_at_once,
+    )
 
 
 async def _plan_of(ctx: RunContext, attempt: AttemptRecord) -> str | None:

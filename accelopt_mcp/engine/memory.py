@@ -31,6 +31,7 @@ from typing import Any, Literal
 from accelopt_mcp.backends.registry import backend_names
 from accelopt_mcp.store.base import (
     DEFAULT_BACKEND,
+    ConflictError,
     ExperienceIn,
     ExperienceRecord,
     IdKind,
@@ -144,11 +145,24 @@ def add_experience(store: KernelStore, item: ExperienceIn) -> ExperienceRecord:
             raise UnknownItemReference(field, f"no {kind} with id {given!r}")
         whole[field] = found
     item = item.model_copy(update=whole)
+    if item.slow_solution_id is not None and item.fast_solution_id is not None:
+        pair = (item.slow_solution_id, item.fast_solution_id)
+        for held in store.search_experiences(namespace=item.namespace, limit=_MAX_SCAN):
+            if (held.slow_solution_id, held.fast_solution_id) == pair:
+                raise DuplicatePair(
+                    f"memory item {held.id} already holds the lesson of {pair[0][:8]} -> "
+                    f"{pair[1][:8]} in namespace {item.namespace!r}: remove it first "
+                    "(`accelopt memory remove` or remove_memory) to replace it"
+                )
     new_id = store.add_experience(item)
     stored = store.get_experience(new_id)
     if stored is None:
         raise StoreError(f"memory item {new_id} was stored but cannot be read back")
     return stored
+
+
+class DuplicatePair(ConflictError):
+    """A memory item for a slow -> fast pair that a live item of the namespace already holds."""
 
 
 class OptimizationMemory:
@@ -225,6 +239,18 @@ class OptimizationMemory:
     def remove(self, item_id: str) -> bool:
         """Take an item out of every working set; the row stays as history."""
         return self.store.remove_experience(item_id)
+
+    def pairs_learned(self) -> dict[tuple[str, str], list[ExperienceRecord]]:
+        """The namespace's items that came from a slow -> fast pair, by their pair, removed
+        ones too (summarizing the pair again would bring back a lesson taken out by hand)."""
+        found = self.store.search_experiences(
+            namespace=self.namespace, include_removed=True, limit=_MAX_SCAN
+        )
+        pairs: dict[tuple[str, str], list[ExperienceRecord]] = {}
+        for item in found:
+            if item.slow_solution_id is not None and item.fast_solution_id is not None:
+                pairs.setdefault((item.slow_solution_id, item.fast_solution_id), []).append(item)
+        return pairs
 
     def items_of_iteration(self, iteration: int) -> list[ExperienceRecord]:
         """What this run stored for the iteration, removed items too: they were appended (and
