@@ -1,11 +1,13 @@
 """Spending caps for a run: tokens, US dollars and wall time.
 
-Every call reserves its estimated tokens and cost before it is sent (`reserve`) and settles the
-reservation with what it really used when it ends (`settle`). A call is refused before it
-starts when what was spent plus what calls in flight have reserved has reached a cap, so
-concurrent calls cannot together spend past a cap by more than the last admitted call's
-reservation, and that only when the call's reply outgrows its estimate (the client reserves the
-role's max_tokens of output when one is set). Wall time is checked, not reserved.
+Every call reserves its tokens and cost before it is sent (`reserve`) and settles the
+reservation with what it really used when it ends (`settle`). A call is admitted only when what
+was spent, what calls in flight have reserved and its own reservation together stay within
+every cap, so concurrent calls cannot together spend past a cap: the client sizes each
+reservation to what the call may use (a conservative estimate of its prompt plus the output
+tokens it asks the server for at most, `room` says how much is left) and sends that output
+limit with the request. What is left to chance is only a prompt that holds more tokens than
+its estimate. Wall time is checked, not reserved.
 
 A refusal says whether spending alone has reached the cap (the run is out of budget:
 `exhausted()`) or only the reservations of calls in flight do (`BudgetExceeded.reserved_only`:
@@ -94,11 +96,29 @@ class Budget:
         self._usage.cost_usd += cost_usd
         self._usage.calls += 1
 
-    def reserve(self, tokens: int, cost_usd: float) -> Reservation:
-        """Hold a call's estimate before it is sent. Raises BudgetExceeded, holding nothing,
-        when a cap is reached counting what other calls in flight hold."""
+    def room(self) -> tuple[int | None, float | None]:
+        """Tokens and US dollars a new call may still reserve now (None: no such cap): each
+        cap less what was spent and what calls in flight hold."""
         with self._lock:
-            refusal = self._refusal()
+            usage, limits = self._usage, self.limits
+            tokens = (
+                None
+                if limits.max_tokens is None
+                else limits.max_tokens - usage.tokens - usage.reserved_tokens
+            )
+            usd = (
+                None
+                if limits.max_usd is None
+                else limits.max_usd - usage.cost_usd - usage.reserved_usd
+            )
+            return tokens, usd
+
+    def reserve(self, tokens: int, cost_usd: float) -> Reservation:
+        """Hold what a call may use before it is sent. Raises BudgetExceeded, holding
+        nothing, when it would not fit under a cap beside what was spent and what other calls
+        in flight hold (`reserved_only` when it would fit once they settle)."""
+        with self._lock:
+            refusal = self._refusal(max(0, tokens), max(0.0, cost_usd))
             if refusal is not None:
                 raise refusal
             reservation = Reservation(next(self._ids), max(0, tokens), max(0.0, cost_usd))
@@ -149,26 +169,42 @@ class Budget:
         their calls do."""
         return self._exhausted(self.usage(), reserved=False)
 
-    def _exhausted(self, usage: BudgetUsage, *, reserved: bool) -> str | None:
+    def _exhausted(
+        self, usage: BudgetUsage, *, reserved: bool, tokens: int = 0, usd: float = 0.0
+    ) -> str | None:
+        """Why a cap is reached by what was spent (and, `reserved`, what calls in flight hold),
+        or would be crossed by a new call needing `tokens` and `usd`; None when not."""
         limits = self.limits
         held_tokens = usage.reserved_tokens if reserved else 0
         held_usd = usage.reserved_usd if reserved else 0.0
         counted = reserved and usage.in_flight > 0
-        if limits.max_tokens is not None and usage.tokens + held_tokens >= limits.max_tokens:
+        if limits.max_tokens is not None and (
+            usage.tokens + held_tokens >= limits.max_tokens
+            or usage.tokens + held_tokens + tokens > limits.max_tokens
+        ):
             held = (
                 f", {usage.reserved_tokens} more reserved by {usage.in_flight} call(s) in flight"
                 if counted
                 else ""
             )
-            return f"token budget reached: {usage.tokens} of {limits.max_tokens} tokens used{held}"
-        if limits.max_usd is not None and usage.cost_usd + held_usd >= limits.max_usd:
+            need = f", and a call needs {tokens} more" if tokens else ""
+            return (
+                f"token budget reached: {usage.tokens} of {limits.max_tokens} tokens used"
+                f"{held}{need}"
+            )
+        if limits.max_usd is not None and (
+            usage.cost_usd + held_usd >= limits.max_usd
+            or usage.cost_usd + held_usd + usd > limits.max_usd
+        ):
             held = (
                 f", ${usage.reserved_usd:.4f} more reserved by {usage.in_flight} call(s) in flight"
                 if counted
                 else ""
             )
+            need = f", and a call needs ${usd:.4f} more" if usd else ""
             return (
-                f"cost budget reached: ${usage.cost_usd:.4f} of ${limits.max_usd:.4f} spent{held}"
+                f"cost budget reached: ${usage.cost_usd:.4f} of ${limits.max_usd:.4f} spent"
+                f"{held}{need}"
             )
         if limits.max_wall_s is not None and usage.wall_s >= limits.max_wall_s:
             return f"wall-time budget reached: {usage.wall_s:.1f} s of {limits.max_wall_s:.1f} s"
@@ -182,11 +218,12 @@ class Budget:
         if refusal is not None:
             raise refusal
 
-    def _refusal(self) -> BudgetExceeded | None:
-        """Why a new call may not start now (the lock held), or None."""
+    def _refusal(self, tokens: int = 0, usd: float = 0.0) -> BudgetExceeded | None:
+        """Why a new call needing `tokens` and `usd` may not start now (the lock held), or
+        None. reserved_only: it would fit beside what was spent, once calls in flight settle."""
         usage = self._usage_now()
-        reason = self._exhausted(usage, reserved=True)
+        reason = self._exhausted(usage, reserved=True, tokens=tokens, usd=usd)
         if reason is None:
             return None
-        spent_out = self._exhausted(usage, reserved=False) is not None
+        spent_out = self._exhausted(usage, reserved=False, tokens=tokens, usd=usd) is not None
         return BudgetExceeded(reason, usage, reserved_only=not spent_out)

@@ -4,10 +4,14 @@ a concurrency cap per role, a ledger row for every attempt and a spending budget
 Retries are ours, not the SDK's (it is built with max_retries=0), so that every attempt, failed
 or not, lands in the ledger and the budget is checked before each one.
 
-An attempt, in order: the budget reserves its estimate (prompt tokens estimated as characters /
-4, plus the role's max_tokens of output, or DEFAULT_OUTPUT_TOKENS when none is set; refused
-only because calls in flight hold the rest, it waits for one of them to end and asks again,
-refused because the spending reached a cap, it raises BudgetExceeded unsent); the ledger
+An attempt, in order: the budget reserves what it may use (its prompt, estimated on the high
+side at RESERVE_CHARS_PER_TOKEN characters a token, plus the output it asks for at most: the
+role's max_tokens, or DEFAULT_OUTPUT_TOKENS when none is set, cut down to what is left under a
+token or dollar cap, and never under MIN_OUTPUT_TOKENS (or the role's own max_tokens, when
+smaller); that limit goes with the request, so
+no reply can outgrow its reservation; refused only because calls in flight hold the rest, it
+waits for one of them to end and asks again, refused because the spending leaves no room, it
+raises BudgetExceeded unsent); the ledger
 gets its row with status "in_flight", the prompt (redacted: the role's API key and the usual
 patterns) and the prompt's estimated tokens and cost; the request is sent; the reservation is
 settled with the real usage and the row updated under the same id ("ok" or "failed", tokens,
@@ -22,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import random
 import re
@@ -59,11 +64,24 @@ DEFAULT_OUTPUT_TOKENS = 4096
 """Output tokens a call reserves of the budget when its role sets no max_tokens."""
 CHARS_PER_TOKEN = 4
 """The estimate of tokens from characters, where the server has not counted them (yet)."""
+RESERVE_CHARS_PER_TOKEN = 2.5
+"""What a reservation assumes of a prompt: code and JSON run at 3-4 characters a token in
+current tokenizers, so a prompt rarely holds more tokens than characters / 2.5."""
+MESSAGE_OVERHEAD_TOKENS = 8
+"""Tokens a chat template adds around each message (role markers), reserved on top."""
+MIN_OUTPUT_TOKENS = 256
+"""The least output a call is sent with when a cap cuts it down: less is no useful reply."""
 
 
 def estimate_tokens(chars: int) -> int:
     """Tokens in `chars` characters of text, roughly (characters / 4, at least 1)."""
     return max(1, chars // CHARS_PER_TOKEN)
+
+
+def reserved_prompt_tokens(chars: int, messages: int) -> int:
+    """What the budget holds for a prompt of `chars` characters in `messages` messages: the
+    high side of its tokens (RESERVE_CHARS_PER_TOKEN, plus each message's template tokens)."""
+    return math.ceil(chars / RESERVE_CHARS_PER_TOKEN) + MESSAGE_OVERHEAD_TOKENS * messages
 
 
 class ChatMessage(BaseModel):
@@ -129,6 +147,10 @@ class _Attempt:
     """Estimated."""
     prompt_cost_usd: float
     """Of the estimated prompt tokens."""
+    reserved_prompt_tokens: int = 0
+    """The prompt as the budget reserves it (on the high side)."""
+    max_output: int | None = None
+    """The output limit sent with the request (None: the server's own)."""
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
@@ -228,7 +250,9 @@ class LlmClient:
         self, role: str, config: ModelConfig, chat: list[ChatMessage], purpose: str | None
     ) -> LlmReply:
         max_attempts = config.max_retries + 1
-        prompt_tokens = estimate_tokens(sum(len(message.content) for message in chat))
+        chars = sum(len(message.content) for message in chat)
+        prompt_tokens = estimate_tokens(chars)
+        reserved_prompt = reserved_prompt_tokens(chars, len(chat))
         for attempt in range(1, max_attempts + 1):
             api_key, client = await self._client_for(role, config)
             call = _Attempt(
@@ -238,6 +262,8 @@ class LlmClient:
                 api_key=api_key,
                 prompt_tokens=prompt_tokens,
                 prompt_cost_usd=self.configs.prices.cost(config.model, prompt_tokens, 0),
+                reserved_prompt_tokens=reserved_prompt,
+                max_output=config.max_tokens,
             )
             reservation = await self._reserve_when_room(call)
             try:
@@ -283,7 +309,7 @@ class LlmClient:
         self._in_flight[call.role] += 1
         started = time.monotonic()
         try:
-            outcome = await self._attempt(client, call.config, chat, call.api_key)
+            outcome = await self._attempt(client, call, chat)
         except BaseException as exc:
             self._in_flight[call.role] -= 1
             if reservation is not None and self.budget is not None:
@@ -296,13 +322,16 @@ class LlmClient:
         return outcome, time.monotonic() - started
 
     async def _attempt(
-        self, client: AsyncOpenAI, config: ModelConfig, chat: list[ChatMessage], api_key: str
+        self, client: AsyncOpenAI, call: _Attempt, chat: list[ChatMessage]
     ) -> _Outcome:
         import openai
 
-        secrets = [api_key]
+        config = call.config
+        secrets = [call.api_key]
         try:
-            completion = await client.chat.completions.create(**_request_args(config, chat))
+            completion = await client.chat.completions.create(
+                **_request_args(config, chat, call.max_output)
+            )
         except openai.APITimeoutError:
             return _Outcome(
                 error=f"timed out after {config.timeout_s:g} s", retryable=True, prompt_billed=True
@@ -391,12 +420,25 @@ class LlmClient:
         if budget is None:
             return None
         config = call.config
-        output = config.max_tokens if config.max_tokens is not None else DEFAULT_OUTPUT_TOKENS
-        cost = self.configs.prices.cost(config.model, call.prompt_tokens, output)
+        prices, model = self.configs.prices, config.model
+        prompt = call.reserved_prompt_tokens
+        wanted = config.max_tokens if config.max_tokens is not None else DEFAULT_OUTPUT_TOKENS
+        capped = budget.limits.max_tokens is not None or budget.limits.max_usd is not None
         while True:
             room = self._room
+            output = wanted
+            tokens_left, usd_left = budget.room()
+            if tokens_left is not None:
+                output = min(output, tokens_left - prompt)
+            per_output = prices.cost(model, 0, 1_000_000) / 1_000_000
+            if usd_left is not None and per_output > 0:
+                output = min(output, int((usd_left - prices.cost(model, prompt, 0)) / per_output))
+            output = max(output, min(wanted, MIN_OUTPUT_TOKENS))
+            if capped:
+                # The reservation holds the most it may use only if the server is told so.
+                call.max_output = output
             try:
-                return budget.reserve(call.prompt_tokens + output, cost)
+                return budget.reserve(prompt + output, prices.cost(model, prompt, output))
             except BudgetExceeded as exc:
                 if not exc.reserved_only:
                     raise
@@ -547,7 +589,11 @@ def _api_key(role: str, config: ModelConfig) -> str:
     )
 
 
-def _request_args(config: ModelConfig, chat: list[ChatMessage]) -> dict[str, Any]:
+def _request_args(
+    config: ModelConfig, chat: list[ChatMessage], max_output: int | None = None
+) -> dict[str, Any]:
+    """The request: the model, the messages, the role's sampling settings, and `max_output`
+    (the limit the budget reserved for; else the role's max_tokens) as the output limit."""
     args: dict[str, Any] = {
         "model": config.model,
         "messages": [message.model_dump() for message in chat],
@@ -556,8 +602,9 @@ def _request_args(config: ModelConfig, chat: list[ChatMessage]) -> dict[str, Any
         args["temperature"] = config.temperature
     if config.top_p is not None:
         args["top_p"] = config.top_p
-    if config.max_tokens is not None:
-        args[config.max_tokens_param] = config.max_tokens
+    limit = max_output if max_output is not None else config.max_tokens
+    if limit is not None:
+        args[config.max_tokens_param] = limit
     if config.reasoning_effort is not None:
         args["reasoning_effort"] = config.reasoning_effort
     if config.extra_body:

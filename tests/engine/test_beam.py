@@ -267,7 +267,7 @@ def test_budget_stop_keeps_everything(
         if slot.solution_id is not None and slot.status != "NO_CODE":
             assert store.list_profiles(solution_id=slot.solution_id)
     used = sum(t.tokens_in + t.tokens_out for t in store.llm_totals(run_id))
-    assert used >= 2500
+    assert 0 < used <= 2500  # a cap: no call was sent that could cross it
     assert run.tokens_in + run.tokens_out == used
     assert run.best_solution_id is not None
 

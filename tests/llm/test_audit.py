@@ -26,6 +26,7 @@ from accelopt_mcp.llm import (
     estimate_tokens,
     parse_json_list,
 )
+from accelopt_mcp.llm.client import reserved_prompt_tokens
 from accelopt_mcp.models import LlmCallIn
 from accelopt_mcp.store.base import RunRecord
 from accelopt_mcp.store.sqlite import SqliteStore
@@ -158,14 +159,16 @@ def _two_concurrent_calls(
 
 
 PROMPT_TOKENS = estimate_tokens(len(SYSTEM) + len("make this matmul faster please"))
+RESERVED_PROMPT = reserved_prompt_tokens(len(SYSTEM) + len("make this matmul faster please"), 2)
+"""What the budget holds for the prompt of _messages() (the high side of its tokens)."""
 
 
 def test_reservations_refuse_a_concurrent_call_before_it_is_sent(
     start_standin: StartStandin, test_key: str, store: SqliteStore
 ) -> None:
-    # Room for one call's reservation (its prompt and max_tokens=200 out), not two; the first
-    # call's reply then spends the whole cap.
-    cap = PROMPT_TOKENS + 200
+    # Room for one call's reservation (its prompt and max_tokens=200 out), not two: the second
+    # could not fit even once the first is done, whose reply is as long as it may be.
+    cap = RESERVED_PROMPT + 200
     standin = start_standin(_script({"text": "plan", "latency_s": 0.3, "completion_tokens": cap}))
     budget = Budget(max_tokens=cap)
 
@@ -178,7 +181,8 @@ def test_reservations_refuse_a_concurrent_call_before_it_is_sent(
     assert [c.purpose for c in store.list_llm_calls("run-a")] == ["plan 1/0"]
     usage = budget.usage()
     assert (usage.reserved_tokens, usage.in_flight, usage.calls) == (0, 0, 1)
-    assert usage.tokens == first.tokens_in + first.tokens_out >= cap
+    assert usage.tokens == first.tokens_in + first.tokens_out <= cap
+    assert first.tokens_out == 200  # the stand-in, like a server, keeps to the limit sent
 
 
 def test_a_call_held_back_by_reservations_waits_for_room(
@@ -187,7 +191,8 @@ def test_a_call_held_back_by_reservations_waits_for_room(
     standin = start_standin(
         _script({"text": "plan", "latency_s": 0.3}, when_exhausted="repeat_last")
     )
-    budget = Budget(max_tokens=PROMPT_TOKENS + 200)  # one reservation at a time
+    # One reservation at a time: the second fits once the first has settled, not beside it.
+    budget = Budget(max_tokens=2 * RESERVED_PROMPT + 300)
 
     first, second = _two_concurrent_calls(standin, store, budget)
 
@@ -310,8 +315,12 @@ def test_a_killed_workers_call_is_interrupted_and_counts_on_resume(
 def test_budget_reservations_count_until_settled() -> None:
     budget = Budget(max_tokens=1000, max_usd=1.0)
     first = budget.reserve(600, 0.1)
-    second = budget.reserve(500, 0.1)  # 600 held < 1000: may start
-    with pytest.raises(BudgetExceeded, match="1100 more reserved by 2 call") as held_back:
+    with pytest.raises(BudgetExceeded, match="600 more reserved by 1 call") as held_back:
+        budget.reserve(500, 0.1)  # 600 + 500 > 1000: it would cross the cap beside the first
+    assert held_back.value.reserved_only  # 500 alone fits: it may start once the first ends
+    assert budget.room() == (400, pytest.approx(0.9))
+    second = budget.reserve(400, 0.1)  # exactly to the cap
+    with pytest.raises(BudgetExceeded, match="1000 more reserved by 2 call") as held_back:
         budget.reserve(1, 0.0)
     assert held_back.value.reserved_only
     with pytest.raises(BudgetExceeded):
@@ -319,7 +328,7 @@ def test_budget_reservations_count_until_settled() -> None:
     assert budget.exhausted() is None  # nothing spent yet: the run is not out of budget
     budget.settle(first, 100, 20, 0.01)
     budget.settle(first, 100, 20, 0.01)  # twice releases once
-    assert budget.usage().reserved_tokens == 500 and budget.usage().tokens == 120
+    assert budget.usage().reserved_tokens == 400 and budget.usage().tokens == 120
     budget.settle(second, spent=False)  # refused by the server: nothing spent
     usage = budget.usage()
     assert (usage.reserved_tokens, usage.reserved_usd, usage.in_flight) == (0, 0.0, 0)
@@ -332,6 +341,9 @@ def test_budget_reservations_count_until_settled() -> None:
         pricey.reserve(10, 0.01)
     pricey.settle(held, 10, 0, 0.2)
     pricey.reserve(10, 0.01)
+    with pytest.raises(BudgetExceeded, match=r"needs \$0\.4000 more") as too_big:
+        pricey.reserve(10, 0.4)  # 0.2 spent + 0.01 held + 0.4 > 0.5, and 0.2 + 0.4 too
+    assert not too_big.value.reserved_only
     spent = Budget(max_tokens=100)
     spent.charge(100, 0, 0.0)
     with pytest.raises(BudgetExceeded) as out:

@@ -24,6 +24,7 @@ from accelopt_mcp.llm import (
     parse_json_list,
     role_configs_from_dict,
 )
+from accelopt_mcp.llm.client import reserved_prompt_tokens
 from accelopt_mcp.models import LlmCallIn
 from accelopt_mcp.redaction import REDACTED
 from tests.llm.conftest import TEST_KEY_ENV, configs_for
@@ -261,8 +262,11 @@ def test_token_budget_stops_new_calls_before_they_start(
         _planner_script({"kind": "text", "text": "one two three"}, when_exhausted="repeat_last")
     )
     per_call = _words(MESSAGES) + 3
-    budget = Budget(max_tokens=per_call + 1)
-    configs = configs_for(standin.base_url)
+    # Each call holds its prompt (on the high side) and max_tokens=5 of output: room for two
+    # calls' spending plus a third's reservation less one token.
+    reserved = reserved_prompt_tokens(_chars(MESSAGES), len(MESSAGES)) + 5
+    budget = Budget(max_tokens=2 * per_call + reserved - 1)
+    configs = configs_for(standin.base_url, max_tokens=5)
 
     async def go() -> BudgetExceeded:
         async with LlmClient(configs, budget=budget) as client:
@@ -274,14 +278,19 @@ def test_token_budget_stops_new_calls_before_they_start(
 
     exceeded = asyncio.run(go())
 
-    assert "token budget" in str(exceeded)
+    assert "token budget" in str(exceeded) and not exceeded.reserved_only
     assert exceeded.usage.tokens == 2 * per_call and exceeded.usage.calls == 2
     assert len(standin.requests()) == 2
 
 
 def test_cost_budget_stops_new_calls(start_standin: StartStandin, test_key: str) -> None:
+    # A reply that would run to a million tokens ($2.50) under a $2.00 cap: the request says
+    # 800,000 at most, the reply keeps to it, and the spending lands on the cap, not past it.
     standin = start_standin(
-        _planner_script({"kind": "text", "text": "x", "completion_tokens": 1_000_000})
+        _planner_script(
+            {"kind": "text", "text": "x", "completion_tokens": 1_000_000},
+            when_exhausted="repeat_last",
+        )
     )
     configs = role_configs_from_dict(
         {
@@ -289,20 +298,24 @@ def test_cost_budget_stops_new_calls(start_standin: StartStandin, test_key: str)
                 "base_url": standin.base_url,
                 "api_key_env": TEST_KEY_ENV,
                 "model": "pricey",
+                "max_tokens": 1_000_000,
             },
             "prices": {"pricey": {"input_per_mtok": 0, "output_per_mtok": 2.5}},
         }
     )
     budget = Budget(max_usd=2.0)
 
-    async def go() -> None:
+    async def go() -> LlmReply:
         async with LlmClient(configs, budget=budget) as client:
+            first = await client.complete("planner", MESSAGES)
             await client.complete("planner", MESSAGES)
-            await client.complete("planner", MESSAGES)
+            return first
 
-    with pytest.raises(BudgetExceeded, match=r"cost budget reached: \$2\.5000 of \$2\.0000"):
+    with pytest.raises(BudgetExceeded, match=r"cost budget reached: \$2\.0000 of \$2\.0000"):
         asyncio.run(go())
-    assert len(standin.requests()) == 1
+    (sent,) = standin.requests()
+    assert 799_999 <= sent["body"]["max_tokens"] <= 800_000  # what $2.00 buys, rounded down
+    assert 1.9999 < budget.usage().cost_usd <= 2.0
 
 
 def test_wall_time_budget_refuses_a_retry_pause_it_cannot_afford(

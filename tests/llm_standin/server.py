@@ -2,7 +2,8 @@
 
 It serves POST /v1/chat/completions and GET /v1/models on 127.0.0.1, answering from a
 StandinScript, and GET /_standin/log with every request it got and the most requests it had in
-flight at once. Usage counts words, so tests can predict tokens and cost.
+flight at once. Usage counts words, so tests can predict tokens and cost; like a real server
+it never reports (nor writes) more output than a request's max_tokens.
 
 Run: python -m tests.llm_standin --script script.json [--port 0]
 It prints "STANDIN LISTENING <base_url>" once it accepts connections.
@@ -188,11 +189,18 @@ class StandinHandler(BaseHTTPRequestHandler):
         completion = (
             reply.completion_tokens if reply.completion_tokens is not None else _words(reply.text)
         )
+        text, finish = reply.text, reply.finish_reason
+        # As a real server does: never more output than the request's limit; a reply cut
+        # there ends with "length".
+        limit = body.get("max_completion_tokens", body.get("max_tokens"))
+        if isinstance(limit, int) and completion > limit:
+            completion, finish = limit, "length"
+            text = " ".join(text.split()[:limit])
         usage = None if reply.omit_usage else (prompt, completion)
         choice = {
             "index": 0,
-            "message": {"role": "assistant", "content": reply.text},
-            "finish_reason": reply.finish_reason,
+            "message": {"role": "assistant", "content": text},
+            "finish_reason": finish,
         }
         self._send_json(200, _completion(str(body.get("model", "")), [choice], usage))
 
