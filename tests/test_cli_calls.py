@@ -103,7 +103,7 @@ def test_calls_are_listed_one_line_each(db: list[str]) -> None:
     assert rows[0]["purpose"] == "plan 1/0" and "messages" not in rows[0]
 
     missing = runner.invoke(app, ["show", "nope", "--calls", *db])
-    assert missing.exit_code != 0 and "no run 'nope'" in missing.output
+    assert missing.exit_code != 0 and "no run with id 'nope'" in missing.output
 
 
 def test_a_call_is_printed_in_full_without_markup(db: list[str]) -> None:

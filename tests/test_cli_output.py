@@ -6,6 +6,7 @@ the model configs shipped as package data."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import subprocess
@@ -188,7 +189,28 @@ def test_resume_checks_the_endpoint_before_touching_the_run(tmp_path: Path) -> N
 
     unknown = runner.invoke(app, ["resume", "no-such-run", "--store", str(tmp_path / "k.db")])
     assert unknown.exit_code == 2
-    assert "no run 'no-such-run'" in one_line(unknown.output)
+    assert "no run with id 'no-such-run'" in one_line(unknown.output)
+
+
+def test_skip_llm_check_still_refuses_an_unset_key_before_a_run_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--skip-llm-check skips the call to the endpoint, not what needs no network: without
+    the key the run could never call, so it stops with exit 2 and leaves no run row."""
+    from accelopt_mcp.store.sqlite import SqliteStore
+
+    models = tmp_path / "remote.json"
+    models.write_text(
+        json.dumps({"default": {"base_url": "https://llm.example.test/v1", "api_key_env": "K"}})
+    )
+    monkeypatch.delenv("K", raising=False)
+    db = tmp_path / "k.db"
+    args = ["optimize", str(KERNEL), "--task", str(TASK), "--store", str(db)]
+    result = runner.invoke(app, [*args, "--config", str(models), "--skip-llm-check"])
+    assert result.exit_code == 2, result.output
+    assert "the environment variable K is not set" in one_line(result.output)
+    with SqliteStore(db) as store:
+        assert store.list_runs() == []
 
 
 # --------------------------------------------------------------------------- the outcome line
@@ -366,6 +388,40 @@ def test_plot_is_on_a_log_axis_with_every_point_labelled() -> None:
         assert labels == ["10.8 ms", "1.2 ms\n9.00x", "0.4 ms\n27.00x"]
         low, high = axes.get_ylim()
         assert low < 0.4 and high > 10.8
+    finally:
+        plt.close(figure)
+
+
+@pytest.mark.parametrize(
+    ("initial", "latencies"),
+    [(1.3, [1.2, 0.9, 0.7]), (1.0, [0.6, 0.3, 0.15]), (10.8, [1.2, 0.4]), (80.0, [2.0, 0.5])],
+)
+def test_the_plots_tick_labels_never_overlap(initial: float, latencies: list[float]) -> None:
+    """Drawn as the PNG is: every y tick label that shows text has room of its own (over a
+    narrow-to-middle range the in-between ticks were all labelled and ran into each other)."""
+    import matplotlib.pyplot as plt
+
+    history = [
+        IterationSummary(
+            iteration=i + 1, best_latency_ms=ms, attempts=1, passed=1, failed=0, experiences_added=0
+        )
+        for i, ms in enumerate(latencies)
+    ]
+    figure = best_latency_figure(history, initial, "softmax")
+    try:
+        figure.canvas.draw()
+        (axes,) = figure.axes
+        renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]
+        low, high = axes.get_ylim()
+        ticks = [
+            tick
+            for tick in axes.yaxis.get_major_ticks() + axes.yaxis.get_minor_ticks()
+            if tick.label1.get_text() and low <= tick.get_loc() <= high
+        ]
+        boxes = sorted((t.label1.get_window_extent(renderer) for t in ticks), key=lambda b: b.y0)
+        assert len(boxes) >= 2
+        for below, above in itertools.pairwise(boxes):
+            assert below.y1 <= above.y0 + 0.5, [t.label1.get_text() for t in ticks]
     finally:
         plt.close(figure)
 

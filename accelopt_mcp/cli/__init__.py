@@ -9,6 +9,7 @@ import typer
 from accelopt_mcp import __version__
 
 app = typer.Typer(
+    rich_markup_mode=None,
     name="accelopt",
     help="Optimize accelerator kernels the AccelOpt way; browse the kernel database.",
     no_args_is_help=True,

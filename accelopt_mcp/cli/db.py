@@ -17,6 +17,7 @@ from accelopt_mcp.store.base import StoredProfile, StoredSolution, StoreError
 from accelopt_mcp.store.url import describe_store_url
 
 app = typer.Typer(
+    rich_markup_mode=None,
     help="The kernel database: init, check, stats, best, lineage, export, import.",
     no_args_is_help=True,
 )

@@ -11,7 +11,11 @@ from accelopt_mcp.cli.common import StoreOption, opened_store
 from accelopt_mcp.cli.output import say
 from accelopt_mcp.transfer import ImportFormat, import_directory
 
-app = typer.Typer(help="Load benchmark directories into the kernel database.", no_args_is_help=True)
+app = typer.Typer(
+    rich_markup_mode=None,
+    help="Load benchmark directories into the kernel database.",
+    no_args_is_help=True,
+)
 
 
 def import_into_store(directory: Path, store: str | None, fmt: ImportFormat) -> None:

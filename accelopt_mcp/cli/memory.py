@@ -24,6 +24,7 @@ from accelopt_mcp.engine.memory import (
 from accelopt_mcp.store.base import ExperienceIn
 
 app = typer.Typer(
+    rich_markup_mode=None,
     help=(
         "Optimization memory: list, search, add and remove items. Items live in namespaces; "
         "a run files into and seeds from its backend's name (cpu, nki, ...) unless started "
@@ -135,6 +136,38 @@ def add(
     if note is not None:
         say(("note:", "bold yellow"), " ", note, err=True)
     say(f"added {stored.id}")
+
+
+@app.command()
+def search(
+    words: Annotated[
+        str,
+        typer.Argument(
+            help="Words that must all occur in title, strategy or pseudocode, any order, each "
+            "as the start of a word; best match first."
+        ),
+    ],
+    namespace: Annotated[
+        str | None, typer.Option(help="Only this namespace (default: every namespace).")
+    ] = None,
+    include_removed: Annotated[
+        bool, typer.Option("--include-removed", help="Also removed items.")
+    ] = False,
+    limit: Annotated[int, typer.Option(help="At most this many.")] = 50,
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Items holding the words, best match first (the same as `memory list --search`)."""
+    list_items(
+        run=None,
+        namespace=namespace,
+        backend=DEFAULT_BACKEND,
+        search=words,
+        include_removed=include_removed,
+        limit=limit,
+        store=store,
+        as_json=as_json,
+    )
 
 
 @app.command()

@@ -107,8 +107,7 @@ def optimize(
         )
     except (TaskFileError, ValueError, FileNotFoundError) as exc:
         fail(str(exc))
-    if not skip_llm_check:
-        _check_llm(settings.models_config, settings.summarize)
+    _check_llm(settings.models_config, settings.summarize, probe=not skip_llm_check)
     with opened_store(store) as db:
         run_id = prepare_run(
             db,
@@ -176,8 +175,7 @@ def resume(
                 f"on {hardware}: its stored figures would be ranked against new ones; resume "
                 "it where it ran (--cluster), or start a new run"
             )
-        if not skip_llm_check:
-            _check_llm(spec.optimize.models_config, spec.optimize.summarize)
+        _check_llm(spec.optimize.models_config, spec.optimize.summarize, probe=not skip_llm_check)
         if changes or where is not None:
             try:
                 change_settings(
@@ -204,14 +202,19 @@ def _check_backend(name: str, cluster: str | None = None) -> str | None:
         fail(f"{exc}; {shows} shows what runs {'there' if address else 'here'}")
 
 
-def _check_llm(models_config: str | None, summarize: bool = True) -> None:
-    """Stop (one line, exit code 2) when a role's LLM endpoint cannot serve it."""
+def _check_llm(models_config: str | None, summarize: bool = True, *, probe: bool = True) -> None:
+    """Stop (one line, exit code 2, before a run row exists) when a role's LLM endpoint cannot
+    serve it. probe False (--skip-llm-check): only what needs no network, the model config and
+    every role's API key variable."""
     # Imported here: the check needs the network stack only when it runs.
+    from accelopt_mcp.llm.client import check_keys
     from accelopt_mcp.llm.preflight import PreflightFailed, check_endpoints, roles_used
 
     try:
         configs = load_role_configs(Path(models_config) if models_config else None)
-        asyncio.run(check_endpoints(configs, roles_used(summarize)))
+        check_keys(configs, roles_used(summarize))
+        if probe:
+            asyncio.run(check_endpoints(configs, roles_used(summarize)))
     except PreflightFailed as exc:
         fail(f"{exc} (or pass --skip-llm-check to start anyway)")
     except LlmConfigError as exc:  # a config or key no run could work with

@@ -21,9 +21,18 @@ from accelopt_mcp.engine.runs import (
 from accelopt_mcp.engine.selection import AttemptRecord
 from accelopt_mcp.store.base import KernelStore, LlmCallRecord
 
-app = typer.Typer(help="Optimization runs: list them, show one's trace.", no_args_is_help=True)
+app = typer.Typer(
+    rich_markup_mode=None,
+    help="Optimization runs: list them, show one's trace.",
+    no_args_is_help=True,
+)
 
 RUN_HINT = "list runs with `accelopt runs list`"
+APART_NOTE = (
+    "timed apart: the ratio of two medians taken in different evaluations (other times, maybe "
+    "another host load), with no interval; a figure 'same rounds' was timed beside its parent "
+    "and carries one"
+)
 
 
 @app.command("list")
@@ -77,6 +86,8 @@ def list_runs(
             f"{row['cost_usd']:.4f}",
         )
     console.print(table)
+    if rows:
+        say(APART_NOTE)
 
 
 @app.command()

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from accelopt_mcp.engine.checkpoint import IterationSummary
 
@@ -48,7 +49,7 @@ def best_latency_figure(
 
     matplotlib.use("Agg")  # files only, never a window
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     xs = [0] + [h.iteration for h in history]
     ys = [initial_latency_ms] + [h.best_latency_ms for h in history]
@@ -73,10 +74,12 @@ def best_latency_figure(
         high = max(p[1] for p in points)
         # Room for the labels above the highest and below the lowest point.
         axes.set_ylim(low / 2.0, high * 1.8)
-        # Plain numbers (0.6, not 6x10^-1); over a narrow range the in-between ticks too.
+        # Plain numbers (0.6, not 6x10^-1). The in-between ticks are labelled only where there
+        # is room: every one over a narrow range, 2 and 5 of each decade over a wider one (all
+        # of 2-9 crowd together at the top of a decade), none over a wide one.
         plain = FuncFormatter(lambda value, _: f"{value:g}")
         axes.yaxis.set_major_formatter(plain)
-        axes.yaxis.set_minor_formatter(plain if high / low < 20 else NullFormatter())
+        axes.yaxis.set_minor_formatter(_minor_labels(high / low))
         axes.set_xlim(min(p[0] for p in points) - 0.5, max(p[0] for p in points) + 0.5)
         if initial_latency_ms:
             axes.axhline(initial_latency_ms, color="grey", linestyle=":", linewidth=0.8)
@@ -87,3 +90,19 @@ def best_latency_figure(
     axes.grid(True, which="both", alpha=0.3)
     figure.tight_layout()
     return figure
+
+
+def _minor_labels(span: float) -> Any:
+    """The minor tick labels for a y axis spanning `span` (highest / lowest point)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    if span >= 20:
+        return NullFormatter()
+
+    def label(value: float, _: int) -> str:
+        if span < 3 or value <= 0:
+            return f"{value:g}"
+        leading = round(value / 10 ** math.floor(math.log10(value)))
+        return f"{value:g}" if leading in (2, 5) else ""
+
+    return FuncFormatter(label)

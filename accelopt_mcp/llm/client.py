@@ -576,6 +576,13 @@ def _as_message(message: ChatMessage | Mapping[str, str]) -> ChatMessage:
     )
 
 
+def check_keys(configs: RoleConfigs, roles: Sequence[str]) -> None:
+    """Raise LlmConfigError, sending nothing, when a role's API key variable is not set (and
+    its endpoint is not a local server, which needs none)."""
+    for role in roles:
+        _api_key(role, configs.for_role(role))
+
+
 def _api_key(role: str, config: ModelConfig) -> str:
     key = os.environ.get(config.api_key_env, "")
     if key:
