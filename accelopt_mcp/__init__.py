@@ -29,8 +29,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("comparing",),
     # The AccelOpt loop (and its jobs), and profiling one kernel into the store.
     ("engine", "profiling"),
-    # Front ends: the `accelopt` command and the MCP tools, thin shells over the layers below.
-    ("cli", "mcp_tools"),
+    # Front ends: the `accelopt` command and the MCP tools, thin shells over the layers below;
+    # writing the skill and a project's .mcp.json for an agent (it imports nothing of ours).
+    ("cli", "mcp_tools", "install_skill"),
     # The MCP server's transports (stdio, HTTP); nothing imports it.
     ("server",),
 )

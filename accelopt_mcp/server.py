@@ -202,7 +202,8 @@ def serve_http(
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="accelopt-mcp",
-        description="MCP server for AccelOpt kernel optimization (stdio unless --http).",
+        description="MCP server for AccelOpt kernel optimization (stdio unless --http). "
+        "`accelopt-mcp install-skill --help`: write the skill and a project's .mcp.json.",
     )
     parser.add_argument("--version", action="version", version=f"accelopt-mcp {__version__}")
     parser.add_argument("--http", action="store_true", help="Serve streamable HTTP at /mcp.")
@@ -235,6 +236,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["install-skill"]:
+        from accelopt_mcp.install_skill import main as install_skill
+
+        raise SystemExit(install_skill(given[1:]))
     args = parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=args.log_level, format="%(levelname)s %(message)s")
     # What a killed server or job left (frozen jails, their cgroups), should its reaper be gone.
