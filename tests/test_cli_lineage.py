@@ -31,8 +31,11 @@ def _stored(path: Path) -> Family:
         store.upsert_profile(WORKLOAD, family.child, child, CONFIG)
         again = beside(1.2, 1.1, 1.3, baseline_id=family.parent)
         store.upsert_profile(WORKLOAD, family.sibling, timed(0.8, day=3, comparisons=()), CONFIG)
+        # Slower than its first profile by a hair, so that the ranking takes the first one by
+        # latency (at equal latencies the tie rule falls to the profiles' creation times,
+        # which can be the same millisecond here).
         store.upsert_profile(
-            WORKLOAD, family.sibling, timed(0.8, day=4, comparisons=(again,)), {**CONFIG, "x": 1}
+            WORKLOAD, family.sibling, timed(0.81, day=4, comparisons=(again,)), {**CONFIG, "x": 1}
         )
         store.upsert_profile(WORKLOAD, family.grandchild, timed(0.5, day=5), CONFIG)
     return family
@@ -47,10 +50,11 @@ def test_db_best_shows_same_round_figures_and_labels_the_rest(
     shown = runner.invoke(app, ["db", "best", DEF, "--store", str(path)])
     assert shown.exit_code == 0, shown.output
     lines = {line.split("│")[1].strip(): line for line in shown.output.splitlines() if "│" in line}
-    assert "0.916x [0.783, 0.993] over parent (same rounds), slower" in lines[family.child]
-    assert "1.23x [1.15, 1.32] over parent (timed apart), faster" in lines[family.grandchild]
-    assert "1 + 1 beside children" in lines[family.parent]
-    assert "beside children" not in lines[family.grandchild]
+    # A table shows each id's first 8 characters, which every command takes back.
+    assert "0.916x [0.783, 0.993] over parent (same rounds), slower" in lines[family.child[:8]]
+    assert "1.23x [1.15, 1.32] over parent (timed apart), faster" in lines[family.grandchild[:8]]
+    assert "1 + 1 beside children" in lines[family.parent[:8]]
+    assert "beside children" not in lines[family.grandchild[:8]]
 
     data = json.loads(
         runner.invoke(app, ["db", "best", DEF, "--store", str(path), "--json"]).output
@@ -108,3 +112,17 @@ def test_run_tables_say_how_a_speedup_over_the_parent_was_had() -> None:
         "1.1x [0.9, inf] over the parent (same rounds), indistinguishable"
     )
     assert SpeedupFigure(estimate=2.0, measured="point").verdict is None
+
+
+def test_eighty_columns_cut_no_id_or_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 80 columns a table folds a long cell onto more lines of the cell; it never ends one
+    in an ellipsis (before, `db best` showed `300b430d-e1…` and names cut the same way)."""
+    path = tmp_path / "k.db"
+    family = _stored(path)
+    monkeypatch.setattr(console, "width", 80)
+    shown = runner.invoke(app, ["db", "best", DEF, "--store", str(path)])
+    assert shown.exit_code == 0, shown.output
+    assert "…" not in shown.output
+    assert family.child[:8] in shown.output
+    listed = runner.invoke(app, ["runs", "list", "--store", str(path)])
+    assert listed.exit_code == 0 and "…" not in listed.output

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from accelopt_mcp.backends.base import BackendUnavailableError, Baseline
@@ -26,7 +25,7 @@ from accelopt_mcp.cli.common import (
     benchmark_config,
     opened_store,
 )
-from accelopt_mcp.cli.output import console, fail, plain, print_json, say
+from accelopt_mcp.cli.output import Table, console, fail, plain, print_json, say
 from accelopt_mcp.comparing import (
     check_count,
     compare_kernels,

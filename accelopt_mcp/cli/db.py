@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from accelopt_mcp.cli.common import JsonOption, StoreOption, full_id, opened_store
-from accelopt_mcp.cli.output import console, fail, plain, print_json, say
+from accelopt_mcp.cli.output import Table, console, fail, plain, print_json, say, short_id
 from accelopt_mcp.engine.lineage import speedup_between, timed_beside_children
 from accelopt_mcp.engine.runs import SpeedupFigure, figure_text
 from accelopt_mcp.models import LatencyStats
@@ -156,8 +155,8 @@ def best(
     title = f"fastest correct solutions of {definition}"
     say(title + (" (untrusted included)" if include_flagged else ""))
     table = Table()
+    table.add_id_column("solution")
     for column in (
-        "solution id",
         "name",
         "language",
         "hardware",
@@ -174,7 +173,7 @@ def best(
         stats = r.profile.evaluation.latency_stats
         own = str(stats.measurements) if stats else "1"
         table.add_row(
-            plain(r.solution.id),
+            short_id(r.solution.id),
             plain(r.solution.solution.name),
             plain(r.solution.spec_language),
             plain(r.profile.eval_hardware),

@@ -10,11 +10,10 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
-from rich.table import Table
 
 from accelopt_mcp.backends.registry import backend_names
 from accelopt_mcp.cli.common import JsonOption, StoreOption, full_id, opened_store
-from accelopt_mcp.cli.output import console, fail, plain, print_json, say
+from accelopt_mcp.cli.output import Table, console, fail, plain, print_json, say, short_id
 from accelopt_mcp.engine.memory import (
     DEFAULT_BACKEND,
     add_experience,
@@ -86,11 +85,12 @@ def list_items(
         print_json([item.model_dump(mode="json") for item in items])
         return
     table = Table(title=plain(title))
-    for column in ("id", "namespace", "definition", "title", "speedup", "measured on", "removed"):
+    table.add_id_column()
+    for column in ("namespace", "definition", "title", "speedup", "measured on", "removed"):
         table.add_column(column)
     for item in items:
         table.add_row(
-            plain(item.id),
+            short_id(item.id),
             plain(item.namespace),
             plain(item.definition_name),
             plain(item.title),

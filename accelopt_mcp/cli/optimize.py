@@ -15,7 +15,6 @@ from typing import Annotated, Any, TextIO
 import typer
 from pydantic import ValidationError
 from rich.live import Live
-from rich.table import Table
 from rich.text import Text
 
 from accelopt_mcp.backends.base import BackendUnavailableError
@@ -23,7 +22,7 @@ from accelopt_mcp.backends.cluster import ClusterError, cluster_address
 from accelopt_mcp.backends.placement import require_backend_where
 from accelopt_mcp.backends.registry import backend_info
 from accelopt_mcp.cli.common import ClusterOption, StoreOption, full_id, opened_store
-from accelopt_mcp.cli.output import console, fail, plain, say
+from accelopt_mcp.cli.output import Table, console, fail, plain, say
 from accelopt_mcp.cli.run_options import with_run_options
 from accelopt_mcp.engine.beam import BeamSearch, InitialKernelFailed, RunNotRunnable
 from accelopt_mcp.engine.checkpoint import Checkpoint

@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 import typer
 from pydantic import BaseModel
 from rich.console import Console
+from rich.table import Table as RichTable
 from rich.text import Text
 
 console = Console()
@@ -50,3 +51,26 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     return str(value)
+
+
+class Table(RichTable):
+    """A rich table that never cuts a cell: a long id, name or command folds onto the next
+    line of its cell instead of ending in an ellipsis (80 columns cut every solution id and
+    the fix command of `accelopt backends` before)."""
+
+    def add_column(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("overflow", "fold")
+        super().add_column(*args, **kwargs)
+
+    def add_id_column(self, header: str = "id") -> None:
+        """A column of ids shown as their first SHORT_ID characters, kept on one line: what
+        every command takes back (`--json` gives them whole)."""
+        super().add_column(header, no_wrap=True, min_width=SHORT_ID)
+
+
+SHORT_ID = 8
+"""How many characters of an id a table shows: every command takes them back."""
+
+
+def short_id(value: str) -> str:
+    return value[:SHORT_ID]

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from accelopt_mcp.backends.base import BackendUnavailableError
 from accelopt_mcp.backends.cluster import (
@@ -31,7 +30,7 @@ from accelopt_mcp.cli.common import (
     benchmark_config,
     opened_store,
 )
-from accelopt_mcp.cli.output import console, fail, plain, print_json, say
+from accelopt_mcp.cli.output import Table, console, fail, plain, print_json, say
 from accelopt_mcp.comparing import (
     comparison_text,
     interval_text,

@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from accelopt_mcp.cli.common import JsonOption, StoreOption, full_id, opened_store
-from accelopt_mcp.cli.output import console, fail, plain, print_json, say
+from accelopt_mcp.cli.output import Table, console, fail, plain, print_json, say, short_id
 from accelopt_mcp.engine.runs import (
     BestFigures,
     RunNotFound,
@@ -72,12 +71,12 @@ def list_runs(
         print_json(rows)
         return
     table = Table(title="runs")
-    columns = ("id", "definition", "state", "iter", "best ms", "vs initial (timed apart)", "cost $")
-    for column in columns:
+    table.add_id_column()
+    for column in ("definition", "state", "iter", "best ms", "vs initial (timed apart)", "cost $"):
         table.add_column(column)
     for row in rows:
         table.add_row(
-            str(row["id"]),
+            short_id(str(row["id"])),
             plain(row["definition"]),
             str(row["state"]),
             f"{row['iteration']}/{row['iterations']}",
