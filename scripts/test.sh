@@ -27,6 +27,9 @@ print_summary() {
   echo "${PASSED_TOTAL} passed, ${FAILED_TOTAL} failed, ${SKIPPED_TOTAL} skipped"
 }
 trap print_summary EXIT
+# Ctrl-C stops the whole script (pytest exits 2 on it, which a stage would take for a failure
+# and go on): bash runs this once the stage in the foreground has ended.
+trap 'echo "interrupted"; exit 130' INT
 
 # The PostgreSQL server that the tests start on 127.0.0.1 (tests/pg_server.py).
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then

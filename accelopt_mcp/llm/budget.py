@@ -96,21 +96,20 @@ class Budget:
         self._usage.cost_usd += cost_usd
         self._usage.calls += 1
 
-    def room(self) -> tuple[int | None, float | None]:
-        """Tokens and US dollars a new call may still reserve now (None: no such cap): each
-        cap less what was spent and what calls in flight hold."""
+    def room(self, *, held: bool = True) -> tuple[int | None, float | None]:
+        """Tokens and US dollars left under each cap (None: no such cap): less what was spent
+        and, `held`, what calls in flight hold (False: what will be left once they settle
+        with nothing spent, the most a call can ever be given)."""
         with self._lock:
             usage, limits = self._usage, self.limits
+            tokens_held = usage.reserved_tokens if held else 0
+            usd_held = usage.reserved_usd if held else 0.0
             tokens = (
                 None
                 if limits.max_tokens is None
-                else limits.max_tokens - usage.tokens - usage.reserved_tokens
+                else limits.max_tokens - usage.tokens - tokens_held
             )
-            usd = (
-                None
-                if limits.max_usd is None
-                else limits.max_usd - usage.cost_usd - usage.reserved_usd
-            )
+            usd = None if limits.max_usd is None else limits.max_usd - usage.cost_usd - usd_held
             return tokens, usd
 
     def reserve(self, tokens: int, cost_usd: float) -> Reservation:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from urllib.parse import urlparse
 
 from pydantic import BaseModel
 
@@ -427,7 +428,10 @@ class LlmClient:
         while True:
             room = self._room
             output = wanted
-            tokens_left, usd_left = budget.room()
+            # Sized to what spending leaves, not what calls in flight hold: a call that does
+            # not fit beside them waits for them to settle (they mostly use far less than they
+            # hold) rather than going out with its reply cut short.
+            tokens_left, usd_left = budget.room(held=False)
             if tokens_left is not None:
                 output = min(output, tokens_left - prompt)
             per_output = prices.cost(model, 0, 1_000_000) / 1_000_000
@@ -596,6 +600,16 @@ def _api_key(role: str, config: ModelConfig) -> str:
     )
 
 
+def _limit_param(config: ModelConfig) -> str:
+    """The name the output limit goes under: the role's, except that OpenAI's own endpoint,
+    whose reasoning models refuse `max_tokens`, always gets `max_completion_tokens` (every
+    model there takes it), so a budget's limit reaches a role that set none."""
+    host = urlparse(config.resolved_base_url()).hostname or ""
+    if host == "api.openai.com":
+        return "max_completion_tokens"
+    return config.max_tokens_param
+
+
 def _request_args(
     config: ModelConfig, chat: list[ChatMessage], max_output: int | None = None
 ) -> dict[str, Any]:
@@ -611,7 +625,7 @@ def _request_args(
         args["top_p"] = config.top_p
     limit = max_output if max_output is not None else config.max_tokens
     if limit is not None:
-        args[config.max_tokens_param] = limit
+        args[_limit_param(config)] = limit
     if config.reasoning_effort is not None:
         args["reasoning_effort"] = config.reasoning_effort
     if config.extra_body:

@@ -4,27 +4,24 @@
 attacker wrote. The server's own database is checked as configured. Any other is checked
 without handing over what the server holds for its own: a SQLite path only under the server's
 roots (it would otherwise tell whether any file on the host exists and list its tables), a
-PostgreSQL DSN only on this host (libpq would send PGPASSWORD to whatever host the DSN names),
-and a Supabase URL with $SUPABASE_KEY only where that key belongs (a Supabase project's own
-domain, $SUPABASE_URL or the server's own database): elsewhere, this host included (any local
-user can listen on a loopback port), the check runs without a key and says so.
+PostgreSQL DSN not at all (libpq would send PGPASSWORD or a ~/.pgpass entry to whatever
+answers, a local user's listener on a loopback port or socket included: `accelopt db check`
+in a terminal checks it), and a Supabase URL with $SUPABASE_KEY only at the very origin
+(scheme, host and port) of $SUPABASE_URL or of the server's own database: anyone can open a
+project under *.supabase.co, and any local user can listen on a loopback port. Elsewhere the
+check runs without a key and says so.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from pathlib import Path
 from urllib.parse import urlsplit
-
-import psycopg.conninfo
 
 from accelopt_mcp.mcp_tools.roots import PathRefused, Roots
 from accelopt_mcp.store.base import StoreError
 from accelopt_mcp.store.detect import SUPABASE_URL_ENV, StoreCheck, check_store
 from accelopt_mcp.store.url import describe_store_url
-
-SUPABASE_DOMAINS = (".supabase.co", ".supabase.in")
 
 
 def check_database_url(url: str, own_url: str | None, roots: Roots) -> StoreCheck:
@@ -45,13 +42,11 @@ def check_database_url(url: str, own_url: str | None, roots: Roots) -> StoreChec
             )
         return check_store(str(path))
     if kind == "postgres":
-        if not _postgres_is_local(location):
-            raise ValueError(
-                "url: the server checks a PostgreSQL database other than its own only on this "
-                "host (localhost, 127.0.0.1, ::1 or a unix socket), so that its PGPASSWORD "
-                "goes to no other server; check it with `accelopt db check URL` in a terminal"
-            )
-        return check_store(location)
+        raise ValueError(
+            "url: the server checks no PostgreSQL database but its own, so that its PGPASSWORD "
+            "goes to no other server; check it with `accelopt db check URL` in a terminal, or "
+            "start the server with --store URL"
+        )
     if _key_belongs_at(location, own_url):
         return check_store(location)
     check = check_store(location, key="")
@@ -59,41 +54,30 @@ def check_database_url(url: str, own_url: str | None, roots: Roots) -> StoreChec
     return check.model_copy(
         update={
             "next_steps": [
-                f"the server sends SUPABASE_KEY only to a Supabase project's own domain "
-                f"(*.supabase.co) or {SUPABASE_URL_ENV}, and {host} is neither: set "
-                f"{SUPABASE_URL_ENV} to this URL where the server starts to check its key",
+                f"the server sends SUPABASE_KEY only to {SUPABASE_URL_ENV} or its own database, "
+                f"and {host} is neither: set {SUPABASE_URL_ENV} to this URL where the server "
+                "starts to check its key",
                 *check.next_steps,
             ]
         }
     )
 
 
-def _is_loopback(host: str) -> bool:
-    if host.lower() in ("localhost", "localhost.localdomain"):
-        return True
+def _origin(url: str) -> tuple[str, str, int | None] | None:
+    """(scheme, host, port) of an http(s) URL, the port made explicit; None when it has none."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
+        port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
-        return False
-
-
-def _postgres_is_local(dsn: str) -> bool:
-    """Every host the DSN names is this one (none named: the local unix socket)."""
-    try:
-        params = psycopg.conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
-        return False
-    hosts = [h for h in str(params.get("host") or "").split(",") if h]
-    if params.get("hostaddr"):
-        hosts += str(params["hostaddr"]).split(",")
-    return all(h.startswith("/") or _is_loopback(h) for h in hosts)
+        return None
+    return parts.scheme, parts.hostname.lower(), port
 
 
 def _key_belongs_at(url: str, own_url: str | None) -> bool:
-    host = (urlsplit(url).hostname or "").lower()
-    if not host:
-        return False
-    if host.endswith(SUPABASE_DOMAINS):
-        return True
+    """Whether `url` is at the origin the key was given for: $SUPABASE_URL's, or the server's
+    own database's."""
+    origin = _origin(url)
     trusted = [own_url or "", os.environ.get(SUPABASE_URL_ENV, "")]
-    return any((urlsplit(u).hostname or "").lower() == host for u in trusted if u)
+    return origin is not None and any(_origin(u) == origin for u in trusted if u)

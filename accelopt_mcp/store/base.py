@@ -792,6 +792,8 @@ class KernelStore(abc.ABC):
         metadata only (messages and reply None). `limit` None: all from `offset`."""
         check_limit(limit, offset)
         check_strings(run_id=run_id, role=role)
+        if run_id is None:  # a run's calls: no run, no calls (never every run's)
+            return []
         return self._list_llm_calls(_given({"run_id": run_id, "role": role}), limit, offset)
 
     @abc.abstractmethod

@@ -87,3 +87,18 @@ def test_concurrent_calls_never_spend_past_a_dollar_cap(
     assert len(done) >= 2 and any(isinstance(r, BudgetExceeded) for r in results)
     assert budget.usage().cost_usd <= 0.01
     assert all(body["max_tokens"] <= 1000 for body in (r["body"] for r in standin.requests()))
+
+
+def test_the_limit_goes_under_the_name_the_endpoint_takes(monkeypatch: Any) -> None:
+    """A role that sets no max_tokens still gets the budget's limit; OpenAI's own endpoint
+    (whose reasoning models refuse `max_tokens`) gets it as `max_completion_tokens`."""
+    from accelopt_mcp.llm.client import ChatMessage, _request_args
+    from accelopt_mcp.llm.config import ModelConfig
+
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    chat = [ChatMessage(role="user", content="hi")]
+    openai_args = _request_args(ModelConfig(model="o4-mini"), chat, 500)
+    assert openai_args["max_completion_tokens"] == 500 and "max_tokens" not in openai_args
+    local = ModelConfig(model="m", base_url="http://127.0.0.1:8000/v1")
+    assert _request_args(local, chat, 500)["max_tokens"] == 500
+    assert "max_tokens" not in _request_args(local, chat, None)  # no budget, no limit of ours

@@ -263,14 +263,26 @@ async def test_check_database_hands_no_secret_to_a_url_the_client_names(
     assert _HeaderLog.seen, "the check never reached the listener"
     assert not any(SECRET in headers for headers in _HeaderLog.seen)
     assert "sends SUPABASE_KEY only" in check["next_steps"][0]
+    # Nor to another port or scheme of the configured project's host: only its very origin.
+    host_port = listener.removeprefix("http://")
+    monkeypatch.setenv("SUPABASE_URL", f"https://{host_port}")
+    _HeaderLog.seen.clear()
+    await ok(client, "check_database", {"url": listener})
+    assert _HeaderLog.seen and not any(SECRET in headers for headers in _HeaderLog.seen)
     # Where the key belongs (the project the user configured), it is sent.
-    monkeypatch.setenv("SUPABASE_URL", listener)
+    monkeypatch.setenv("SUPABASE_URL", listener + "/")
     _HeaderLog.seen.clear()
     await ok(client, "check_database", {"url": listener})
     assert any(SECRET in headers for headers in _HeaderLog.seen)
 
-    for dsn in ("postgresql://someone@db.invalid:5432/x", "host=db.invalid,127.0.0.1 dbname=x"):
-        message = await fails(client, "check_database", {"url": dsn}, "url", "this host")
+    # No PostgreSQL server but the server's own: libpq would hand PGPASSWORD to whatever
+    # answers, a local user's listener on loopback or a socket folder included.
+    for dsn in (
+        "postgresql://someone@db.invalid:5432/x",
+        "postgresql://someone@127.0.0.1:5999/x",
+        "host=/tmp dbname=x",
+    ):
+        message = await fails(client, "check_database", {"url": dsn}, "url", "its own")
         assert SECRET not in message
     outside = layout["outside"] / "kernels.db"
     sqlite3.connect(outside).execute(f"CREATE TABLE t_{SECRET.replace('-', '_')} (x)").close()
