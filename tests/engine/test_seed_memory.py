@@ -22,8 +22,14 @@ _register()
     [(True, ["--no-seed-memory"], False), (False, ["--seed-memory"], True), (True, [], True)],
 )
 def test_seeding_from_the_cli(
-    preset_seeds: bool, flags: list[str], expected: bool, tmp_path: Path
+    preset_seeds: bool,
+    flags: list[str],
+    expected: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # --skip-llm-check skips the endpoint call, not the key: one is set, never used.
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-never-sent")
     preset = tmp_path / "preset.json"
     preset.write_text(json.dumps({"iterations": 1, "seed_from_namespace": preset_seeds}))
     kernel = tmp_path / "broken.py"
