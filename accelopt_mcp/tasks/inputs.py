@@ -65,6 +65,14 @@ def input_plan(
                 )
             if base_dir is not None:
                 path = base_dir / path
+                # A link inside the trace set may still point anywhere: where it leads must
+                # stay inside too (checked before whether it exists is said).
+                if not path.resolve().is_relative_to(base_dir.resolve()):
+                    raise InputError(
+                        f"input {name!r} of workload {workload.uuid}: safetensors file "
+                        f"{source.path!r} leads out of the trace-set directory (a link); put "
+                        "the file itself into the trace set"
+                    )
             if not path.is_file():
                 raise InputError(
                     f"input {name!r} of workload {workload.uuid} reads safetensors file "

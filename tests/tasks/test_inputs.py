@@ -75,6 +75,23 @@ def test_a_safetensors_path_out_of_the_trace_set_is_refused_unlooked(
     assert "does not exist" not in str(caught.value)
 
 
+def test_a_safetensors_link_out_of_the_trace_set_is_refused(tmp_path: Path) -> None:
+    trace_set, outside = tmp_path / "set", tmp_path / "outside"
+    trace_set.mkdir()
+    outside.mkdir()
+    (outside / "x.safetensors").write_bytes(b"")
+    (trace_set / "blobs").symlink_to(outside, target_is_directory=True)
+    source = SafetensorsInput(path="blobs/x.safetensors", tensor_key="x")
+    with pytest.raises(InputError, match="leads out of the trace-set directory"):
+        input_plan(definition(), workload(x=source), base_dir=trace_set)
+    # A file inside the trace set is taken (the plan names it; reading it is the harness's).
+    (trace_set / "own").mkdir()
+    (trace_set / "own" / "x.safetensors").write_bytes(b"")
+    inside = SafetensorsInput(path="own/x.safetensors", tensor_key="x")
+    plan = input_plan(definition(), workload(x=inside), base_dir=trace_set)
+    assert [e["kind"] for e in plan if e["name"] == "x"] == ["safetensors"]
+
+
 def test_unknown_workload_input_is_rejected() -> None:
     with pytest.raises(InputError, match="does not have"):
         input_plan(definition(), workload(zzz=RandomInput()))
