@@ -89,8 +89,6 @@ HARNESS_PROCESSES = 16
 JAIL_MAX_PROCESSES = 64
 """Processes and threads one jailed kernel may have at once."""
 TORCH = ("torch",)
-MAX_LOG_CHARS = 16_000
-STDERR_TAIL_CHARS = 4_000
 # Keep freed memory in the heap instead of returning it to the OS: otherwise every fresh
 # output array of a timed call is a new mmap whose page faults (zeroing, on a loaded host)
 # cost as much as a small kernel and vary from call to call.

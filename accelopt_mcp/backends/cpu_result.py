@@ -27,24 +27,8 @@ from accelopt_mcp.models import (
 from accelopt_mcp.stats import Interval, robust_spread_of, verdict
 
 log = logging.getLogger(__name__)
-RUNNER_MODULE = "accelopt_mcp.backends.cpu_runner"
-PRIMARY = "candidate"
-"""The harness's label for the kernel being evaluated (baselines are b0, b1, ...)."""
-MAX_COMPARED = 8
-HARNESS_PROCESSES = 16
-JAIL_MAX_PROCESSES = 64
-"""Processes and threads one jailed kernel may have at once."""
-TORCH = ("torch",)
 MAX_LOG_CHARS = 16_000
 STDERR_TAIL_CHARS = 4_000
-# Keep freed memory in the heap instead of returning it to the OS: otherwise every fresh
-# output array of a timed call is a new mmap whose page faults (zeroing, on a loaded host)
-# cost as much as a small kernel and vary from call to call.
-TIMING_ENV = {
-    "MALLOC_MMAP_THRESHOLD_": str(1 << 30),
-    "MALLOC_TRIM_THRESHOLD_": str(1 << 31),
-    "MALLOC_TOP_PAD_": str(64 << 20),
-}
 
 
 EVALUATION_CAP_S = 1800.0

@@ -50,14 +50,17 @@ async def summarize_pairs(
     iteration has in memory now. The summarizer calls are control's tasks."""
     if not ctx.cfg.summarize or not pairs:
         return 0
-    existing = await asyncio.to_thread(ctx.memory.items_of_iteration, iteration)
+    known = await asyncio.to_thread(ctx.memory.learned)
+    existing = [i for i in known if i.run_id == ctx.memory.run_id and i.iteration == iteration]
     done = {(item.slow_solution_id, item.fast_solution_id) for item in existing}
     # A resumed iteration may select other pairs than before the stop (its LLM_FAILED
     # attempts were tried again); what it already stored still counts against TopK.
     # Each slow -> fast pair once: within the batch, in this run (a pair that stays the best
     # move for many iterations would otherwise be summarized in every one of them), and in the
     # namespace unless its measurement changed (another setup, or a speedup that moved).
-    learned = await asyncio.to_thread(ctx.memory.pairs_learned)
+    learned: dict[tuple[str | None, str | None], list[ExperienceRecord]] = {}
+    for item in known:
+        learned.setdefault((item.slow_solution_id, item.fast_solution_id), []).append(item)
     todo = []
     seen = set(done)
     for pair in pairs:

@@ -240,25 +240,12 @@ class OptimizationMemory:
         """Take an item out of every working set; the row stays as history."""
         return self.store.remove_experience(item_id)
 
-    def pairs_learned(self) -> dict[tuple[str, str], list[ExperienceRecord]]:
-        """The namespace's items that came from a slow -> fast pair, by their pair, removed
-        ones too (summarizing the pair again would bring back a lesson taken out by hand)."""
-        found = self.store.search_experiences(
+    def learned(self) -> list[ExperienceRecord]:
+        """Every item of the namespace, removed ones too (summarizing their pair again would
+        bring back a lesson taken out by hand): what summarizing checks a pair against."""
+        return self.store.search_experiences(
             namespace=self.namespace, include_removed=True, limit=_MAX_SCAN
         )
-        pairs: dict[tuple[str, str], list[ExperienceRecord]] = {}
-        for item in found:
-            if item.slow_solution_id is not None and item.fast_solution_id is not None:
-                pairs.setdefault((item.slow_solution_id, item.fast_solution_id), []).append(item)
-        return pairs
-
-    def items_of_iteration(self, iteration: int) -> list[ExperienceRecord]:
-        """What this run stored for the iteration, removed items too: they were appended (and
-        summarizing their pair again would bring back a lesson taken out by hand)."""
-        found = self.store.search_experiences(
-            namespace=self.namespace, include_removed=True, limit=_MAX_SCAN
-        )
-        return [i for i in found if i.run_id == self.run_id and i.iteration == iteration]
 
 
 def _before(items: list[ExperienceRecord], iteration: int | None) -> list[ExperienceRecord]:

@@ -8,10 +8,9 @@ An attempt, in order: the budget reserves what it may use (its prompt, estimated
 side at RESERVE_CHARS_PER_TOKEN characters a token, plus the output it asks for at most: the
 role's max_tokens, or DEFAULT_OUTPUT_TOKENS when none is set, cut down to what is left under a
 token or dollar cap, and never under MIN_OUTPUT_TOKENS (or the role's own max_tokens, when
-smaller); that limit goes with the request, so
-no reply can outgrow its reservation; refused only because calls in flight hold the rest, it
-waits for one of them to end and asks again, refused because the spending leaves no room, it
-raises BudgetExceeded unsent); the ledger
+smaller); that limit goes with the request, so no reply can outgrow its reservation; refused
+only because calls in flight hold the rest, it waits for one of them to end and asks again,
+refused because the spending leaves no room, it raises BudgetExceeded unsent); the ledger
 gets its row with status "in_flight", the prompt (redacted: the role's API key and the usual
 patterns) and the prompt's estimated tokens and cost; the request is sent; the reservation is
 settled with the real usage and the row updated under the same id ("ok" or "failed", tokens,
@@ -425,6 +424,7 @@ class LlmClient:
         prompt = call.reserved_prompt_tokens
         wanted = config.max_tokens if config.max_tokens is not None else DEFAULT_OUTPUT_TOKENS
         capped = budget.limits.max_tokens is not None or budget.limits.max_usd is not None
+        per_output = prices.cost(model, 0, 1_000_000) / 1_000_000
         while True:
             room = self._room
             output = wanted
@@ -434,7 +434,6 @@ class LlmClient:
             tokens_left, usd_left = budget.room(held=False)
             if tokens_left is not None:
                 output = min(output, tokens_left - prompt)
-            per_output = prices.cost(model, 0, 1_000_000) / 1_000_000
             if usd_left is not None and per_output > 0:
                 output = min(output, int((usd_left - prices.cost(model, prompt, 0)) / per_output))
             output = max(output, min(wanted, MIN_OUTPUT_TOKENS))
@@ -611,10 +610,11 @@ def _limit_param(config: ModelConfig) -> str:
 
 
 def _request_args(
-    config: ModelConfig, chat: list[ChatMessage], max_output: int | None = None
+    config: ModelConfig, chat: list[ChatMessage], max_output: int | None
 ) -> dict[str, Any]:
     """The request: the model, the messages, the role's sampling settings, and `max_output`
-    (the limit the budget reserved for; else the role's max_tokens) as the output limit."""
+    (the attempt's: the role's max_tokens, or what the budget reserved for) as the output
+    limit; None: the server's own."""
     args: dict[str, Any] = {
         "model": config.model,
         "messages": [message.model_dump() for message in chat],
@@ -623,9 +623,8 @@ def _request_args(
         args["temperature"] = config.temperature
     if config.top_p is not None:
         args["top_p"] = config.top_p
-    limit = max_output if max_output is not None else config.max_tokens
-    if limit is not None:
-        args[_limit_param(config)] = limit
+    if max_output is not None:
+        args[_limit_param(config)] = max_output
     if config.reasoning_effort is not None:
         args["reasoning_effort"] = config.reasoning_effort
     if config.extra_body:
