@@ -1,11 +1,19 @@
 """Checks of a store call's arguments, made once in the contract (store/base.py) before any
-store's query runs: pages, string keys and ids. No imports from the rest of the store package,
-so that the contract can use them."""
+store's query runs: records, pages, string keys, ids and JSON settings. No imports from the
+rest of the store package, so that the contract can use them."""
 
 from __future__ import annotations
 
+import json
+import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+MIN_ID_PREFIX = 8
 
 
 def check_limit(limit: int | None, offset: int = 0) -> None:
@@ -57,3 +65,46 @@ def check_statuses(statuses: object) -> list[str]:
     if not found:
         raise ValueError("statuses must name at least one run status")
     return found
+
+
+def require(value: object, model: type[ModelT], what: str) -> ModelT:
+    """The record itself, or a TypeError saying how to build one (a dict is not validated
+    silently: validation errors belong where the data comes from)."""
+    if isinstance(value, model):
+        return value
+    name = model.__name__
+    raise TypeError(
+        f"{what} must be a {name} record, got {type(value).__name__}; build it with "
+        f"{name}.model_validate(data) so that bad fields are reported"
+    )
+
+
+def require_str(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"{what} must be a non-empty string, got {value!r}")
+    return value
+
+
+def id_prefix(value: str) -> str | None:
+    """The lower-cased id prefix to look up when `value` may be one (hexadecimal, from
+    MIN_ID_PREFIX characters up to a whole uuid hex); None when only an exact match makes
+    sense. Being hexadecimal, it holds no LIKE wildcard."""
+    lowered = value.lower()
+    if MIN_ID_PREFIX <= len(lowered) <= 32 and re.fullmatch(r"[0-9a-f]+", lowered):
+        return lowered
+    return None
+
+
+def plain_json(value: Mapping[str, Any] | None, what: str) -> str:
+    """JSON text of free-form settings (metadata, configs); a clear error if they are not JSON."""
+    if value is None:
+        return "{}"
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{what} must be a dict of JSON values, got {type(value).__name__}")
+    try:
+        return json.dumps(dict(value), allow_nan=False, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"{what} must hold only JSON values (str, number, bool, None, list, dict; no NaN): "
+            f"{exc}"
+        ) from exc

@@ -34,11 +34,16 @@ from accelopt_mcp.models import (
 from accelopt_mcp.redaction import mask_secrets, redact
 from accelopt_mcp.store import _retry
 from accelopt_mcp.store._checks import MAX_LEASE_S as MAX_LEASE_S
+from accelopt_mcp.store._checks import MIN_ID_PREFIX as MIN_ID_PREFIX
 from accelopt_mcp.store._checks import canonical_uuid as canonical_uuid
 from accelopt_mcp.store._checks import check_lease as check_lease
 from accelopt_mcp.store._checks import check_limit as check_limit
 from accelopt_mcp.store._checks import check_statuses as check_statuses
 from accelopt_mcp.store._checks import check_strings as check_strings
+from accelopt_mcp.store._checks import id_prefix as id_prefix
+from accelopt_mcp.store._checks import plain_json as plain_json
+from accelopt_mcp.store._checks import require as require
+from accelopt_mcp.store._checks import require_str as require_str
 from accelopt_mcp.store.base import (
     AmbiguousIdError,
     ExperienceRecord,
@@ -112,7 +117,6 @@ LLM_CALL_KEEP_WHEN_NONE = ("purpose", "started_at", "finished_at", "messages", "
 """Columns an update of a ledger row leaves as stored when the update gives None."""
 RUN_ENTRY_COLUMNS = tuple(RunEntry.model_fields)
 HARDWARE_PEAKS_COLUMNS = tuple(HardwarePeaksRecord.model_fields)
-MIN_ID_PREFIX = 8
 INTERRUPTED_ERROR = (
     "interrupted: its worker stopped before the reply came (found in flight when the run was "
     "taken over); tokens and cost are the prompt's estimate"
@@ -120,24 +124,6 @@ INTERRUPTED_ERROR = (
 
 
 # --------------------------------------------------------------------------- input checks
-
-
-def require(value: object, model: type[ModelT], what: str) -> ModelT:
-    """The record itself, or a TypeError saying how to build one (a dict is not validated
-    silently: validation errors belong where the data comes from)."""
-    if isinstance(value, model):
-        return value
-    name = model.__name__
-    raise TypeError(
-        f"{what} must be a {name} record, got {type(value).__name__}; build it with "
-        f"{name}.model_validate(data) so that bad fields are reported"
-    )
-
-
-def require_str(value: object, what: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise TypeError(f"{what} must be a non-empty string, got {value!r}")
-    return value
 
 
 def new_uuid() -> str:
@@ -160,16 +146,6 @@ def require_key(value: object, what: str) -> str:
     if not isinstance(value, str) or not value:
         raise TypeError(f"{what} must be a non-empty string, got {value!r}")
     return value
-
-
-def id_prefix(value: str) -> str | None:
-    """The lower-cased id prefix to look up when `value` may be one (hexadecimal, from
-    MIN_ID_PREFIX characters up to a whole uuid hex); None when only an exact match makes
-    sense. Being hexadecimal, it holds no LIKE wildcard."""
-    lowered = value.lower()
-    if MIN_ID_PREFIX <= len(lowered) <= 32 and re.fullmatch(r"[0-9a-f]+", lowered):
-        return lowered
-    return None
 
 
 ID_TABLES = {"solution": "solutions", "run": "runs", "experience": "experiences"}
@@ -317,21 +293,6 @@ def workload_trace_json(definition_name: str, workload: Workload) -> str:
     return json.dumps(
         {"definition": definition_name, "workload": json.loads(record_json(workload))}
     )
-
-
-def plain_json(value: Mapping[str, Any] | None, what: str) -> str:
-    """JSON text of free-form settings (metadata, configs); a clear error if they are not JSON."""
-    if value is None:
-        return "{}"
-    if not isinstance(value, Mapping):
-        raise TypeError(f"{what} must be a dict of JSON values, got {type(value).__name__}")
-    try:
-        return json.dumps(dict(value), allow_nan=False, sort_keys=True)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(
-            f"{what} must hold only JSON values (str, number, bool, None, list, dict; no NaN): "
-            f"{exc}"
-        ) from exc
 
 
 def conditions_json(conditions: MeasuringConditions | None) -> str | None:

@@ -19,18 +19,15 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any, Protocol
 
-from accelopt_mcp import hashing
 from accelopt_mcp.models import (
     Definition,
     Evaluation,
     LlmCallIn,
-    Solution,
     Workload,
     pool_evaluations,
 )
 from accelopt_mcp.store import _retry, _rows, _search
 from accelopt_mcp.store.base import (
-    AmbiguousIdError,
     Claim,
     ConflictError,
     ExperienceIn,
@@ -41,9 +38,13 @@ from accelopt_mcp.store.base import (
     LeaseLostError,
     LlmCallRecord,
     LlmTotals,
+    MemorySearch,
+    NewProfile,
+    NewSolution,
     RunEntry,
     RunRecord,
     RunUpdate,
+    SolutionLinks,
     StoredDefinition,
     StoredMeasurement,
     StoredProfile,
@@ -143,8 +144,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
         return ""
 
     def _secrets(self) -> tuple[str | None, ...]:
-        """Secrets of this store (a DSN password) masked in what it stores, besides the usual."""
-        return ()
+        return ()  # a DSN password where there is one (PostgreSQL)
 
     def _timestamp(self, value: datetime | None) -> Any:
         """A timestamp as a statement parameter (PostgreSQL: the datetime itself)."""
@@ -309,17 +309,8 @@ class SqlKernelStore(KernelStore, abc.ABC):
         return [_rows.workload_from_row(r) for r in rows]
 
     # ------------------------------------------------------------------ solutions
-    def upsert_solution(
-        self,
-        solution: Solution,
-        *,
-        parent_id: str | None = None,
-        evolve_metadata: dict[str, Any] | None = None,
-    ) -> str:
-        solution = _rows.require(solution, Solution, "solution")
-        metadata = _rows.plain_json(evolve_metadata, "evolve_metadata")
-        version = hashing.CURRENT_HASH_VERSION
-        digest = hashing.solution_hash(solution, version)
+    def _upsert_solution(self, new: NewSolution) -> str:
+        solution, version, digest = new.solution, new.hash_version, new.solution_hash
         doc = _rows.record_json(solution)
         # One row per (definition, source): the same source under another definition is
         # another solution.
@@ -336,27 +327,27 @@ class SqlKernelStore(KernelStore, abc.ABC):
                 if attempt:
                     break
                 self._require_definition(cur, solution.definition)
-                parent = self._require_solution(cur, parent_id, "parent_id")
+                parent = self._require_solution(cur, new.parent_id, "parent_id")
                 row = cur.one(
                     "INSERT INTO solutions (id, definition_name, parent_id, solution, "
                     "hash_version, solution_hash, evolve_metadata) VALUES (?, ?, ?, ?j, ?, ?, ?j) "
                     "ON CONFLICT (definition_name, solution_hash, hash_version) DO NOTHING "
                     "RETURNING id",
-                    (_rows.new_uuid(), solution.definition, parent, doc, version, digest, metadata),
+                    (
+                        _rows.new_uuid(),
+                        solution.definition,
+                        parent,
+                        doc,
+                        version,
+                        digest,
+                        new.evolve_metadata,
+                    ),
                 )
                 if row is not None:
                     return str(row["id"])
         raise ConflictError(f"solution hash {digest[:12]}... could not be stored; try again")
 
-    def update_solution_links(
-        self,
-        solution_id: str,
-        *,
-        parent_id: str | None = None,
-        name: str | None = None,
-        author: str | None = None,
-        evolve_metadata: dict[str, Any] | None = None,
-    ) -> StoredSolution:
+    def _update_solution_links(self, solution_id: str, links: SolutionLinks) -> StoredSolution:
         canonical = _rows.canonical_uuid(solution_id)
         with self._tx(write=True) as cur:
             row = (
@@ -367,24 +358,14 @@ class SqlKernelStore(KernelStore, abc.ABC):
             if row is None:
                 raise UnknownReferenceError(_rows.unknown_solution(str(solution_id), "solution_id"))
             stored = _rows.solution_from_row(row)
-            parent = self._require_solution(cur, parent_id, "parent_id")
-            solution = stored.solution
-            if name is not None or author is not None:
-                solution = solution.model_copy(
-                    update={
-                        key: value
-                        for key, value in (("name", name), ("author", author))
-                        if value is not None
-                    }
-                )
-            metadata = {**stored.evolve_metadata, **(evolve_metadata or {})}
+            parent = self._require_solution(cur, links.parent_id, "parent_id")
             cur.all(
                 "UPDATE solutions SET parent_id = ?, solution = ?j, evolve_metadata = ?j "
                 "WHERE id = ? RETURNING id",
                 (
                     parent if parent is not None else stored.parent_id,
-                    _rows.record_json(solution),
-                    _rows.plain_json(metadata, "evolve_metadata"),
+                    _rows.record_json(links.solution(stored)),
+                    _rows.plain_json(links.metadata(stored), "evolve_metadata"),
                     stored.id,
                 ),
             )
@@ -443,17 +424,9 @@ class SqlKernelStore(KernelStore, abc.ABC):
         return [_rows.solution_from_row(r) for r in rows]
 
     # ------------------------------------------------------------------ profiles
-    def upsert_profile(
-        self,
-        workload_uuid: str,
-        solution_id: str,
-        evaluation: Evaluation,
-        benchmark_config: dict[str, Any],
-    ) -> str:
-        _rows.require_str(workload_uuid, "workload_uuid")
-        evaluation = _rows.require(evaluation, Evaluation, "evaluation").redacted(self._secrets())
-        config = _rows.plain_json(benchmark_config, "benchmark_config")
-        config_hash = hashing.benchmark_config_hash(dict(benchmark_config or {}))
+    def _upsert_profile(self, new: NewProfile) -> str:
+        workload_uuid, evaluation = new.workload_uuid, new.evaluation
+        config = new.benchmark_config
         doc = _rows.record_json(evaluation)
         # One write transaction, the profile row locked (SQLite: BEGIN IMMEDIATE holds the
         # database; PostgreSQL: FOR UPDATE), so that two writers of the same profile queue and
@@ -461,8 +434,13 @@ class SqlKernelStore(KernelStore, abc.ABC):
         with self._tx(write=True) as cur:
             if not self._exists(cur, "workloads", "uuid", workload_uuid):
                 raise UnknownReferenceError(_rows.unknown_workload(workload_uuid))
-            solution = self._require_solution(cur, solution_id, "solution_id")
-            key = (workload_uuid, solution, config_hash, evaluation.environment.hardware)
+            solution = self._require_solution(cur, new.solution_id, "solution_id")
+            key = (
+                workload_uuid,
+                solution,
+                new.benchmark_config_hash,
+                evaluation.environment.hardware,
+            )
             stored = self._lock_profile(cur, key)
             if stored is None:
                 row = cur.one(
@@ -470,7 +448,14 @@ class SqlKernelStore(KernelStore, abc.ABC):
                     "benchmark_config, benchmark_config_hash) VALUES (?, ?, ?, ?j, ?j, ?) "
                     "ON CONFLICT (workload_uuid, solution_id, benchmark_config_hash, "
                     "eval_hardware) DO NOTHING RETURNING id",
-                    (_rows.new_uuid(), workload_uuid, solution, doc, config, config_hash),
+                    (
+                        _rows.new_uuid(),
+                        workload_uuid,
+                        solution,
+                        doc,
+                        config,
+                        new.benchmark_config_hash,
+                    ),
                 )
                 if row is not None:
                     profile_id = str(row["id"])
@@ -682,17 +667,11 @@ class SqlKernelStore(KernelStore, abc.ABC):
             )
         return None if row is None else _rows.run_from_row(row)
 
-    def list_runs(
-        self, *, definition_name: str | None = None, status: str | None = None, limit: int = 50
-    ) -> list[RunRecord]:
-        _rows.check_limit(limit)
-        _rows.check_strings(definition_name=definition_name, status=status)
-        filters = {"r.definition_name": definition_name, "r.status": status}
-        where = [f"{col} = ?" for col, value in filters.items() if value is not None] or ["1 = 1"]
-        params = [value for value in filters.values() if value is not None]
+    def _list_runs(self, filters: dict[str, str], limit: int) -> list[RunRecord]:
+        where, params = _equal({f"r.{col}": value for col, value in filters.items()})
         with self._tx(write=False) as cur:
             rows = cur.all(
-                f"SELECT {_cols('r', _rows.RUN_COLUMNS)} FROM runs r WHERE {' AND '.join(where)} "
+                f"SELECT {_cols('r', _rows.RUN_COLUMNS)} FROM runs r WHERE {where} "
                 f"ORDER BY {self._order('runs', 'r')} DESC, r.id DESC LIMIT ?",
                 (*params, limit),
             )
@@ -751,35 +730,28 @@ class SqlKernelStore(KernelStore, abc.ABC):
             )
         return [_rows.experience_from_row(r) for r in reversed(rows)]
 
-    def search_experiences(
-        self,
-        *,
-        text: str | None = None,
-        definition_name: str | None = None,
-        namespace: str | None = None,
-        include_removed: bool = False,
-        limit: int = 50,
-    ) -> list[ExperienceRecord]:
-        _rows.check_limit(limit)
-        _rows.check_strings(text=text, definition_name=definition_name, namespace=namespace)
-        words = _search.search_words(text)
+    def _search_experiences(self, search: MemorySearch) -> list[ExperienceRecord]:
+        words = _search.search_words(search.text)
         source, order = "experiences e", f"{self._order('experiences', 'e')} DESC"
         where: list[str] = []
         params: list[Any] = []
         if words is not None:
             source, condition, order, params = self._word_search(words)
             where.append(condition)
-        for col, value in (("e.definition_name", definition_name), ("e.namespace", namespace)):
+        for col, value in (
+            ("e.definition_name", search.definition_name),
+            ("e.namespace", search.namespace),
+        ):
             if value is not None:
                 where.append(f"{col} = ?")
                 params.append(value)
-        if not include_removed:
+        if not search.include_removed:
             where.append("e.removed = FALSE")
         with self._tx(write=False) as cur:
             rows = cur.all(
                 f"SELECT {_cols('e', _rows.EXPERIENCE_COLUMNS)} FROM {source} "
                 f"WHERE {' AND '.join(where) or '1 = 1'} ORDER BY {order} LIMIT ?",
-                (*params, limit),
+                (*params, search.limit),
             )
         return [_rows.experience_from_row(r) for r in rows]
 
@@ -859,10 +831,8 @@ class SqlKernelStore(KernelStore, abc.ABC):
             )
         return [_rows.llm_call_from_row(r) for r in rows]
 
-    def get_llm_call(self, call_id: str) -> LlmCallRecord | None:
-        _rows.check_strings(call_id=call_id)
+    def _llm_calls_by_id(self, call_id: str, prefix: str | None) -> list[LlmCallRecord]:
         columns = _cols("l", _rows.LLM_CALL_DETAIL_COLUMNS)
-        prefix = _rows.id_prefix(call_id)
         with self._tx(write=False) as cur:
             rows = cur.all(f"SELECT {columns} FROM llm_calls l WHERE l.id = ?", (call_id,))
             if not rows and prefix is not None:
@@ -870,11 +840,7 @@ class SqlKernelStore(KernelStore, abc.ABC):
                     f"SELECT {columns} FROM llm_calls l WHERE l.id LIKE ? ORDER BY l.id LIMIT 2",
                     (prefix + "%",),
                 )
-        if len(rows) > 1:
-            raise AmbiguousIdError(
-                f"call id prefix {call_id!r} matches more than one call; give more of the id"
-            )
-        return _rows.llm_call_from_row(rows[0], detail=True) if rows else None
+        return [_rows.llm_call_from_row(r, detail=True) for r in rows]
 
     def mark_interrupted_llm_calls(self, run_id: str) -> int:
         _rows.check_strings(run_id=run_id)

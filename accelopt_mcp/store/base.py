@@ -27,6 +27,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from accelopt_mcp import hashing
 from accelopt_mcp.models import (
     Definition,
     Evaluation,
@@ -41,6 +42,10 @@ from accelopt_mcp.store._checks import (
     check_limit,
     check_statuses,
     check_strings,
+    id_prefix,
+    plain_json,
+    require,
+    require_str,
 )
 
 # --------------------------------------------------------------------------- errors
@@ -415,6 +420,65 @@ class Ranking:
 
 
 @dataclasses.dataclass(frozen=True)
+class NewSolution:
+    """What upsert_solution was asked, checked: the row to find or insert. `parent_id` is as
+    given (the store checks that it is stored); `evolve_metadata` is JSON text."""
+
+    solution: Solution
+    parent_id: str | None
+    evolve_metadata: str
+    hash_version: int
+    solution_hash: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SolutionLinks:
+    """What update_solution_links was asked: the fields to set, None for those to keep."""
+
+    parent_id: str | None
+    name: str | None
+    author: str | None
+    evolve_metadata: dict[str, Any] | None
+
+    def solution(self, stored: StoredSolution) -> Solution:
+        """The stored Solution document with the name and author given."""
+        changes = {
+            key: value
+            for key, value in (("name", self.name), ("author", self.author))
+            if value is not None
+        }
+        return stored.solution.model_copy(update=changes) if changes else stored.solution
+
+    def metadata(self, stored: StoredSolution) -> dict[str, Any]:
+        """The stored evolve_metadata with the given keys set."""
+        return {**stored.evolve_metadata, **(self.evolve_metadata or {})}
+
+
+@dataclasses.dataclass(frozen=True)
+class NewProfile:
+    """What upsert_profile was asked, checked: the evaluation redacted with the store's
+    secrets, the benchmark config as JSON text and its hash. `solution_id` is as given (the
+    store checks that it is stored)."""
+
+    workload_uuid: str
+    solution_id: str
+    evaluation: Evaluation
+    benchmark_config: str
+    benchmark_config_hash: str
+
+
+@dataclasses.dataclass(frozen=True)
+class MemorySearch:
+    """What search_experiences was asked, checked (the text not yet split into words)."""
+
+    text: str | None
+    definition_name: str | None
+    namespace: str | None
+    include_removed: bool
+    limit: int
+
+
+@dataclasses.dataclass(frozen=True)
 class Claim:
     """What claim_run was asked, checked: the arguments of the claiming update."""
 
@@ -459,7 +523,6 @@ class KernelStore(abc.ABC):
     def list_workloads(self, definition_name: str) -> list[StoredWorkload]: ...
 
     # solutions -----------------------------------------------------------
-    @abc.abstractmethod
     def upsert_solution(
         self,
         solution: Solution,
@@ -473,11 +536,19 @@ class KernelStore(abc.ABC):
         source under another definition is another solution, with an id, lineage and profiles
         of its own (a shape-generic kernel serving several definitions). Raises
         UnknownReferenceError for an unknown definition or parent."""
+        solution = require(solution, Solution, "solution")
+        metadata = plain_json(evolve_metadata, "evolve_metadata")
+        version = hashing.CURRENT_HASH_VERSION
+        digest = hashing.solution_hash(solution, version)
+        return self._upsert_solution(NewSolution(solution, parent_id, metadata, version, digest))
+
+    @abc.abstractmethod
+    def _upsert_solution(self, new: NewSolution) -> str:
+        """upsert_solution's find-or-insert, its arguments checked."""
 
     @abc.abstractmethod
     def get_solution(self, solution_id: str) -> StoredSolution | None: ...
 
-    @abc.abstractmethod
     def update_solution_links(
         self,
         solution_id: str,
@@ -493,6 +564,12 @@ class KernelStore(abc.ABC):
         the stored one (the given keys set, the others kept). No policy here: the caller
         (accelopt_mcp.linking) decides what may be filled. UnknownReferenceError for an
         unknown solution id."""
+        links = SolutionLinks(parent_id, name, author, evolve_metadata)
+        return self._update_solution_links(solution_id, links)
+
+    @abc.abstractmethod
+    def _update_solution_links(self, solution_id: str, links: SolutionLinks) -> StoredSolution:
+        """update_solution_links' write."""
 
     @abc.abstractmethod
     def find_solution(
@@ -540,7 +617,6 @@ class KernelStore(abc.ABC):
         """Every solution derived from this one, breadth first."""
 
     # profiles ------------------------------------------------------------
-    @abc.abstractmethod
     def upsert_profile(
         self,
         workload_uuid: str,
@@ -555,6 +631,17 @@ class KernelStore(abc.ABC):
         a re-run refines the figure instead of replacing it. An evaluation equal to one the
         profile already holds is the same measurement sent again and adds nothing (upserts
         are idempotent). Logs are stored redacted (Evaluation.redacted)."""
+        require_str(workload_uuid, "workload_uuid")
+        evaluation = require(evaluation, Evaluation, "evaluation").redacted(self._secrets())
+        config = plain_json(benchmark_config, "benchmark_config")
+        config_hash = hashing.benchmark_config_hash(dict(benchmark_config or {}))
+        return self._upsert_profile(
+            NewProfile(workload_uuid, solution_id, evaluation, config, config_hash)
+        )
+
+    @abc.abstractmethod
+    def _upsert_profile(self, new: NewProfile) -> str:
+        """upsert_profile's find-or-insert and pooling, its arguments checked."""
 
     @abc.abstractmethod
     def get_profile(self, profile_id: str) -> StoredProfile | None: ...
@@ -711,11 +798,20 @@ class KernelStore(abc.ABC):
     @abc.abstractmethod
     def get_run(self, run_id: str) -> RunRecord | None: ...
 
-    @abc.abstractmethod
     def list_runs(
         self, *, definition_name: str | None = None, status: str | None = None, limit: int = 50
     ) -> list[RunRecord]:
         """Newest first."""
+        check_limit(limit)
+        check_strings(definition_name=definition_name, status=status)
+        return self._list_runs(
+            _given({"definition_name": definition_name, "status": status}), limit
+        )
+
+    @abc.abstractmethod
+    def _list_runs(self, filters: dict[str, str], limit: int) -> list[RunRecord]:
+        """list_runs' query, its arguments checked: `filters` maps a column of the runs table
+        to the value it must equal."""
 
     @abc.abstractmethod
     def put_run_entry(self, run_id: str, kind: str, key: str, data: dict[str, Any]) -> None:
@@ -749,7 +845,6 @@ class KernelStore(abc.ABC):
         """recent_experiences' query, its arguments checked: `filters` maps a column of the
         experiences table to the value it must equal."""
 
-    @abc.abstractmethod
     def search_experiences(
         self,
         *,
@@ -764,6 +859,15 @@ class KernelStore(abc.ABC):
         `text` are ignored (store/_search.py). Ranked best first (title words count most,
         then strategy, then pseudocode), ties newest first. No text: every item, newest
         first. Raises UnsearchableTextError for a text with no word left to look for."""
+        check_limit(limit)
+        check_strings(text=text, definition_name=definition_name, namespace=namespace)
+        return self._search_experiences(
+            MemorySearch(text, definition_name, namespace, include_removed, limit)
+        )
+
+    @abc.abstractmethod
+    def _search_experiences(self, search: MemorySearch) -> list[ExperienceRecord]:
+        """search_experiences' query, its arguments checked."""
 
     @abc.abstractmethod
     def remove_experience(self, experience_id: str) -> bool:
@@ -803,11 +907,28 @@ class KernelStore(abc.ABC):
         """list_llm_calls' query, its arguments checked: `filters` maps a column of the
         llm_calls table to the value it must equal (run_id always)."""
 
-    @abc.abstractmethod
     def get_llm_call(self, call_id: str) -> LlmCallRecord | None:
         """One call with its prompt and reply (decompressed). `call_id` is the id or a unique
         prefix of it (at least 8 hexadecimal characters); None when nothing matches. Raises
         AmbiguousIdError when a prefix matches more than one call."""
+        check_strings(call_id=call_id)
+        calls = self._llm_calls_by_id(call_id, id_prefix(call_id))
+        if len(calls) > 1:
+            raise AmbiguousIdError(
+                f"call id prefix {call_id!r} matches more than one call; give more of the id"
+            )
+        return calls[0] if calls else None
+
+    @abc.abstractmethod
+    def _llm_calls_by_id(self, call_id: str, prefix: str | None) -> list[LlmCallRecord]:
+        """get_llm_call's query, with prompt and reply: the call whose id is `call_id` or,
+        when there is none and `prefix` is not None, the first two (by id) whose id starts
+        with `prefix`."""
+
+    @abc.abstractmethod
+    def _secrets(self) -> tuple[str | None, ...]:
+        """Secrets of this store (a password, a key) masked in what it stores, besides the
+        usual."""
 
     @abc.abstractmethod
     def mark_interrupted_llm_calls(self, run_id: str) -> int:

@@ -29,19 +29,15 @@ from postgrest.exceptions import APIError
 from pydantic import BaseModel
 from supabase import Client, ClientOptions, create_client
 
-from accelopt_mcp import hashing
 from accelopt_mcp.models import (
     Definition,
-    Evaluation,
     LlmCallIn,
-    Solution,
     Workload,
     pool_evaluations,
 )
 from accelopt_mcp.redaction import redact
 from accelopt_mcp.store import _retry, _rows, _search
 from accelopt_mcp.store.base import (
-    AmbiguousIdError,
     Claim,
     ConflictError,
     ExperienceIn,
@@ -52,11 +48,15 @@ from accelopt_mcp.store.base import (
     LeaseLostError,
     LlmCallRecord,
     LlmTotals,
+    MemorySearch,
+    NewProfile,
+    NewSolution,
     RankedSolution,
     Ranking,
     RunEntry,
     RunRecord,
     RunUpdate,
+    SolutionLinks,
     StoredDefinition,
     StoredMeasurement,
     StoredProfile,
@@ -163,6 +163,9 @@ class SupabaseStore(KernelStore):
         self._postgrest = self._client.postgrest
 
     # ------------------------------------------------------------------ plumbing
+    def _secrets(self) -> tuple[str | None, ...]:
+        return (self._key,)
+
     def _table(self, name: str) -> Any:
         return self._postgrest.from_(name)
 
@@ -374,17 +377,9 @@ class SupabaseStore(KernelStore):
             .eq("hash_version", version)
         )
 
-    def upsert_solution(
-        self,
-        solution: Solution,
-        *,
-        parent_id: str | None = None,
-        evolve_metadata: dict[str, Any] | None = None,
-    ) -> str:
-        solution = _rows.require(solution, Solution, "solution")
-        metadata = json.loads(_rows.plain_json(evolve_metadata, "evolve_metadata"))
-        version = hashing.CURRENT_HASH_VERSION
-        digest = hashing.solution_hash(solution, version)
+    def _upsert_solution(self, new: NewSolution) -> str:
+        solution, version, digest = new.solution, new.hash_version, new.solution_hash
+        parent_id = new.parent_id
         stored = self._first(self._by_hash(solution.definition, digest, version))
         if stored is None:
             parent = self._canonical_solution(parent_id, "parent_id")
@@ -395,7 +390,7 @@ class SupabaseStore(KernelStore):
                 "solution": _doc(solution),
                 "hash_version": version,
                 "solution_hash": digest,
-                "evolve_metadata": metadata,
+                "evolve_metadata": json.loads(new.evolve_metadata),
             }
 
             def missing(detail: str) -> str:
@@ -429,37 +424,22 @@ class SupabaseStore(KernelStore):
         )
         return None if row is None else _rows.solution_from_row(row)
 
-    def update_solution_links(
-        self,
-        solution_id: str,
-        *,
-        parent_id: str | None = None,
-        name: str | None = None,
-        author: str | None = None,
-        evolve_metadata: dict[str, Any] | None = None,
-    ) -> StoredSolution:
+    def _update_solution_links(self, solution_id: str, links: SolutionLinks) -> StoredSolution:
         stored = self.get_solution(solution_id)
         if stored is None:
             raise UnknownReferenceError(_rows.unknown_solution(str(solution_id), "solution_id"))
         changes: dict[str, Any] = {}
-        if parent_id is not None:
-            changes["parent_id"] = self._canonical_solution(parent_id, "parent_id")
-        if name is not None or author is not None:
-            solution = stored.solution.model_copy(
-                update={
-                    key: value
-                    for key, value in (("name", name), ("author", author))
-                    if value is not None
-                }
-            )
-            changes["solution"] = _doc(solution)
-        if evolve_metadata:
-            merged = {**stored.evolve_metadata, **evolve_metadata}
+        if links.parent_id is not None:
+            changes["parent_id"] = self._canonical_solution(links.parent_id, "parent_id")
+        if links.name is not None or links.author is not None:
+            changes["solution"] = _doc(links.solution(stored))
+        if links.evolve_metadata:
+            merged = links.metadata(stored)
             changes["evolve_metadata"] = json.loads(_rows.plain_json(merged, "evolve_metadata"))
         if changes:
 
             def missing(detail: str) -> str:
-                return _rows.unknown_solution(str(parent_id), "parent_id")
+                return _rows.unknown_solution(str(links.parent_id), "parent_id")
 
             self._rows(
                 self._table("solutions").update(changes).eq("id", stored.id),
@@ -503,13 +483,7 @@ class SupabaseStore(KernelStore):
         return [_rows.solution_from_row(r) for r in rows]
 
     # ------------------------------------------------------------------ profiles
-    def upsert_profile(
-        self,
-        workload_uuid: str,
-        solution_id: str,
-        evaluation: Evaluation,
-        benchmark_config: dict[str, Any],
-    ) -> str:
+    def _upsert_profile(self, new: NewProfile) -> str:
         # PostgREST has no transaction across requests, so this is: find or create the
         # profile, insert the measurement, read every measurement, write the pooled figure,
         # and read the measurements again to pool once more if another writer added one
@@ -518,10 +492,9 @@ class SupabaseStore(KernelStore):
         # profile's figure without its measurement until the next one is stored; and after
         # `_POOL_ATTEMPTS` rounds of contention the last write may miss a concurrent
         # measurement (the table keeps it; the next upsert pools it in).
-        _rows.require_str(workload_uuid, "workload_uuid")
-        evaluation = _rows.require(evaluation, Evaluation, "evaluation").redacted([self._key])
-        config = json.loads(_rows.plain_json(benchmark_config, "benchmark_config"))
-        config_hash = hashing.benchmark_config_hash(dict(benchmark_config or {}))
+        workload_uuid, solution_id, evaluation = new.workload_uuid, new.solution_id, new.evaluation
+        config = json.loads(new.benchmark_config)
+        config_hash = new.benchmark_config_hash
         solution = self._canonical_solution(solution_id, "solution_id")
         doc = _doc(evaluation)
 
@@ -728,7 +701,7 @@ class SupabaseStore(KernelStore):
             "tokens_in": run.tokens_in,
             "tokens_out": run.tokens_out,
             "cost_usd": run.cost_usd,
-            "error": _rows.redacted_text(run.error, (self._key,)),
+            "error": _rows.redacted_text(run.error, self._secrets()),
         }
         self._run(
             self._table("runs").insert(row, returning="minimal"),
@@ -747,7 +720,7 @@ class SupabaseStore(KernelStore):
         if "config" in changes:
             changes["config"] = json.loads(_rows.plain_json(changes["config"], "config"))
         if "error" in changes:
-            changes["error"] = _rows.redacted_text(changes["error"], (self._key,))
+            changes["error"] = _rows.redacted_text(changes["error"], self._secrets())
         # An UPDATE always runs, even with nothing to change, so the trigger stamps updated_at.
         query = self._table("runs").update(changes or {"id": run_id}).eq("id", run_id)
         if holder is not None:
@@ -800,18 +773,9 @@ class SupabaseStore(KernelStore):
         row = self._first(self._table("runs").select(",".join(_rows.RUN_COLUMNS)).eq("id", run_id))
         return None if row is None else _rows.run_from_row(row)
 
-    def list_runs(
-        self, *, definition_name: str | None = None, status: str | None = None, limit: int = 50
-    ) -> list[RunRecord]:
-        _rows.check_limit(limit)
-        _rows.check_strings(definition_name=definition_name, status=status)
-
+    def _list_runs(self, filters: dict[str, str], limit: int) -> list[RunRecord]:
         def query() -> Query:
-            q = self._table("runs").select(",".join(_rows.RUN_COLUMNS))
-            if definition_name is not None:
-                q = q.eq("definition_name", definition_name)
-            if status is not None:
-                q = q.eq("status", status)
+            q = self._filtered("runs", _rows.RUN_COLUMNS, filters)
             return q.order("created_at", desc=True).order("id", desc=True)
 
         return [_rows.run_from_row(r) for r in self._paged(query, limit)]
@@ -869,19 +833,8 @@ class SupabaseStore(KernelStore):
         rows = self._paged(query, limit)
         return [_rows.experience_from_row(r) for r in reversed(rows)]
 
-    def search_experiences(
-        self,
-        *,
-        text: str | None = None,
-        definition_name: str | None = None,
-        namespace: str | None = None,
-        include_removed: bool = False,
-        limit: int = 50,
-    ) -> list[ExperienceRecord]:
-        _rows.check_limit(limit)
-        _rows.check_strings(text=text, definition_name=definition_name, namespace=namespace)
-
-        words = _search.search_words(text)
+    def _search_experiences(self, search: MemorySearch) -> list[ExperienceRecord]:
+        words = _search.search_words(search.text)
         columns = ",".join(_rows.EXPERIENCE_COLUMNS)
 
         def query() -> Query:
@@ -891,17 +844,17 @@ class SupabaseStore(KernelStore):
                 # The schema's function: the same ranking as the PostgreSQL store.
                 arguments: dict[str, Any] = {"words": words}  # a JSON array: text[]
                 q = self._postgrest.rpc("search_experiences", arguments).select(columns)
-            if definition_name is not None:
-                q = q.eq("definition_name", definition_name)
-            if namespace is not None:
-                q = q.eq("namespace", namespace)
-            if not include_removed:
+            if search.definition_name is not None:
+                q = q.eq("definition_name", search.definition_name)
+            if search.namespace is not None:
+                q = q.eq("namespace", search.namespace)
+            if not search.include_removed:
                 q = q.eq("removed", False)
             if words is not None:
                 q = q.order("search_rank", desc=True)
             return q.order("seq", desc=True)
 
-        return [_rows.experience_from_row(r) for r in self._paged(query, limit)]
+        return [_rows.experience_from_row(r) for r in self._paged(query, search.limit)]
 
     def remove_experience(self, experience_id: str) -> bool:
         _rows.check_strings(experience_id=experience_id)
@@ -946,7 +899,7 @@ class SupabaseStore(KernelStore):
     # ------------------------------------------------------------------ llm ledger
     def add_llm_call(self, call: LlmCallIn) -> str:
         call = _rows.require(call, LlmCallIn, "llm call")
-        secrets = (self._key,)
+        secrets = self._secrets()
         call_id = call.id or _rows.new_text_id()
         row: Row = _rows.llm_call_values(
             call, call_id, secrets, timestamp=_rows.timestamp_text, blob=_rows.bytea_text
@@ -971,11 +924,9 @@ class SupabaseStore(KernelStore):
 
         return [_rows.llm_call_from_row(r) for r in self._paged(query, limit, offset)]
 
-    def get_llm_call(self, call_id: str) -> LlmCallRecord | None:
-        _rows.check_strings(call_id=call_id)
+    def _llm_calls_by_id(self, call_id: str, prefix: str | None) -> list[LlmCallRecord]:
         columns = ",".join(_rows.LLM_CALL_DETAIL_COLUMNS)
         rows = self._rows(self._table("llm_calls").select(columns).eq("id", call_id).limit(1))
-        prefix = _rows.id_prefix(call_id)
         if not rows and prefix is not None:
             rows = self._rows(
                 self._table("llm_calls")
@@ -984,11 +935,7 @@ class SupabaseStore(KernelStore):
                 .order("id")
                 .limit(2)
             )
-        if len(rows) > 1:
-            raise AmbiguousIdError(
-                f"call id prefix {call_id!r} matches more than one call; give more of the id"
-            )
-        return _rows.llm_call_from_row(rows[0], detail=True) if rows else None
+        return [_rows.llm_call_from_row(r, detail=True) for r in rows]
 
     def mark_interrupted_llm_calls(self, run_id: str) -> int:
         _rows.check_strings(run_id=run_id)
