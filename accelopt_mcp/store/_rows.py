@@ -341,71 +341,102 @@ def _float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def _pick(row: Mapping[str, Any], prefix: str, columns: tuple[str, ...]) -> dict[str, Any]:
-    return {c: row[prefix + c] for c in columns}
+def _json_object(value: Any) -> Any:
+    """A JSON object column; {} for NULL (or an empty value)."""
+    return _json(value) or {}
+
+
+Converters = Mapping[str, Callable[[Any], Any]]
+"""How a table's columns are read: column -> converter; a column not named is taken as is."""
+
+
+def _converted(
+    row: Mapping[str, Any], prefix: str, columns: tuple[str, ...], convert: Converters
+) -> dict[str, Any]:
+    """The row's `columns` (each read as `prefix` + column), converted."""
+    values = {c: row[prefix + c] for c in columns}
+    for column, how in convert.items():
+        values[column] = how(values[column])
+    return values
+
+
+_DEFINITION: Converters = {
+    "definition": lambda v: Definition.model_validate(_json(v)),
+    "created_at": _timestamp,
+}
+_WORKLOAD: Converters = {
+    "workload": lambda v: Workload.model_validate(_json(v)["workload"]),
+    "created_at": _timestamp,
+}
+_SOLUTION: Converters = {
+    "id": str,
+    "parent_id": _id,
+    "solution": lambda v: _record(Solution, v),
+    "hash_version": int,
+    "evolve_metadata": _json_object,
+    "created_at": _timestamp,
+}
+_PROFILE: Converters = {
+    "id": str,
+    "solution_id": str,
+    "evaluation": lambda v: _record(Evaluation, v),
+    "benchmark_config": _json_object,
+    "latency_ms": _float,
+    "reference_latency_ms": _float,
+    "speedup": _float,
+    "created_at": _timestamp,
+}
+_MEASUREMENT: Converters = {
+    "id": str,
+    "profile_id": str,
+    "evaluation": lambda v: _record(Evaluation, v),
+    "created_at": _timestamp,
+}
+_RUN: Converters = {
+    "config": _json_object,
+    "initial_solution_id": _id,
+    "best_solution_id": _id,
+    "created_at": _timestamp,
+    "updated_at": _timestamp,
+    "lease_expires_at": _timestamp,
+}
+_EXPERIENCE: Converters = {
+    "slow_solution_id": _id,
+    "fast_solution_id": _id,
+    "removed": bool,
+    "created_at": _timestamp,
+    "conditions": _json,
+}
+_LLM_CALL: Converters = {
+    "id": str,
+    "ok": bool,
+    "created_at": _timestamp,
+    "started_at": _timestamp,
+    "finished_at": _timestamp,
+}
+_RUN_ENTRY: Converters = {"data": _json_object, "updated_at": _timestamp}
+_HARDWARE_PEAKS: Converters = {"peaks": _json, "measured_at": _timestamp}
 
 
 def definition_from_row(row: Mapping[str, Any], prefix: str = "") -> StoredDefinition:
-    r = _pick(row, prefix, DEFINITION_COLUMNS)
-    return StoredDefinition(
-        name=r["name"],
-        definition=Definition.model_validate(_json(r["definition"])),
-        created_at=_timestamp(r["created_at"]),
-    )
+    return StoredDefinition.model_validate(_converted(row, prefix, DEFINITION_COLUMNS, _DEFINITION))
 
 
 def workload_from_row(row: Mapping[str, Any], prefix: str = "") -> StoredWorkload:
-    r = _pick(row, prefix, WORKLOAD_COLUMNS)
-    trace = _json(r["workload"])
-    return StoredWorkload(
-        uuid=r["uuid"],
-        definition_name=r["definition_name"],
-        workload=Workload.model_validate(trace["workload"]),
-        created_at=_timestamp(r["created_at"]),
-    )
+    return StoredWorkload.model_validate(_converted(row, prefix, WORKLOAD_COLUMNS, _WORKLOAD))
 
 
 def solution_from_row(row: Mapping[str, Any], prefix: str = "") -> StoredSolution:
-    r = _pick(row, prefix, SOLUTION_COLUMNS)
-    return StoredSolution(
-        id=str(r["id"]),
-        definition_name=r["definition_name"],
-        parent_id=_id(r["parent_id"]),
-        solution=_record(Solution, r["solution"]),
-        hash_version=int(r["hash_version"]),
-        solution_hash=r["solution_hash"],
-        evolve_metadata=_json(r["evolve_metadata"]) or {},
-        spec_language=r["spec_language"],
-        author=r["author"],
-        created_at=_timestamp(r["created_at"]),
-    )
+    return StoredSolution.model_validate(_converted(row, prefix, SOLUTION_COLUMNS, _SOLUTION))
 
 
 def profile_from_row(row: Mapping[str, Any], prefix: str = "") -> StoredProfile:
-    r = _pick(row, prefix, PROFILE_COLUMNS)
-    return StoredProfile(
-        id=str(r["id"]),
-        workload_uuid=r["workload_uuid"],
-        solution_id=str(r["solution_id"]),
-        evaluation=_record(Evaluation, r["evaluation"]),
-        benchmark_config=_json(r["benchmark_config"]) or {},
-        benchmark_config_hash=r["benchmark_config_hash"],
-        eval_status=r["eval_status"],
-        eval_hardware=r["eval_hardware"],
-        latency_ms=_float(r["latency_ms"]),
-        reference_latency_ms=_float(r["reference_latency_ms"]),
-        speedup=_float(r["speedup"]),
-        created_at=_timestamp(r["created_at"]),
-    )
+    return StoredProfile.model_validate(_converted(row, prefix, PROFILE_COLUMNS, _PROFILE))
 
 
 def measurement_from_row(row: Mapping[str, Any], prefix: str = "") -> StoredMeasurement:
-    r = _pick(row, prefix, MEASUREMENT_COLUMNS)
-    return StoredMeasurement(
-        id=str(r["id"]),
-        profile_id=str(r["profile_id"]),
-        evaluation=evaluation_from_json(r["evaluation"]),
-        created_at=_timestamp(r["created_at"]),
+    return StoredMeasurement.model_validate(
+        _converted(row, prefix, MEASUREMENT_COLUMNS, _MEASUREMENT)
     )
 
 
@@ -427,37 +458,20 @@ def _canonical(evaluation: Evaluation) -> Any:
 
 
 def run_from_row(row: Mapping[str, Any]) -> RunRecord:
-    r = dict(_pick(row, "", RUN_COLUMNS))
-    r["config"] = _json(r["config"]) or {}
-    r["initial_solution_id"] = _id(r["initial_solution_id"])
-    r["best_solution_id"] = _id(r["best_solution_id"])
-    r["created_at"] = _timestamp(r["created_at"])
-    r["updated_at"] = _timestamp(r["updated_at"])
-    r["lease_expires_at"] = _timestamp(r["lease_expires_at"])
-    return RunRecord.model_validate(r)
+    return RunRecord.model_validate(_converted(row, "", RUN_COLUMNS, _RUN))
 
 
 def experience_from_row(row: Mapping[str, Any]) -> ExperienceRecord:
-    r = dict(_pick(row, "", EXPERIENCE_COLUMNS))
-    r["slow_solution_id"] = _id(r["slow_solution_id"])
-    r["fast_solution_id"] = _id(r["fast_solution_id"])
-    r["removed"] = bool(r["removed"])
-    r["created_at"] = _timestamp(r["created_at"])
-    r["conditions"] = _json(r["conditions"])
-    return ExperienceRecord.model_validate(r)
+    return ExperienceRecord.model_validate(_converted(row, "", EXPERIENCE_COLUMNS, _EXPERIENCE))
 
 
 def llm_call_from_row(row: Mapping[str, Any], *, detail: bool = False) -> LlmCallRecord:
     """A ledger row; with `detail`, its prompt and reply too (the row holds
     LLM_CALL_DETAIL_COLUMNS)."""
-    r = dict(_pick(row, "", LLM_CALL_COLUMNS))
-    r["id"] = str(r["id"])
-    r["ok"] = bool(r["ok"])
+    r = _converted(row, "", LLM_CALL_COLUMNS, _LLM_CALL)
     # A row an older accelopt wrote after the migration gets the default status 'ok'.
     if r["status"] in (None, "ok") and not r["ok"]:
         r["status"] = "failed"
-    for column in ("created_at", "started_at", "finished_at"):
-        r[column] = _timestamp(r[column])
     if detail:
         r["messages"] = messages_from_column(row["messages"])
         r["reply"] = unpack_text(row["reply"])
@@ -465,17 +479,13 @@ def llm_call_from_row(row: Mapping[str, Any], *, detail: bool = False) -> LlmCal
 
 
 def run_entry_from_row(row: Mapping[str, Any]) -> RunEntry:
-    r = dict(_pick(row, "", RUN_ENTRY_COLUMNS))
-    r["data"] = _json(r["data"]) or {}
-    r["updated_at"] = _timestamp(r["updated_at"])
-    return RunEntry.model_validate(r)
+    return RunEntry.model_validate(_converted(row, "", RUN_ENTRY_COLUMNS, _RUN_ENTRY))
 
 
 def hardware_peaks_from_row(row: Mapping[str, Any]) -> HardwarePeaksRecord:
-    r = dict(_pick(row, "", HARDWARE_PEAKS_COLUMNS))
-    r["peaks"] = _json(r["peaks"])
-    r["measured_at"] = _timestamp(r["measured_at"])
-    return HardwarePeaksRecord.model_validate(r)
+    return HardwarePeaksRecord.model_validate(
+        _converted(row, "", HARDWARE_PEAKS_COLUMNS, _HARDWARE_PEAKS)
+    )
 
 
 def sorted_entries(entries: list[RunEntry]) -> list[RunEntry]:
