@@ -70,6 +70,20 @@ class StoreCheck(BaseModel):
         return self.message + (f"\nNext steps:{steps}" if steps else "")
 
 
+def _failed(
+    kind: Kind, location: str, problem: Problem, message: str, steps: list[str]
+) -> StoreCheck:
+    """The check of a store that cannot be used: what is wrong and what to do."""
+    return StoreCheck(
+        kind=kind, location=location, ok=False, problem=problem, message=message, next_steps=steps
+    )
+
+
+def _ready(kind: Kind, location: str, message: str, tables: dict[str, int] | None) -> StoreCheck:
+    """The check of a store that can be used, with its row counts (None: not counted)."""
+    return StoreCheck(kind=kind, location=location, ok=True, message=message, tables=tables)
+
+
 def check_store(url: str | None, *, key: str | None = None, timeout_s: float = 5) -> StoreCheck:
     """Check the store a URL names (default: $ACCELOPT_STORE, else the per-user SQLite file).
 
@@ -79,13 +93,12 @@ def check_store(url: str | None, *, key: str | None = None, timeout_s: float = 5
     try:
         kind, location = describe_store_url(url)
     except StoreError as exc:
-        return StoreCheck(
-            kind="unknown",
-            location=redacted_url(url or ""),
-            ok=False,
-            problem="bad_url",
-            message=str(exc),
-            next_steps=[
+        return _failed(
+            "unknown",
+            redacted_url(url or ""),
+            "bad_url",
+            str(exc),
+            [
                 "SQLite: a file path such as ~/kernels.db",
                 "PostgreSQL: postgresql://user@host:5432/dbname (password in PGPASSWORD)",
                 f"Supabase: https://<project-ref>.supabase.co, with the key in {SUPABASE_KEY_ENV}",
@@ -144,21 +157,18 @@ def schema_file() -> str:
 
 def check_sqlite(path: str) -> StoreCheck:
     if path == ":memory:":
-        return StoreCheck(
-            kind="sqlite", location=path, ok=True, message="in-memory SQLite database", tables={}
-        )
+        return _ready("sqlite", path, "in-memory SQLite database", {})
     file = Path(path).expanduser()
     location = str(file)
     if not file.exists():
         folder = next((p for p in (file.parent, *file.parents) if p.exists()), None)
         if folder is None or not os.access(folder, os.W_OK):
-            return StoreCheck(
-                kind="sqlite",
-                location=location,
-                ok=False,
-                problem="bad_url",
-                message=f"cannot create {location}: {folder} is not writable",
-                next_steps=["choose a writable location, e.g. --store ~/kernels.db"],
+            return _failed(
+                "sqlite",
+                location,
+                "bad_url",
+                f"cannot create {location}: {folder} is not writable",
+                ["choose a writable location, e.g. --store ~/kernels.db"],
             )
         return StoreCheck(
             kind="sqlite",
@@ -174,22 +184,20 @@ def check_sqlite(path: str) -> StoreCheck:
             missing = [t for t in TABLES if t not in names]
             counts = {} if missing else _sqlite_counts(conn)
     except sqlite3.DatabaseError as exc:
-        return StoreCheck(
-            kind="sqlite",
-            location=location,
-            ok=False,
-            problem="bad_url",
-            message=f"{location} is not a usable SQLite database ({exc})",
-            next_steps=["point --store at another file; this one is not a kernel database"],
+        return _failed(
+            "sqlite",
+            location,
+            "bad_url",
+            f"{location} is not a usable SQLite database ({exc})",
+            ["point --store at another file; this one is not a kernel database"],
         )
     if missing:
-        return StoreCheck(
-            kind="sqlite",
-            location=location,
-            ok=False,
-            problem="schema_missing",
-            message=f"{location} lacks the kernel database tables: {', '.join(missing)}",
-            next_steps=[f"`accelopt db init --store {location}` creates them"],
+        return _failed(
+            "sqlite",
+            location,
+            "schema_missing",
+            f"{location} lacks the kernel database tables: {', '.join(missing)}",
+            [f"`accelopt db init --store {location}` creates them"],
         )
     writable = os.access(file, os.W_OK)
     return StoreCheck(
@@ -215,14 +223,7 @@ def check_postgres(dsn: str, *, timeout_s: float = 5) -> StoreCheck:
     location = mask_dsn(dsn)
 
     def verdict(problem: Problem, message: str, steps: list[str]) -> StoreCheck:
-        return StoreCheck(
-            kind="postgres",
-            location=location,
-            ok=False,
-            problem=problem,
-            message=message,
-            next_steps=steps,
-        )
+        return _failed("postgres", location, problem, message, steps)
 
     init_steps = [
         f"`accelopt db init --store {location}` (add the password via PGPASSWORD)",
@@ -252,13 +253,7 @@ def check_postgres(dsn: str, *, timeout_s: float = 5) -> StoreCheck:
             f"(missing: {', '.join(missing)})",
             init_steps,
         )
-    return StoreCheck(
-        kind="postgres",
-        location=location,
-        ok=True,
-        message=f"PostgreSQL at {location} is ready",
-        tables=counts,
-    )
+    return _ready("postgres", location, f"PostgreSQL at {location} is ready", counts)
 
 
 def _inspect_postgres(dsn: str, timeout_s: float) -> tuple[list[str], dict[str, int]]:
@@ -412,14 +407,7 @@ def check_supabase(
     location = redacted_url(base, [key])
 
     def verdict(problem: Problem, message: str, steps: list[str]) -> StoreCheck:
-        return StoreCheck(
-            kind="supabase",
-            location=location,
-            ok=False,
-            problem=problem,
-            message=redact(message, [key]),
-            next_steps=steps,
-        )
+        return _failed("supabase", location, problem, redact(message, [key]), steps)
 
     try:
         parsed = httpx.URL(base)
@@ -508,12 +496,11 @@ def check_supabase(
             f"(missing: {', '.join(missing)})",
             _schema_steps(),
         )
-    return StoreCheck(
-        kind="supabase",
-        location=location,
-        ok=True,
-        message=f"Supabase project at {location} is ready",
-        tables=counts if count_rows else None,
+    return _ready(
+        "supabase",
+        location,
+        f"Supabase project at {location} is ready",
+        counts if count_rows else None,
     )
 
 
