@@ -27,14 +27,13 @@ from accelopt_mcp.models import (
     pool_evaluations,
 )
 from accelopt_mcp.store import _retry, _rows, _search
+from accelopt_mcp.store._keyed import KeyedStore
 from accelopt_mcp.store.base import (
     Claim,
     ConflictError,
     ExperienceIn,
     ExperienceRecord,
-    HardwarePeaksRecord,
     IdKind,
-    KernelStore,
     LeaseLostError,
     LlmCallRecord,
     LlmTotals,
@@ -103,7 +102,7 @@ def _cols(alias: str, columns: tuple[str, ...], prefix: str = "") -> str:
     return ", ".join(f"{alias}.{c} AS {prefix}{c}" for c in columns)
 
 
-class SqlKernelStore(KernelStore, abc.ABC):
+class SqlKernelStore(KeyedStore, abc.ABC):
     """KernelStore over schema_v2's tables; subclasses supply a connection and a dialect."""
 
     generated_keys: bool
@@ -112,10 +111,21 @@ class SqlKernelStore(KernelStore, abc.ABC):
     """The database's current time, as an SQL expression."""
 
     # ------------------------------------------------------------------ dialect hooks
-    @abc.abstractmethod
     @contextmanager
     def _tx(self, *, write: bool) -> Iterator[Cursor]:
-        """One transaction; commits on success, rolls back on error, translates errors."""
+        """One transaction; commits on success, rolls back on error, translates errors. Inside
+        a batch, the batch's open transaction instead (_batch_call)."""
+        batch = self._batch()
+        if batch is None:
+            with self._transaction(write=write) as cur:
+                yield cur
+        else:
+            with self._batch_call(batch) as cur:
+                yield cur
+
+    @abc.abstractmethod
+    def _transaction(self, *, write: bool) -> AbstractContextManager[Cursor]:
+        """_tx outside a batch: a transaction of its own."""
 
     @abc.abstractmethod
     def _order(self, table: str, alias: str) -> str:
@@ -201,13 +211,63 @@ class SqlKernelStore(KernelStore, abc.ABC):
     def _batch_connection(self) -> AbstractContextManager[Batch]:
         """A connection held for a batch, as a Batch (no transaction open yet)."""
 
+    @contextmanager
+    def _batch_call(self, state: Batch) -> Iterator[Cursor]:
+        """One call of a batch: in the batch's open transaction (begun if none is), committed
+        with the BATCH_CALLS-th call; a call that fails rolls the transaction back and ends
+        the batch."""
+        if state.failed is not None:
+            raise StoreError(
+                f"an earlier call in this batch failed ({state.failed}); leave the batch and "
+                "run the calls since its last commit again"
+            )
+        try:
+            if not state.pending:
+                self._batch_begin(state)
+            yield self._batch_cursor(state)
+        except BaseException as exc:
+            error = self._batch_abort(state, exc)
+            state.failed = str(error) or type(error).__name__
+            if error is exc:
+                raise
+            raise error from exc
+        state.pending += 1
+        state.calls += 1
+        if state.pending >= BATCH_CALLS:
+            self._batch_finish(state, commit=True)
+            self._batch_committed(state)
+
+    @abc.abstractmethod
+    def _batch_begin(self, state: Batch) -> None:
+        """Open the batch's next transaction."""
+
+    @abc.abstractmethod
+    def _batch_cursor(self, state: Batch) -> Cursor:
+        """The cursor a call of the batch runs its statements on."""
+
+    @abc.abstractmethod
+    def _batch_abort(self, state: Batch, exc: BaseException) -> BaseException:
+        """A call of the batch raised `exc`: roll the open transaction back (state.pending
+        becomes 0) and return the error to raise (`exc` itself, or the store's error for a
+        database's)."""
+
     @abc.abstractmethod
     def _batch_finish(self, state: Batch, *, commit: bool) -> None:
         """Commit (or roll back) the batch's open transaction; state.pending becomes 0."""
 
+    def _batch_committed(self, state: Batch) -> None:
+        """After the commit of a full transaction (BATCH_CALLS calls) inside the batch."""
+
     def _refresh_statistics(self, written: int) -> None:
         """Bring the query planner's table statistics up to date after a batch of `written`
         calls, where they are out of date."""
+
+    def _row(self, table: str, key: str, value: str, columns: tuple[str, ...]) -> Row | None:
+        t = table[0]
+        with self._tx(write=False) as cur:
+            return cur.one(
+                f"SELECT {_cols(t, columns)} FROM {table} {t} WHERE {t}.{key} = ?", (value,)
+            )
 
     def _require_definition(self, cur: Cursor, name: str) -> None:
         if not self._exists(cur, "definitions", "name", name):
@@ -244,16 +304,6 @@ class SqlKernelStore(KernelStore, abc.ABC):
                 )
         return definition.name
 
-    def get_definition(self, name: str) -> StoredDefinition | None:
-        _rows.check_strings(name=name)
-        with self._tx(write=False) as cur:
-            row = cur.one(
-                f"SELECT {_cols('d', _rows.DEFINITION_COLUMNS)} FROM definitions d "
-                "WHERE d.name = ?",
-                (name,),
-            )
-        return None if row is None else _rows.definition_from_row(row)
-
     def list_definitions(self) -> list[StoredDefinition]:
         with self._tx(write=False) as cur:
             rows = cur.all(
@@ -288,15 +338,6 @@ class SqlKernelStore(KernelStore, abc.ABC):
                 params,
             )
         return workload.uuid
-
-    def get_workload(self, uuid: str) -> StoredWorkload | None:
-        _rows.check_strings(uuid=uuid)
-        with self._tx(write=False) as cur:
-            row = cur.one(
-                f"SELECT {_cols('w', _rows.WORKLOAD_COLUMNS)} FROM workloads w WHERE w.uuid = ?",
-                (uuid,),
-            )
-        return None if row is None else _rows.workload_from_row(row)
 
     def list_workloads(self, definition_name: str) -> list[StoredWorkload]:
         _rows.check_strings(definition_name=definition_name)
@@ -375,14 +416,6 @@ class SqlKernelStore(KernelStore, abc.ABC):
 
     def _solution_where(self, where: str) -> str:
         return f"SELECT {_cols('s', _rows.SOLUTION_COLUMNS)} FROM solutions s WHERE {where}"
-
-    def get_solution(self, solution_id: str) -> StoredSolution | None:
-        canonical = _rows.canonical_uuid(solution_id)
-        if canonical is None:
-            return None
-        with self._tx(write=False) as cur:
-            row = cur.one(self._solution_where("s.id = ?"), (canonical,))
-        return None if row is None else _rows.solution_from_row(row)
 
     def find_solution(
         self, definition_name: str, solution_hash: str, hash_version: int = 1
@@ -530,17 +563,6 @@ class SqlKernelStore(KernelStore, abc.ABC):
             )
         return [_rows.measurement_from_row(r) for r in rows]
 
-    def get_profile(self, profile_id: str) -> StoredProfile | None:
-        canonical = _rows.canonical_uuid(profile_id)
-        if canonical is None:
-            return None
-        with self._tx(write=False) as cur:
-            row = cur.one(
-                f"SELECT {_cols('p', _rows.PROFILE_COLUMNS)} FROM profiles p WHERE p.id = ?",
-                (canonical,),
-            )
-        return None if row is None else _rows.profile_from_row(row)
-
     def _list_profiles(
         self, filters: dict[str, str], limit: int | None, offset: int
     ) -> list[StoredProfile]:
@@ -659,14 +681,6 @@ class SqlKernelStore(KernelStore, abc.ABC):
             )
         return row is not None
 
-    def get_run(self, run_id: str) -> RunRecord | None:
-        _rows.check_strings(run_id=run_id)
-        with self._tx(write=False) as cur:
-            row = cur.one(
-                f"SELECT {', '.join(_rows.RUN_COLUMNS)} FROM runs WHERE id = ?", (run_id,)
-            )
-        return None if row is None else _rows.run_from_row(row)
-
     def _list_runs(self, filters: dict[str, str], limit: int) -> list[RunRecord]:
         where, params = _equal({f"r.{col}": value for col, value in filters.items()})
         with self._tx(write=False) as cur:
@@ -708,15 +722,6 @@ class SqlKernelStore(KernelStore, abc.ABC):
                 ),
             )
         return experience_id
-
-    def get_experience(self, experience_id: str) -> ExperienceRecord | None:
-        _rows.check_strings(experience_id=experience_id)
-        with self._tx(write=False) as cur:
-            row = cur.one(
-                f"SELECT {_cols('e', _rows.EXPERIENCE_COLUMNS)} FROM experiences e WHERE e.id = ?",
-                (experience_id,),
-            )
-        return None if row is None else _rows.experience_from_row(row)
 
     def _recent_experiences(self, filters: dict[str, str], limit: int) -> list[ExperienceRecord]:
         where, params = _equal({f"e.{col}": value for col, value in filters.items()})
@@ -901,16 +906,6 @@ class SqlKernelStore(KernelStore, abc.ABC):
                 f"measured_at = {self.now_sql}",
                 (hardware, doc),
             )
-
-    def get_hardware_peaks(self, hardware: str) -> HardwarePeaksRecord | None:
-        _rows.check_strings(hardware=hardware)
-        with self._tx(write=False) as cur:
-            row = cur.one(
-                f"SELECT {_cols('h', _rows.HARDWARE_PEAKS_COLUMNS)} FROM hardware_peaks h "
-                "WHERE h.hardware = ?",
-                (hardware,),
-            )
-        return None if row is None else _rows.hardware_peaks_from_row(row)
 
     # ------------------------------------------------------------------ housekeeping
     def stats(self) -> StoreStats:

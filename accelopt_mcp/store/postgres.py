@@ -30,7 +30,7 @@ from psycopg.types.string import TextLoader
 from accelopt_mcp.redaction import redact, redacted_url
 from accelopt_mcp.store import _retry, _rows
 from accelopt_mcp.store._rows import SOLUTION_COLUMNS
-from accelopt_mcp.store._sql import BATCH_CALLS, Batch, Cursor, Row, SqlKernelStore, _cols
+from accelopt_mcp.store._sql import Batch, Cursor, Row, SqlKernelStore, _cols
 from accelopt_mcp.store.base import (
     Claim,
     ConflictError,
@@ -428,12 +428,7 @@ class PostgresStore(SqlKernelStore):
 
     # ------------------------------------------------------------------ transactions
     @contextmanager
-    def _tx(self, *, write: bool) -> Iterator[Cursor]:
-        batch = self._batch()
-        if batch is not None:
-            with self._batch_call(batch) as cur:
-                yield cur
-            return
+    def _transaction(self, *, write: bool) -> Iterator[Cursor]:
         # A transient failure raises TransientStoreError, which the operation's retry
         # (@_retry.retried_operations) takes as "run the whole operation again".
         committing = False
@@ -490,32 +485,18 @@ class PostgresStore(SqlKernelStore):
             # raised its own error, so this one is what broke on the way out.
             raise self._batch_error(exc) from exc
 
-    @contextmanager
-    def _batch_call(self, state: Batch) -> Iterator[Cursor]:
-        if state.failed is not None:
-            raise StoreError(
-                f"an earlier call in this batch failed ({state.failed}); leave the batch and "
-                "run the calls since its last commit again"
-            )
-        cur: psycopg.Cursor[Any] = state.cursor
-        try:
-            if not state.pending:
-                cur.execute("BEGIN")
-            yield _PgCursor(cur, state.known, pipelined=state.pipeline is not None)
-        except BaseException as exc:
-            error = self._batch_error(exc) if isinstance(exc, psycopg.Error) else exc
-            state.failed = str(error) or type(error).__name__
-            self._batch_rollback(state)
-            if error is exc:
-                raise
-            raise error from exc
-        state.pending += 1
-        state.calls += 1
-        if state.pending >= BATCH_CALLS:
-            self._batch_finish(state, commit=True)
-            self._analyze_first_rows(state)
+    def _batch_begin(self, state: Batch) -> None:
+        state.cursor.execute("BEGIN")
 
-    def _analyze_first_rows(self, state: Batch) -> None:
+    def _batch_cursor(self, state: Batch) -> Cursor:
+        return _PgCursor(state.cursor, state.known, pipelined=state.pipeline is not None)
+
+    def _batch_abort(self, state: Batch, exc: BaseException) -> BaseException:
+        error = self._batch_error(exc) if isinstance(exc, psycopg.Error) else exc
+        self._batch_rollback(state)
+        return error
+
+    def _batch_committed(self, state: Batch) -> None:
         """ANALYZE the tables the batch is filling that were planned as near-empty: prepared
         statements and the foreign-key checks' own plans are kept per connection, made for a
         table of a few rows, and the table outgrows them. Inserting profiles into a new

@@ -26,7 +26,6 @@ from typing import Any
 from accelopt_mcp.store import _rows, _search
 from accelopt_mcp.store._rows import SOLUTION_COLUMNS, new_uuid, timestamp_text
 from accelopt_mcp.store._sql import (
-    BATCH_CALLS,
     LINEAGE_DEPTH_CAP,
     Batch,
     Cursor,
@@ -285,7 +284,7 @@ def _add_ranking_indexes(conn: sqlite3.Connection, path: str) -> None:
     missing = [name for name in _RANKING_INDEXES if name not in present]
     if not missing:
         return
-    _begin_write(conn, path)
+    _begin(conn, path, write=True)
     try:
         for name in missing:
             conn.execute(
@@ -301,9 +300,9 @@ def _add_ranking_indexes(conn: sqlite3.Connection, path: str) -> None:
         raise
 
 
-def _begin_write(conn: sqlite3.Connection, path: str) -> None:
+def _begin(conn: sqlite3.Connection, path: str, *, write: bool) -> None:
     try:
-        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
     except sqlite3.OperationalError as exc:
         raise StoreUnavailableError(
             f"the SQLite database {path} stayed locked for {BUSY_TIMEOUT_MS // 1000} s: {exc}; "
@@ -457,25 +456,14 @@ class SqliteStore(SqlKernelStore):
                     conn.execute("PRAGMA foreign_keys = ON")
 
     @contextmanager
-    def _tx(self, *, write: bool) -> Iterator[Cursor]:
-        batch = self._batch()
-        if batch is not None:
-            with self._batch_call(batch) as cur:
-                yield cur
-            return
+    def _transaction(self, *, write: bool) -> Iterator[Cursor]:
         if write:
             self._writes += 1  # a lost count under threads only shifts the next check
             if self._writes % STATISTICS_CHECK_WRITES == 0:
                 self._refresh_statistics()
         with self._memory_lock if self.memory else _NoLock():
             conn = self._connection()
-            try:
-                conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            except sqlite3.OperationalError as exc:
-                raise StoreUnavailableError(
-                    f"the SQLite database {self.path} stayed locked for "
-                    f"{BUSY_TIMEOUT_MS // 1000} s: {exc}; another process holds a long write"
-                ) from exc
+            _begin(conn, self.path, write=write)
             try:
                 yield _SqliteCursor(conn)
             except BaseException as exc:
@@ -495,33 +483,16 @@ class SqliteStore(SqlKernelStore):
         with self._memory_lock if self.memory else _NoLock():
             yield Batch(self._connection())
 
-    @contextmanager
-    def _batch_call(self, state: Batch) -> Iterator[Cursor]:
-        """One call of a batch: in the batch's open transaction (begun if none is), committed
-        with the BATCH_CALLS-th call; a call that fails rolls the transaction back and ends
-        the batch."""
-        if state.failed is not None:
-            raise StoreError(
-                f"an earlier call in this batch failed ({state.failed}); leave the batch and "
-                "run the calls since its last commit again"
-            )
-        conn: sqlite3.Connection = state.conn
-        if not state.pending:
-            _begin_write(conn, self.path)
-        try:
-            yield _SqliteCursor(conn, state.known)
-        except BaseException as exc:
-            conn.rollback()
-            state.pending = 0
-            error = _translate(exc) if isinstance(exc, sqlite3.Error) else exc
-            state.failed = str(error) or type(error).__name__
-            if error is exc:
-                raise
-            raise error from exc
-        state.pending += 1
-        state.calls += 1
-        if state.pending >= BATCH_CALLS:
-            self._batch_finish(state, commit=True)
+    def _batch_begin(self, state: Batch) -> None:
+        _begin(state.conn, self.path, write=True)
+
+    def _batch_cursor(self, state: Batch) -> Cursor:
+        return _SqliteCursor(state.conn, state.known)
+
+    def _batch_abort(self, state: Batch, exc: BaseException) -> BaseException:
+        state.conn.rollback()
+        state.pending = 0
+        return _translate(exc) if isinstance(exc, sqlite3.Error) else exc
 
     def _batch_finish(self, state: Batch, *, commit: bool) -> None:
         conn: sqlite3.Connection = state.conn

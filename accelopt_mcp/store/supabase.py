@@ -37,14 +37,13 @@ from accelopt_mcp.models import (
 )
 from accelopt_mcp.redaction import redact
 from accelopt_mcp.store import _retry, _rows, _search
+from accelopt_mcp.store._keyed import KeyedStore
 from accelopt_mcp.store.base import (
     Claim,
     ConflictError,
     ExperienceIn,
     ExperienceRecord,
-    HardwarePeaksRecord,
     IdKind,
-    KernelStore,
     LeaseLostError,
     LlmCallRecord,
     LlmTotals,
@@ -115,7 +114,7 @@ def _doc(record: BaseModel) -> Any:
     return json.loads(_rows.record_json(record))
 
 
-class SupabaseStore(KernelStore):
+class SupabaseStore(KeyedStore):
     """KernelStore on a Supabase project (URL and key default to $SUPABASE_URL / $SUPABASE_KEY)."""
 
     backend = "supabase"
@@ -281,6 +280,9 @@ class SupabaseStore(KernelStore):
             if len(page) < want:
                 return rows
 
+    def _row(self, table: str, key: str, value: str, columns: tuple[str, ...]) -> Row | None:
+        return self._first(self._table(table).select(",".join(columns)).eq(key, value))
+
     def _filtered(self, table: str, columns: Sequence[str], filters: dict[str, str]) -> Query:
         """The rows of `table` (these columns) where each filter's column equals its value."""
         query = self._table(table).select(",".join(columns))
@@ -306,13 +308,6 @@ class SupabaseStore(KernelStore):
             )
         )
         return definition.name
-
-    def get_definition(self, name: str) -> StoredDefinition | None:
-        _rows.check_strings(name=name)
-        row = self._first(
-            self._table("definitions").select(",".join(_rows.DEFINITION_COLUMNS)).eq("name", name)
-        )
-        return None if row is None else _rows.definition_from_row(row)
 
     def list_definitions(self) -> list[StoredDefinition]:
         columns = ",".join(_rows.DEFINITION_COLUMNS)
@@ -342,13 +337,6 @@ class SupabaseStore(KernelStore):
             on_missing_reference=lambda _: _rows.unknown_definition(definition_name),
         )
         return workload.uuid
-
-    def get_workload(self, uuid: str) -> StoredWorkload | None:
-        _rows.check_strings(uuid=uuid)
-        row = self._first(
-            self._table("workloads").select(",".join(_rows.WORKLOAD_COLUMNS)).eq("uuid", uuid)
-        )
-        return None if row is None else _rows.workload_from_row(row)
 
     def list_workloads(self, definition_name: str) -> list[StoredWorkload]:
         _rows.check_strings(definition_name=definition_name)
@@ -414,15 +402,6 @@ class SupabaseStore(KernelStore):
             if stored is None:
                 raise ConflictError(f"solution hash {digest[:12]}... could not be stored; retry")
         return str(stored["id"])
-
-    def get_solution(self, solution_id: str) -> StoredSolution | None:
-        canonical = _rows.canonical_uuid(solution_id)
-        if canonical is None:
-            return None
-        row = self._first(
-            self._table("solutions").select(",".join(_rows.SOLUTION_COLUMNS)).eq("id", canonical)
-        )
-        return None if row is None else _rows.solution_from_row(row)
 
     def _update_solution_links(self, solution_id: str, links: SolutionLinks) -> StoredSolution:
         stored = self.get_solution(solution_id)
@@ -598,15 +577,6 @@ class SupabaseStore(KernelStore):
             return []
         return [_rows.measurement_from_row(r) for r in self._measurement_rows(canonical)]
 
-    def get_profile(self, profile_id: str) -> StoredProfile | None:
-        canonical = _rows.canonical_uuid(profile_id)
-        if canonical is None:
-            return None
-        row = self._first(
-            self._table("profiles").select(",".join(_rows.PROFILE_COLUMNS)).eq("id", canonical)
-        )
-        return None if row is None else _rows.profile_from_row(row)
-
     def _list_profiles(
         self, filters: dict[str, str], limit: int | None, offset: int
     ) -> list[StoredProfile]:
@@ -768,11 +738,6 @@ class SupabaseStore(KernelStore):
         )
         return bool(rows)
 
-    def get_run(self, run_id: str) -> RunRecord | None:
-        _rows.check_strings(run_id=run_id)
-        row = self._first(self._table("runs").select(",".join(_rows.RUN_COLUMNS)).eq("id", run_id))
-        return None if row is None else _rows.run_from_row(row)
-
     def _list_runs(self, filters: dict[str, str], limit: int) -> list[RunRecord]:
         def query() -> Query:
             q = self._filtered("runs", _rows.RUN_COLUMNS, filters)
@@ -815,15 +780,6 @@ class SupabaseStore(KernelStore):
             once=True,
         )
         return experience_id
-
-    def get_experience(self, experience_id: str) -> ExperienceRecord | None:
-        _rows.check_strings(experience_id=experience_id)
-        row = self._first(
-            self._table("experiences")
-            .select(",".join(_rows.EXPERIENCE_COLUMNS))
-            .eq("id", experience_id)
-        )
-        return None if row is None else _rows.experience_from_row(row)
 
     def _recent_experiences(self, filters: dict[str, str], limit: int) -> list[ExperienceRecord]:
         def query() -> Query:
@@ -1014,15 +970,6 @@ class SupabaseStore(KernelStore):
                 returning="minimal",
             )
         )
-
-    def get_hardware_peaks(self, hardware: str) -> HardwarePeaksRecord | None:
-        _rows.check_strings(hardware=hardware)
-        row = self._first(
-            self._table("hardware_peaks")
-            .select(",".join(_rows.HARDWARE_PEAKS_COLUMNS))
-            .eq("hardware", hardware)
-        )
-        return None if row is None else _rows.hardware_peaks_from_row(row)
 
     # ------------------------------------------------------------------ housekeeping
     def stats(self) -> StoreStats:
