@@ -73,7 +73,7 @@ class BackendUnavailableError(RuntimeError):
 
 class Backend(abc.ABC):
     """A profiler for one kind of hardware. Subclasses set `info` and implement availability()
-    and evaluate(); the registry (backends/registry.py) names them."""
+    and _evaluate(); the registry (backends/registry.py) names them."""
 
     info: ClassVar[BackendInfo]
 
@@ -110,7 +110,6 @@ class Backend(abc.ABC):
         stored profile is filed under (BenchmarkConfig.profile_key). One device: 1."""
         return 1
 
-    @abc.abstractmethod
     def evaluate(
         self,
         task: Task,
@@ -123,7 +122,14 @@ class Backend(abc.ABC):
         BackendUnavailableError when the backend cannot run here at all. A backend that
         `interleaves` times each baseline in the same rounds and reports it in
         `Evaluation.comparisons` (a baseline that fails is left out, never failing the
-        candidate); others ignore baselines."""
+        candidate); others ignore baselines. No config: BenchmarkConfig's defaults."""
+        return self._evaluate(task, solution, config or BenchmarkConfig(), baselines)
+
+    @abc.abstractmethod
+    def _evaluate(
+        self, task: Task, solution: Solution, config: BenchmarkConfig, baselines: Sequence[Baseline]
+    ) -> Evaluation:
+        """evaluate, with a config."""
 
     def compare(
         self, task: Task, kernels: Sequence[Baseline], config: BenchmarkConfig | None = None

@@ -219,14 +219,9 @@ class CpuBackend(Backend):
 
     # ------------------------------------------------------------------ evaluate
 
-    def evaluate(
-        self,
-        task: Task,
-        solution: Solution,
-        config: BenchmarkConfig | None = None,
-        baselines: Sequence[Baseline] = (),
+    def _evaluate(
+        self, task: Task, solution: Solution, config: BenchmarkConfig, baselines: Sequence[Baseline]
     ) -> Evaluation:
-        config = config or BenchmarkConfig()
         refused = self._refuse(solution)
         if refused is not None:
             return refused

@@ -193,17 +193,12 @@ class FlashInferBackend(Backend):
             self._probe = _Probe.model_validate_json(done.stdout.strip().splitlines()[-1])
         return self._probe
 
-    def evaluate(
-        self,
-        task: Task,
-        solution: Solution,
-        config: BenchmarkConfig | None = None,
-        baselines: Sequence[Baseline] = (),
+    def _evaluate(
+        self, task: Task, solution: Solution, config: BenchmarkConfig, baselines: Sequence[Baseline]
     ) -> Evaluation:
         availability = self.availability()
         if not availability.usable:
             raise BackendUnavailableError(availability.reason)
-        config = config or BenchmarkConfig()
         with tempfile.TemporaryDirectory(prefix=work_dir_prefix("flashinfer")) as scratch:
             work = Path(scratch)
             root = work / "traces"

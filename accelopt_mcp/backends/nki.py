@@ -202,17 +202,12 @@ class NkiBackend(Backend):
 
     # ------------------------------------------------------------------ evaluation
 
-    def evaluate(
-        self,
-        task: Task,
-        solution: Solution,
-        config: BenchmarkConfig | None = None,
-        baselines: Sequence[Baseline] = (),
+    def _evaluate(
+        self, task: Task, solution: Solution, config: BenchmarkConfig, baselines: Sequence[Baseline]
     ) -> Evaluation:
         availability = self.availability()
         if not availability.usable:
             raise BackendUnavailableError(f"nki backend cannot profile here: {availability.reason}")
-        config = config or BenchmarkConfig()
         result, sandbox = self._run(task, solution, config, mode="device")
         hardware = availability.hardware or "trn1"
         environment = Environment(hardware=hardware, libs=self._libs(result))

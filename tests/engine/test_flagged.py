@@ -75,12 +75,8 @@ class VerdictBackend(Backend):
     def availability(self) -> Availability:
         return Availability(name="cpu", usable=True, hardware="verdict/test", reason="stand-in")
 
-    def evaluate(
-        self,
-        task: Task,
-        solution: Solution,
-        config: BenchmarkConfig | None = None,
-        baselines: Sequence[Baseline] = (),
+    def _evaluate(
+        self, task: Task, solution: Solution, config: BenchmarkConfig, baselines: Sequence[Baseline]
     ) -> Evaluation:
         source = solution.entry_source.content
         environment = Environment(hardware="verdict/test")
