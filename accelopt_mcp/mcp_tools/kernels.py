@@ -27,10 +27,12 @@ from accelopt_mcp.mcp_tools.views import (
     ProfileSummary,
     SolutionSummary,
     TextSlice,
+    Timestamp,
     View,
     WorkloadSummary,
     cut,
     definition_summary,
+    from_record,
     page_info,
     profile_summary,
     solution_summary,
@@ -140,7 +142,7 @@ class Lineage(View):
 class MeasurementSummary(View):
     """One measurement behind a profile's pooled figure, as it was taken."""
 
-    created_at: str | None = None
+    created_at: Timestamp = None
     status: str
     median_ms: float | None = None
     ci_low_ms: float | None = None
@@ -442,8 +444,9 @@ def _measurement_summary(m: StoredMeasurement) -> MeasurementSummary:
     evaluation = m.evaluation
     latency, perf = evaluation.latency_stats, evaluation.performance
     median = latency.median_ms if latency else (perf.latency_ms if perf else None)
-    return MeasurementSummary(
-        created_at=m.created_at.isoformat() if m.created_at else None,
+    return from_record(
+        MeasurementSummary,
+        m,
         status=evaluation.status.value,
         median_ms=median,
         ci_low_ms=latency.ci_low_ms if latency else None,
