@@ -27,6 +27,7 @@ from accelopt_mcp.mcp_tools.views import (
     ProfileSummary,
     SolutionSummary,
     TextSlice,
+    TimedFigures,
     Timestamp,
     View,
     WorkloadSummary,
@@ -139,19 +140,11 @@ class Lineage(View):
     descendants_total: int
 
 
-class MeasurementSummary(View):
+class MeasurementSummary(TimedFigures):
     """One measurement behind a profile's pooled figure, as it was taken."""
 
     created_at: Timestamp = None
     status: str
-    median_ms: float | None = None
-    ci_low_ms: float | None = None
-    """Lower end of the median's confidence interval (null: the backend gave none)."""
-    ci_high_ms: float | None = None
-    speedup_vs_reference: float | None = None
-    """Null when it failed or had no reference."""
-    speedup_vs_reference_ci_low: float | None = None
-    speedup_vs_reference_ci_high: float | None = None
     flags: list[str] = Field(default_factory=list)
 
 

@@ -126,6 +126,22 @@ def page_info(total: int, offset: int, limit: int) -> PageInfo:
 # --------------------------------------------------------------------------- records
 
 
+class TimedFigures(View):
+    """A kernel's figures from one timing: its median with interval, and its speedup over the
+    task's reference with interval."""
+
+    median_ms: float | None = None
+    ci_low_ms: float | None = None
+    """Lower end of the median's confidence interval (null: the backend gave none)."""
+    ci_high_ms: float | None = None
+    speedup_vs_reference: float | None = None
+    """Reference median / this median; null when it failed or had no reference."""
+    speedup_vs_reference_ci_low: float | None = None
+    speedup_vs_reference_ci_high: float | None = None
+    """null with a lower end given: no upper bound (too few samples, or
+    a latency interval reaching 0)."""
+
+
 class DefinitionSummary(View):
     name: str
     op_type: str
