@@ -40,6 +40,13 @@ BackendOption = Annotated[
     ),
 ]
 
+# The search of `memory list --search` and `memory search`, and how many items either shows.
+WORDS_HELP = (
+    "Words that must all occur in title, strategy or pseudocode, any order, each as the start "
+    "of a word; best match first."
+)
+LimitOption = Annotated[int, typer.Option(help="At most this many.")]
+
 
 @app.command("list")
 def list_items(
@@ -50,16 +57,12 @@ def list_items(
     backend: BackendOption = DEFAULT_BACKEND,
     search: Annotated[
         str | None,
-        typer.Option(
-            help="Words that must all occur in title, strategy or pseudocode, any order, "
-            "each as the start of a word; best match first. Searches every namespace unless "
-            "--namespace is given."
-        ),
+        typer.Option(help=f"{WORDS_HELP} Searches every namespace unless --namespace is given."),
     ] = None,
     include_removed: Annotated[
         bool, typer.Option("--include-removed", help="Also removed items (a search).")
     ] = False,
-    limit: Annotated[int, typer.Option(help="At most this many.")] = 50,
+    limit: LimitOption = 50,
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -140,20 +143,14 @@ def add(
 
 @app.command()
 def search(
-    words: Annotated[
-        str,
-        typer.Argument(
-            help="Words that must all occur in title, strategy or pseudocode, any order, each "
-            "as the start of a word; best match first."
-        ),
-    ],
+    words: Annotated[str, typer.Argument(help=WORDS_HELP)],
     namespace: Annotated[
         str | None, typer.Option(help="Only this namespace (default: every namespace).")
     ] = None,
     include_removed: Annotated[
         bool, typer.Option("--include-removed", help="Also removed items.")
     ] = False,
-    limit: Annotated[int, typer.Option(help="At most this many.")] = 50,
+    limit: LimitOption = 50,
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:

@@ -10,6 +10,8 @@ of the same model (the cpu backend runs here); otherwise it is left out, never g
 
 from __future__ import annotations
 
+from collections.abc import Sequence, Set
+
 from accelopt_mcp.backends import host_facts as hf
 from accelopt_mcp.backends.cpu import host_hardware
 from accelopt_mcp.backends.cpu_peaks import PeakSource
@@ -42,12 +44,20 @@ def _uses_torch(task: Task | None) -> bool:
     return task is not None and source_imports_any(task.definition.reference, ("torch",))
 
 
-def _other_libraries(libs: dict[str, str], shown: set[str]) -> list[str]:
-    return [
-        f"{name} {version}"
-        for name, version in sorted(libs.items())
-        if name not in _NOT_LIBRARIES and name not in shown
+def _libraries_line(
+    libs: dict[str, str], *, first: Sequence[str] = (), shown: Set[str] = frozenset()
+) -> list[str]:
+    """The "- Libraries:" line, none when there is nothing to list: `first`, then every other
+    library the environment recorded, by name, but those `first` already names (`shown`)."""
+    versions = [
+        *first,
+        *(
+            f"{name} {version}"
+            for name, version in sorted(libs.items())
+            if name not in _NOT_LIBRARIES and name not in shown
+        ),
     ]
+    return ["- Libraries: " + ", ".join(versions)] if versions else []
 
 
 def _cpu_block(environment: Environment | None, task: Task | None) -> list[str]:
@@ -105,9 +115,7 @@ def _cpu_block(environment: Environment | None, task: Task | None) -> list[str]:
         versions.append(f"Python {python}")
     if numpy:
         versions.append(f"NumPy {numpy}" + (f" (BLAS: {blas})" if blas else ""))
-    versions += _other_libraries(libs, {"numpy"})
-    if versions:
-        lines.append("- Libraries: " + ", ".join(versions))
+    lines += _libraries_line(libs, first=versions, shown={"numpy"})
     allowed = "numpy and the Python standard library"
     if _uses_torch(task):
         allowed = "numpy, torch (CPU build; the reference uses it) and the Python standard library"
@@ -199,10 +207,7 @@ def _nki_block(environment: Environment | None) -> list[str]:
         "bounded by nl.tile_size.gemm_stationary_fmax and gemm_moving_fmax, PSUM tiles by "
         "psum_fmax"
     )
-    libs = dict(environment.libs) if environment is not None else {}
-    versions = _other_libraries(libs, set())
-    if versions:
-        lines.append("- Libraries: " + ", ".join(versions))
+    lines += _libraries_line(dict(environment.libs) if environment is not None else {})
     lines.append(
         "- The kernel may import only neuronxcc.nki (nki, nki.language, nki.isa), numpy and "
         "the Python standard library."
@@ -219,9 +224,7 @@ def _gpu_block(environment: Environment | None) -> list[str]:
         peak = _peak_line(environment.hardware, "GPU")
         if peak:
             lines.append(peak)
-        versions = _other_libraries(dict(environment.libs), set())
-        if versions:
-            lines.append("- Libraries: " + ", ".join(versions))
+        lines += _libraries_line(dict(environment.libs))
     lines.append(
         "- The kernel may import torch, triton and the Python standard library; CUDA/C++ "
         "sources are built through the solution's build spec."

@@ -245,16 +245,42 @@ def executor_messages(
     """The executor's prompt: implement `plan` on `kernel`. profile: the kernel's own stored
     evaluation (counters in a fixed order: the executor is not steered by their order);
     hardware: as for planner_messages."""
-    fence = Fence()
+    return _executor_chat(
+        family,
+        "executor_user",
+        Fence(),
+        task,
+        kernel,
+        plan,
+        hardware,
+        profile,
+        {"profile": describe_profile(profile, random.Random(0))},
+    )
+
+
+def _executor_chat(
+    family: str,
+    name: str,
+    fence: Fence,
+    task: Task,
+    kernel: Solution,
+    plan: str,
+    hardware: str | None,
+    profile: Evaluation | None,
+    values: dict[str, str],
+) -> list[ChatMessage]:
+    """The executor's system prompt, and its user prompt `name` filled with what every
+    executor prompt shows (the task, the hardware block, the kernel the plan applies to, its
+    entry point and the plan) and `values`."""
     user = _fill(
-        _template(family, "executor_user"),
+        _template(family, name),
         {
             "task": describe_task(task),
             "hardware": _hardware(family, task, hardware, profile),
             "kernel": fence.wrap(kernel.entry_source.content.rstrip(), _fence(kernel)),
-            "profile": describe_profile(profile, random.Random(0)),
             "entry": kernel.entry_symbol,
             "plan": plan.strip(),
+            **values,
         },
     )
     return [
@@ -304,26 +330,23 @@ def repair_messages(
     if len(log) > REPAIR_LOG_CHARS:
         log = "[...]\n" + log[-REPAIR_LOG_CHARS:]
     fence = Fence()
-    language = _fence(parent_kernel)
-    user = _fill(
-        _template(family, "executor_repair"),
+    return _executor_chat(
+        family,
+        "executor_repair",
+        fence,
+        task,
+        parent_kernel,
+        plan,
+        hardware,
+        profile,
         {
-            "task": describe_task(task),
-            "hardware": _hardware(family, task, hardware, profile),
-            "kernel": fence.wrap(parent_kernel.entry_source.content.rstrip(), language),
-            "entry": parent_kernel.entry_symbol,
-            "plan": plan.strip(),
-            "failed": fence.wrap(failed_source.rstrip() or "(empty)", language),
+            "failed": fence.wrap(failed_source.rstrip() or "(empty)", _fence(parent_kernel)),
             "status": status,
             "meaning": failure_meaning(status),
             # The kernel's own stderr and exception messages.
             "log": fence.wrap(log or "(the log is empty)"),
         },
     )
-    return [
-        ChatMessage(role="system", content=_system(family, "executor_system", fence)),
-        ChatMessage(role="user", content=user),
-    ]
 
 
 def _latency_noise(name: str, profile: Evaluation | None) -> str | None:

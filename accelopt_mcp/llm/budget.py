@@ -174,37 +174,14 @@ class Budget:
         """Why a cap is reached by what was spent (and, `reserved`, what calls in flight hold),
         or would be crossed by a new call needing `tokens` and `usd`; None when not."""
         limits = self.limits
-        held_tokens = usage.reserved_tokens if reserved else 0
-        held_usd = usage.reserved_usd if reserved else 0.0
-        counted = reserved and usage.in_flight > 0
-        if limits.max_tokens is not None and (
-            usage.tokens + held_tokens >= limits.max_tokens
-            or usage.tokens + held_tokens + tokens > limits.max_tokens
-        ):
-            held = (
-                f", {usage.reserved_tokens} more reserved by {usage.in_flight} call(s) in flight"
-                if counted
-                else ""
-            )
-            need = f", and a call needs {tokens} more" if tokens else ""
-            return (
-                f"token budget reached: {usage.tokens} of {limits.max_tokens} tokens used"
-                f"{held}{need}"
-            )
-        if limits.max_usd is not None and (
-            usage.cost_usd + held_usd >= limits.max_usd
-            or usage.cost_usd + held_usd + usd > limits.max_usd
-        ):
-            held = (
-                f", ${usage.reserved_usd:.4f} more reserved by {usage.in_flight} call(s) in flight"
-                if counted
-                else ""
-            )
-            need = f", and a call needs ${usd:.4f} more" if usd else ""
-            return (
-                f"cost budget reached: ${usage.cost_usd:.4f} of ${limits.max_usd:.4f} spent"
-                f"{held}{need}"
-            )
+        in_flight = usage.in_flight if reserved else None
+        reason = _cap_reached(
+            "token", limits.max_tokens, usage.tokens, usage.reserved_tokens, tokens, in_flight
+        ) or _cap_reached(
+            "cost", limits.max_usd, usage.cost_usd, usage.reserved_usd, usd, in_flight
+        )
+        if reason is not None:
+            return reason
         if limits.max_wall_s is not None and usage.wall_s >= limits.max_wall_s:
             return f"wall-time budget reached: {usage.wall_s:.1f} s of {limits.max_wall_s:.1f} s"
         return None
@@ -226,3 +203,26 @@ class Budget:
             return None
         spent_out = self._exhausted(usage, reserved=False, tokens=tokens, usd=usd) is not None
         return BudgetExceeded(reason, usage, reserved_only=not spent_out)
+
+
+def _cap_reached(
+    what: str, cap: float | None, spent: float, reserved: float, need: float, in_flight: int | None
+) -> str | None:
+    """Why the `what` ("token" or "cost") cap is reached by `spent` (and by what the calls in
+    flight have `reserved`, unless `in_flight` is None: not counted), or would be crossed by a
+    call needing `need` more; None when not."""
+    if cap is None:
+        return None
+    taken = spent + (reserved if in_flight is not None else 0)
+    if taken < cap and taken + need <= cap:
+        return None
+
+    def show(amount: float) -> str:
+        return f"{amount}" if what == "token" else f"${amount:.4f}"
+
+    flight = (
+        f", {show(reserved)} more reserved by {in_flight} call(s) in flight" if in_flight else ""
+    )
+    more = f", and a call needs {show(need)} more" if need else ""
+    used = "tokens used" if what == "token" else "spent"
+    return f"{what} budget reached: {show(spent)} of {show(cap)} {used}{flight}{more}"

@@ -13,7 +13,7 @@ import tomllib
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
@@ -25,6 +25,7 @@ MODEL_ENV = "ACCELOPT_MODEL"
 or llama.cpp server serves, when only OPENAI_BASE_URL points at it)."""
 
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
+M = TypeVar("M", bound=BaseModel)
 
 
 class LlmConfigError(ValueError):
@@ -272,33 +273,26 @@ def _moved_shipped_config(path: Path) -> Path | None:
 
 
 def role_configs_from_dict(raw: dict[str, Any], *, source: str = "config") -> RoleConfigs:
-    try:
-        layout = _ConfigFile.model_validate(raw)
-    except ValidationError as exc:
-        raise LlmConfigError(
-            _describe(exc, source, allowed=list(_ConfigFile.model_fields))
-        ) from None
+    layout = _validated(_ConfigFile, raw, source)
     tables: dict[str, dict[str, Any]] = layout.model_dump()
     roles: dict[str, ModelConfig] = {}
     for role in ROLES:
         merged = {**tables["default"], **tables[role]}
-        try:
-            roles[role] = ModelConfig.model_validate(merged)
-        except ValidationError as exc:
-            where = f"{source}: role {role} (its own table merged over `default`)"
-            raise LlmConfigError(
-                _describe(exc, where, allowed=list(ModelConfig.model_fields))
-            ) from None
-    overrides: dict[str, ModelPrice] = {}
-    for model, price in tables["prices"].items():
-        try:
-            overrides[model] = ModelPrice.model_validate(price)
-        except ValidationError as exc:
-            where = f"{source}: prices.{model}"
-            raise LlmConfigError(
-                _describe(exc, where, allowed=list(ModelPrice.model_fields))
-            ) from None
+        where = f"{source}: role {role} (its own table merged over `default`)"
+        roles[role] = _validated(ModelConfig, merged, where)
+    overrides = {
+        model: _validated(ModelPrice, price, f"{source}: prices.{model}")
+        for model, price in tables["prices"].items()
+    }
     return RoleConfigs(**roles, prices=PriceTable().with_overrides(overrides))
+
+
+def _validated(model: type[M], data: Any, where: str) -> M:
+    """`data` as a `model`, else LlmConfigError saying what in it is wrong (at `where`)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise LlmConfigError(_describe(exc, where, allowed=list(model.model_fields))) from None
 
 
 def _read_config_file(path: Path) -> dict[str, Any]:

@@ -5,7 +5,8 @@ hands no Context to a resource whose URI has no parameters."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 
@@ -21,94 +22,93 @@ from accelopt_mcp.mcp_tools.views import (
 )
 
 LISTING_LIMIT = 200
+R = TypeVar("R")
 
 
 def _json(data: Any) -> str:
     return json.dumps(data, indent=1, default=str)
 
 
+def _found(record: R | None, missing: str) -> R:
+    """The record a resource's URI names; ResourceNotFoundError(`missing`) when there is none."""
+    if record is None:
+        raise ResourceNotFoundError(missing)
+    return record
+
+
 def register(server: AccelOptServer, state: ServerState) -> None:
-    @server.resource(
+    json_resource = partial(server.resource, mime_type="application/json")
+
+    @json_resource(
         "accelopt://definitions",
         name="definitions",
         description="Every stored definition (name, op type, axes).",
-        mime_type="application/json",
     )
     def definitions() -> str:
         found = sorted(state.store().list_definitions(), key=lambda d: d.name)
         return _json([definition_summary(d).model_dump() for d in found[:LISTING_LIMIT]])
 
-    @server.resource(
+    @json_resource(
         "accelopt://definitions/{name}",
         name="definition",
         description="One definition in full (FlashInfer-Trace JSON).",
-        mime_type="application/json",
     )
     def definition(name: str) -> str:
-        stored = state.store().get_definition(name)
-        if stored is None:
-            raise ResourceNotFoundError(f"no definition named {name!r}")
+        stored = _found(state.store().get_definition(name), f"no definition named {name!r}")
         return stored.definition.to_json()
 
-    @server.resource(
+    @json_resource(
         "accelopt://definitions/{name}/solutions",
         name="definition-solutions",
         description="Solutions of a definition, fastest correct first (results flagged "
         "untrusted, e.g. above_peak, rank nothing; list_solutions with include_flagged shows "
         "them).",
-        mime_type="application/json",
     )
     def definition_solutions(name: str) -> str:
         store = state.store()
-        if store.get_definition(name) is None:
-            raise ResourceNotFoundError(f"no definition named {name!r}")
+        _found(store.get_definition(name), f"no definition named {name!r}")
         entries = store.ranked_solutions(name)[:LISTING_LIMIT]
         return _json([solution_summary(e.solution, e.best_profile).model_dump() for e in entries])
 
-    @server.resource(
+    @server.resource(  # the one resource that is not JSON
         "accelopt://solutions/{solution_id}",
         name="kernel-source",
         description="A kernel's entry source file (the first 16k characters).",
         mime_type="text/x-python",
     )
     def solution_source(solution_id: str) -> str:
-        stored = state.store().get_solution(solution_id)
-        if stored is None:
-            raise ResourceNotFoundError(f"no solution with id {solution_id!r}")
+        stored = _found(
+            state.store().get_solution(solution_id), f"no solution with id {solution_id!r}"
+        )
         text = stored.solution.entry_source.content
         if len(text) > SOURCE_CHARS:
             return text[:SOURCE_CHARS] + "\n# [... cut; get_solution pages the rest ...]\n"
         return text
 
-    @server.resource(
+    @json_resource(
         "accelopt://runs",
         name="runs",
         description="The newest optimization runs.",
-        mime_type="application/json",
     )
     def runs() -> str:
         return _json([run_summary(r).model_dump() for r in state.store().list_runs(limit=50)])
 
-    @server.resource(
+    @json_resource(
         "accelopt://runs/{run_id}",
         name="run",
         description="One run: status, best kernel, cost, configuration.",
-        mime_type="application/json",
     )
     def run(run_id: str) -> str:
-        record = state.store().get_run(run_id)
-        if record is None:
-            raise ResourceNotFoundError(f"no run with id {run_id!r}")
+        record = _found(state.store().get_run(run_id), f"no run with id {run_id!r}")
         summary = run_summary(record).model_dump()
         summary["config"] = record.config
         summary["error"] = redacted_tail(record.error, 2000)
         return _json(summary)
 
-    @server.resource(
+    @json_resource(
         "accelopt://memory/{namespace}",
         name="memory",
         description="The working memory (newest 16 items) of a namespace, oldest first.",
-        mime_type="application/json",
     )
     def memory(namespace: str) -> str:
         items = state.store().recent_experiences(namespace=namespace, limit=16)

@@ -18,7 +18,7 @@ from accelopt_mcp.mcp_tools import ids
 from accelopt_mcp.mcp_tools.app import NotFoundError
 from accelopt_mcp.mcp_tools.roots import KERNEL_SUFFIXES
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
-from accelopt_mcp.mcp_tools.views import ClusterArg, View, clip
+from accelopt_mcp.mcp_tools.views import ClusterArg, TimedFigures, View, clip
 from accelopt_mcp.models import (
     BenchmarkConfig,
     ComparedKernel,
@@ -44,21 +44,12 @@ class KernelInput(View):
     """How results name it (default: the id, the file name, or kernel<N>)."""
 
 
-class RankedKernel(View):
+class RankedKernel(TimedFigures):
     rank: int | None = None
     """1 for the fastest median; null when it did not pass."""
     label: str
     status: str
     """PASSED, or why it failed (COMPILE_ERROR, ...)."""
-    median_ms: float | None = None
-    ci_low_ms: float | None = None
-    ci_high_ms: float | None = None
-    speedup_vs_reference: float | None = None
-    """Reference median / this median."""
-    speedup_vs_reference_ci_low: float | None = None
-    speedup_vs_reference_ci_high: float | None = None
-    """null with a lower end given: no upper bound (too few samples, or
-    a latency interval reaching 0)."""
     summary: str = ""
     """E.g. '0.412 ms [0.405, 0.419] (95% CI); 1.31x [1.27, 1.35] over the reference'."""
     flags: list[str] = Field(default_factory=list)

@@ -27,10 +27,13 @@ from accelopt_mcp.mcp_tools.views import (
     ProfileSummary,
     SolutionSummary,
     TextSlice,
+    TimedFigures,
+    Timestamp,
     View,
     WorkloadSummary,
     cut,
     definition_summary,
+    from_record,
     page_info,
     profile_summary,
     solution_summary,
@@ -137,19 +140,11 @@ class Lineage(View):
     descendants_total: int
 
 
-class MeasurementSummary(View):
+class MeasurementSummary(TimedFigures):
     """One measurement behind a profile's pooled figure, as it was taken."""
 
-    created_at: str | None = None
+    created_at: Timestamp = None
     status: str
-    median_ms: float | None = None
-    ci_low_ms: float | None = None
-    """Lower end of the median's confidence interval (null: the backend gave none)."""
-    ci_high_ms: float | None = None
-    speedup_vs_reference: float | None = None
-    """Null when it failed or had no reference."""
-    speedup_vs_reference_ci_low: float | None = None
-    speedup_vs_reference_ci_high: float | None = None
     flags: list[str] = Field(default_factory=list)
 
 
@@ -442,8 +437,9 @@ def _measurement_summary(m: StoredMeasurement) -> MeasurementSummary:
     evaluation = m.evaluation
     latency, perf = evaluation.latency_stats, evaluation.performance
     median = latency.median_ms if latency else (perf.latency_ms if perf else None)
-    return MeasurementSummary(
-        created_at=m.created_at.isoformat() if m.created_at else None,
+    return from_record(
+        MeasurementSummary,
+        m,
         status=evaluation.status.value,
         median_ms=median,
         ci_low_ms=latency.ci_low_ms if latency else None,

@@ -17,8 +17,10 @@ from accelopt_mcp.mcp_tools.views import (
     MAX_PAGE,
     PageInfo,
     TextSlice,
+    Timestamp,
     View,
     cut,
+    from_record,
     page_info,
     redacted_tail,
 )
@@ -46,26 +48,16 @@ class LlmCallSummary(View):
     cost_usd: float
     latency_s: float
     error: str | None = None
-    started_at: str | None = None
-    finished_at: str | None = None
+    started_at: Timestamp = None
+    finished_at: Timestamp = None
 
 
 def call_summary(call: LlmCallRecord) -> LlmCallSummary:
-    started = call.started_at or call.created_at
-    return LlmCallSummary(
-        id=call.id,
-        run_id=call.run_id,
-        role=call.role,
-        purpose=call.purpose,
-        model=call.model,
-        status=call.status,
-        tokens_in=call.tokens_in,
-        tokens_out=call.tokens_out,
-        cost_usd=call.cost_usd,
-        latency_s=call.latency_s,
+    return from_record(
+        LlmCallSummary,
+        call,
         error=redacted_tail(call.error),
-        started_at=started.isoformat() if started else None,
-        finished_at=call.finished_at.isoformat() if call.finished_at else None,
+        started_at=call.started_at or call.created_at,
     )
 
 

@@ -5,9 +5,10 @@ page, and text cut to a size an MCP client accepts (Claude Code rejects a tool r
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from datetime import datetime
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from accelopt_mcp.comparing import shown_counters
 from accelopt_mcp.models import MeasuringConditions
@@ -41,6 +42,28 @@ class View(BaseModel):
     output schema."""
 
     model_config = ConfigDict(use_attribute_docstrings=True)
+
+
+V = TypeVar("V", bound=View)
+
+
+def from_record(view: type[V], record: BaseModel, **fields: Any) -> V:
+    """`view` of a stored record: every field of the view that the record holds under the same
+    name, as stored, and `fields`: those renamed, clipped or masked for the reader."""
+    same = {
+        name: getattr(record, name)
+        for name in view.model_fields
+        if name not in fields and hasattr(record, name)
+    }
+    return view.model_validate(same | fields)
+
+
+def _iso(value: object) -> object:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+Timestamp = Annotated[str | None, BeforeValidator(_iso)]
+"""A stored time as the tools show it: ISO 8601 text (datetime.isoformat()); null when none."""
 
 
 class TextSlice(View):
@@ -103,6 +126,22 @@ def page_info(total: int, offset: int, limit: int) -> PageInfo:
 # --------------------------------------------------------------------------- records
 
 
+class TimedFigures(View):
+    """A kernel's figures from one timing: its median with interval, and its speedup over the
+    task's reference with interval."""
+
+    median_ms: float | None = None
+    ci_low_ms: float | None = None
+    """Lower end of the median's confidence interval (null: the backend gave none)."""
+    ci_high_ms: float | None = None
+    speedup_vs_reference: float | None = None
+    """Reference median / this median; null when it failed or had no reference."""
+    speedup_vs_reference_ci_low: float | None = None
+    speedup_vs_reference_ci_high: float | None = None
+    """null with a lower end given: no upper bound (too few samples, or
+    a latency interval reaching 0)."""
+
+
 class DefinitionSummary(View):
     name: str
     op_type: str
@@ -154,24 +193,18 @@ class ProfileSummary(View):
     hardware_counters: dict[str, float] = Field(default_factory=dict)
     log: str | None = None
     """The tail of the evaluation log."""
-    created_at: str | None = None
+    created_at: Timestamp = None
 
 
 def profile_summary(p: StoredProfile) -> ProfileSummary:
-    return ProfileSummary(
-        id=p.id,
-        solution_id=p.solution_id,
-        workload_uuid=p.workload_uuid,
+    return from_record(
+        ProfileSummary,
+        p,
         status=p.eval_status,
         hardware=p.eval_hardware,
-        latency_ms=p.latency_ms,
-        reference_latency_ms=p.reference_latency_ms,
         speedup_vs_reference=p.speedup,
-        flags=list(p.evaluation.flags),
-        trusted=p.trusted,
         hardware_counters=shown_counters(p.evaluation),
         log=redacted_tail(p.evaluation.log) or None,
-        created_at=p.created_at.isoformat() if p.created_at else None,
     )
 
 
@@ -193,26 +226,23 @@ class SolutionSummary(View):
     """Flags of the profile behind best_latency_ms (e.g. noisy_timing)."""
     best_trusted: bool | None = None
     """False when that profile is flagged untrusted (only when flagged ones were asked for)."""
-    created_at: str | None = None
+    created_at: Timestamp = None
 
 
 def solution_summary(s: StoredSolution, best: StoredProfile | None = None) -> SolutionSummary:
     run_id = s.evolve_metadata.get("run_id")
-    return SolutionSummary(
-        id=s.id,
+    return from_record(
+        SolutionSummary,
+        s,
         name=s.solution.name,
-        definition_name=s.definition_name,
         language=s.spec_language,
-        author=s.author,
-        parent_id=s.parent_id,
         run_id=str(run_id) if run_id is not None else None,
         description=s.solution.description,
         best_latency_ms=best.latency_ms if best else None,
         best_speedup_vs_reference=best.speedup if best else None,
         best_hardware=best.eval_hardware if best else None,
-        best_flags=list(best.evaluation.flags) if best else [],
+        best_flags=best.flags if best else [],
         best_trusted=best.trusted if best else None,
-        created_at=s.created_at.isoformat() if s.created_at else None,
     )
 
 
@@ -237,26 +267,17 @@ class MemoryItem(View):
     conditions: MeasuringConditions | None = None
     """The same, field by field."""
     removed: bool = False
-    created_at: str | None = None
+    created_at: Timestamp = None
 
 
 def memory_item(e: ExperienceRecord) -> MemoryItem:
-    return MemoryItem(
-        id=e.id,
-        title=e.title,
+    return from_record(
+        MemoryItem,
+        e,
         strategy=clip(e.strategy, 4000) or "",
         pseudocode=clip(e.pseudocode, 4000) or "",
-        definition_name=e.definition_name,
-        namespace=e.namespace,
-        run_id=e.run_id,
-        iteration=e.iteration,
         speedup_vs_slow=e.speedup,
-        slow_solution_id=e.slow_solution_id,
-        fast_solution_id=e.fast_solution_id,
         measured_on=e.conditions.text() if e.conditions is not None else None,
-        conditions=e.conditions,
-        removed=e.removed,
-        created_at=e.created_at.isoformat() if e.created_at else None,
     )
 
 
@@ -269,18 +290,8 @@ class RunSummary(View):
     best_latency_ms: float | None = None
     cost_usd: float = 0.0
     error: str | None = None
-    created_at: str | None = None
+    created_at: Timestamp = None
 
 
 def run_summary(r: RunRecord) -> RunSummary:
-    return RunSummary(
-        id=r.id,
-        definition_name=r.definition_name,
-        status=r.status,
-        current_iteration=r.current_iteration,
-        best_solution_id=r.best_solution_id,
-        best_latency_ms=r.best_latency_ms,
-        cost_usd=r.cost_usd,
-        error=redacted_tail(r.error),
-        created_at=r.created_at.isoformat() if r.created_at else None,
-    )
+    return from_record(RunSummary, r, error=redacted_tail(r.error))
