@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +21,7 @@ from accelopt_mcp.store.sqlite import SqliteStore
 from accelopt_mcp.tasks.kernels import load_solution
 from accelopt_mcp.tasks.loader import load_task
 from tests.engine import kernels
-from tests.llm_standin.process import StandinProcess
-from tests.llm_standin.script import StandinScript
+from tests.llm_standin.process import StartStandin, standin_starter
 from tests.pg_server import create_database
 
 REPO = Path(__file__).resolve().parents[2]
@@ -202,18 +201,9 @@ def llm_key(monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 @pytest.fixture
-def start_standin() -> Iterator[Callable[[dict[str, Any]], StandinProcess]]:
-    started: list[StandinProcess] = []
-
-    def start(script: dict[str, Any]) -> StandinProcess:
-        process = StandinProcess(StandinScript.model_validate(script))
-        process.start()
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        process.stop()
+def start_standin() -> Iterator[StartStandin]:
+    with standin_starter() as start:
+        yield start
 
 
 def run_engine(

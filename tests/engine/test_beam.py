@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -38,13 +36,12 @@ from tests.engine.conftest import (
     settings,
     text,
 )
-from tests.llm_standin.process import StandinProcess
+from tests.llm_standin.process import StartStandin
 
 # Timing-sensitive (measured speedups decide what is kept): run alone, not beside other tests
 # (scripts/test.sh runs `-m serial` first, then the rest in parallel).
 pytestmark = pytest.mark.serial
 
-StartStandin = Callable[[dict[str, Any]], StandinProcess]
 # Filed as the engine files them: the run's settings (its thresholds are what it decides at),
 # two workers, one core each (tests/engine/conftest.py).
 PERF_HASH = benchmark_config_hash(

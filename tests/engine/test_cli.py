@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from typer.testing import CliRunner
 
@@ -15,9 +13,8 @@ from accelopt_mcp.engine.presets import PRESETS
 from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.store.sqlite import SqliteStore
 from tests.engine.conftest import REPO, build_script, models_config, run_engine, settings
-from tests.llm_standin.process import StandinProcess
+from tests.llm_standin.process import StartStandin
 
-StartStandin = Callable[[dict[str, Any]], StandinProcess]
 _register()
 runner = CliRunner()
 

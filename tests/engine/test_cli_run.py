@@ -9,7 +9,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +32,8 @@ from tests.engine.conftest import (
     build_script,
     models_config,
 )
-from tests.llm_standin.process import StandinProcess
+from tests.llm_standin.process import StartStandin
 
-StartStandin = Callable[[dict[str, Any]], StandinProcess]
 ACCELOPT = str(Path(sys.executable).parent / "accelopt")
 STAMPED = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d (?P<kind>[a-z_]+): ")
 

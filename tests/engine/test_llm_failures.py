@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +10,7 @@ from accelopt_mcp.engine.runs import load_run
 from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.store.sqlite import SqliteStore
 from tests.engine.conftest import KEY, models_config, one_plan_script, run_engine, settings, text
-from tests.llm_standin.process import StandinProcess
-
-StartStandin = Callable[[dict[str, Any]], StandinProcess]
+from tests.llm_standin.process import StandinProcess, StartStandin
 
 
 def _script(executor: list[dict[str, Any]]) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -56,13 +56,12 @@ from accelopt_mcp.stats import Verdict
 from accelopt_mcp.store.sqlite import SqliteStore
 from tests.engine import kernels
 from tests.engine.conftest import build_script, models_config, settings, text
-from tests.llm_standin.process import StandinProcess
+from tests.llm_standin.process import StartStandin
 
 # Timing-sensitive (measured speedups decide what is kept): run alone, not beside other tests
 # (scripts/test.sh runs `-m serial` first, then the rest in parallel).
 pytestmark = pytest.mark.serial
 
-StartStandin = Callable[[dict[str, Any]], StandinProcess]
 _register()
 runner = CliRunner()
 

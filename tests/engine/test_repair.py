@@ -4,7 +4,6 @@ fix is stored as its own solution whose parent is the failed one (cfg.repair_tri
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +12,7 @@ from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.store.sqlite import SqliteStore
 from tests.engine import kernels
 from tests.engine.conftest import models_config, one_plan_script, run_engine, settings, text
-from tests.llm_standin.process import StandinProcess
-
-StartStandin = Callable[[dict[str, Any]], StandinProcess]
+from tests.llm_standin.process import StandinProcess, StartStandin
 
 NAME_ERROR = """import numpy as np
 

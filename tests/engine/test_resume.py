@@ -9,9 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from accelopt_mcp.backends.pool import DevicePool
 from accelopt_mcp.engine.checkpoint import Checkpoint
@@ -19,9 +17,8 @@ from accelopt_mcp.engine.runs import load_run
 from accelopt_mcp.profiling import profile_kernel
 from accelopt_mcp.store.sqlite import SqliteStore
 from tests.engine.conftest import KERNEL_PATH, KEY, KEY_ENV, TASK_PATH, build_script, models_config
-from tests.llm_standin.process import StandinProcess
+from tests.llm_standin.process import StandinProcess, StartStandin
 
-StartStandin = Callable[[dict[str, Any]], StandinProcess]
 ACCELOPT = [sys.executable, "-c", "from accelopt_mcp.cli import main; main()"]
 
 
