@@ -14,12 +14,13 @@ import pytest
 from accelopt_mcp.engine.beam import BeamSearch
 from accelopt_mcp.engine.config import OptimizeConfig
 from accelopt_mcp.engine.runs import prepare_run
-from accelopt_mcp.models import BenchmarkConfig, Solution, Task
+from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.store.base import KernelStore, RunRecord
 from accelopt_mcp.store.postgres import PostgresStore
 from accelopt_mcp.store.sqlite import SqliteStore
 from accelopt_mcp.tasks.kernels import load_solution
 from accelopt_mcp.tasks.loader import load_task
+from tests.bench import quick_bench
 from tests.engine import kernels
 from tests.llm_standin.process import StartStandin, standin_starter
 from tests.pg_server import create_database
@@ -32,13 +33,10 @@ KEY = "standin-engine-key-5d2e"
 
 # Small and quick: two seeds, three timed runs, one round; a timeout short enough for the
 # hanging kernel, long enough for a start on a host busy with the parallel half of the suite.
-FAST_BENCH = BenchmarkConfig(
+FAST_BENCH = quick_bench(
     seeds=[0, 1],
-    warmup_runs=1,
-    iterations=3,
+    processes=(1, 2),
     max_measurement_rounds=1,
-    min_processes=1,
-    max_processes=2,
     max_timing_seconds=1.0,
     timeout_seconds=10.0,
     memory_limit_mb=1024,

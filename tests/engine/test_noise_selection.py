@@ -54,6 +54,7 @@ from accelopt_mcp.models.evaluation import (
 )
 from accelopt_mcp.stats import Verdict
 from accelopt_mcp.store.sqlite import SqliteStore
+from tests.bench import quick_bench
 from tests.engine import kernels
 from tests.engine.conftest import build_script, models_config, settings, text
 from tests.llm_standin.process import StartStandin
@@ -66,12 +67,10 @@ _register()
 runner = CliRunner()
 
 # Small and quick, yet two sets of fresh processes so that every interval is a real one.
-NOISE_BENCH = BenchmarkConfig(
+NOISE_BENCH = quick_bench(
     seeds=[0, 1],
-    warmup_runs=1,
     iterations=5,
-    min_processes=2,
-    max_processes=2,
+    processes=2,
     max_timing_seconds=2,
     timeout_seconds=10.0,
     memory_limit_mb=1024,
