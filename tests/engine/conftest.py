@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from accelopt_mcp.tasks.kernels import load_solution
 from accelopt_mcp.tasks.loader import load_task
 from tests.bench import quick_bench
 from tests.engine import kernels
-from tests.llm_standin.process import StartStandin, standin_starter
+from tests.llm_standin.process import StandinProcess, StartStandin, standin_starter
 from tests.pg_server import create_database
 
 REPO = Path(__file__).resolve().parents[2]
@@ -166,6 +166,14 @@ def one_plan_script(plan: str, executor: list[dict[str, Any]]) -> dict[str, Any]
     }
 
 
+def write_preset(path: Path, benchmark: dict[str, Any] | None = None, **fields: Any) -> Path:
+    """A preset file (what `accelopt optimize --preset` reads) of `fields`, the benchmark
+    FAST_BENCH's settings with `benchmark`'s changes."""
+    preset = {**fields, "benchmark": {**FAST_BENCH.model_dump(mode="json"), **(benchmark or {})}}
+    path.write_text(json.dumps(preset))
+    return path
+
+
 def models_config(base_url: str, path: Path, **role_overrides: Any) -> Path:
     config = {
         "default": {
@@ -202,6 +210,24 @@ def llm_key(monkeypatch: pytest.MonkeyPatch) -> str:
 def start_standin() -> Iterator[StartStandin]:
     with standin_starter() as start:
         yield start
+
+
+ScriptedSettings = Callable[..., tuple[StandinProcess, OptimizeConfig]]
+
+
+@pytest.fixture
+def scripted_settings(start_standin: StartStandin, tmp_path: Path) -> ScriptedSettings:
+    """Starts a stand-in playing a script; gives it, with run settings (`settings(**fields)`)
+    whose models file (`models`: changes to its roles) points at it."""
+
+    def start(
+        script: dict[str, Any], *, models: dict[str, Any] | None = None, **fields: Any
+    ) -> tuple[StandinProcess, OptimizeConfig]:
+        standin = start_standin(script)
+        path = models_config(standin.base_url, tmp_path / "models.json", **(models or {}))
+        return standin, settings(path, **fields)
+
+    return start
 
 
 def run_engine(
