@@ -41,13 +41,13 @@ import pytest
 from accelopt_mcp.isolation.cgroups import REAPER_TAG, start_time
 from accelopt_mcp.models import (
     AxisConst,
-    BenchmarkConfig,
     Definition,
     Task,
     TensorSpec,
 )
 from accelopt_mcp.tasks.kernels import solution_from_source
 from accelopt_mcp.tasks.nkibench import FORMAT_TAG, default_workload
+from tests.bench import quick_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 ATTACK_DIR = Path(__file__).resolve().parent / "attacks"
@@ -74,15 +74,12 @@ HONEST = [
     EXAMPLES / "kernels" / "softmax_M256_N1024_fast.py",
 ]
 
-CONFIG = BenchmarkConfig(
+CONFIG = quick_bench(
     seeds=[0, 21, 42],
-    warmup_runs=1,
-    iterations=3,
+    processes=(1, 2),
     max_measurement_rounds=1,
-    timeout_seconds=30,
-    min_processes=1,
-    max_processes=2,
     max_timing_seconds=2,
+    timeout_seconds=30,
 )
 SERVER_TIMEOUT_S = 90
 

@@ -30,15 +30,9 @@ from accelopt_mcp.models import (
     TensorSpec,
     Workload,
 )
+from tests.bench import quick_bench
 
-FAST = BenchmarkConfig(
-    warmup_runs=1,
-    iterations=5,
-    timeout_seconds=20,
-    min_processes=2,
-    max_processes=2,
-    max_timing_seconds=2,
-)
+FAST = quick_bench(iterations=5, processes=2, max_timing_seconds=2, timeout_seconds=20)
 
 # A reference that is slow on purpose (a Python loop), so a vectorized kernel beats it.
 SLOW_REFERENCE = textwrap.dedent(

@@ -16,10 +16,11 @@ from accelopt_mcp.backends.cpu_peaks import PeakSource, forget_peaks
 from accelopt_mcp.backends.cpu_peaks_records import CpuPeaks, PeakSizes
 from accelopt_mcp.comparing import figures_text, roofline_text, shown_counters
 from accelopt_mcp.engine.prompts import describe_profile
-from accelopt_mcp.models import BenchmarkConfig, Evaluation, Roofline, Task
+from accelopt_mcp.models import Evaluation, Roofline, Task
 from accelopt_mcp.store.sqlite import SqliteStore
 from accelopt_mcp.tasks.kernels import load_solution
 from accelopt_mcp.tasks.loader import load_task
+from tests.bench import quick_bench
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cpu" / "nkibench"
 RMSNORM = EXAMPLES / "reference" / "rmsnorm_M256_N1024_numpy_0.py"
@@ -29,15 +30,8 @@ MATMUL_KERNEL = EXAMPLES / "kernels" / "matmul_bias_M128_K256_N256_0.py"
 # The evaluations run on one core: the every-core figures are not needed.
 ONE_CORE = PeakSizes.tiny(all_cores=False)
 # What is checked is how the figures are reported, not how precisely they are timed.
-QUICK = BenchmarkConfig(
-    seeds=[0],
-    warmup_runs=1,
-    iterations=5,
-    min_processes=1,
-    max_processes=1,
-    max_timing_seconds=1,
-    target_ci=0.2,
-    timeout_seconds=30,
+QUICK = quick_bench(
+    seeds=[0], iterations=5, max_timing_seconds=1, target_ci=0.2, timeout_seconds=30
 )
 
 

@@ -16,25 +16,20 @@ from accelopt_mcp.backends.base import Baseline
 from accelopt_mcp.backends.cpu import CpuBackend
 from accelopt_mcp.backends.cpu_session import CONTENDED_SHARE
 from accelopt_mcp.backends.host_facts import quietest_core
-from accelopt_mcp.models import BenchmarkConfig, EvaluationStatus, Task
+from accelopt_mcp.models import EvaluationStatus, Task
 from accelopt_mcp.tasks.kernels import solution_from_source
 from accelopt_mcp.tasks.loader import load_task
 from tests.backends.test_attacks import ATTACK_DIR as ATTACKS
 from tests.backends.test_attacks import EXAMPLES
 from tests.backends.test_cpu_backend import SLOW_REFERENCE, VECTORIZED, python_solution, scale_task
+from tests.bench import quick_bench
 
 # Timing-sensitive (measured speedups decide what is kept): run alone, not beside other tests
 # (scripts/test.sh runs `-m serial` first, then the rest in parallel).
 pytestmark = pytest.mark.serial
 
-CONFIG = BenchmarkConfig(
-    seeds=[0, 21],
-    warmup_runs=1,
-    iterations=8,
-    min_processes=3,
-    max_processes=3,
-    max_timing_seconds=10,
-    timeout_seconds=30,
+CONFIG = quick_bench(
+    seeds=[0, 21], iterations=8, processes=3, max_timing_seconds=10, timeout_seconds=30
 )
 # Forty times the vectorized kernel's work: several times slower, whatever the host.
 TWICE = """

@@ -33,16 +33,9 @@ from accelopt_mcp.models import (
     TensorSpec,
     Workload,
 )
+from tests.bench import quick_bench
 
-FAST = BenchmarkConfig(
-    seeds=[0, 21],
-    warmup_runs=1,
-    iterations=3,
-    timeout_seconds=20,
-    min_processes=1,
-    max_processes=1,
-    max_timing_seconds=1,
-)
+FAST = quick_bench(seeds=[0, 21], timeout_seconds=20, max_timing_seconds=1)
 IGNORE = FAST.model_copy(update={"nonfinite": "ignore"})
 
 # Columns 48.. are masked (-inf after log-softmax); column 0 is NaN and column 1 is +inf by the

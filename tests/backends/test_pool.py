@@ -13,12 +13,10 @@ from accelopt_mcp.backends.base import BackendUnavailableError
 from accelopt_mcp.backends.cpu import CpuBackend
 from accelopt_mcp.backends.pool import DevicePool, DeviceSlot, PooledEvaluation
 from accelopt_mcp.backends.registry import backend_names, get_backend, list_backends
-from accelopt_mcp.models import BenchmarkConfig
 from tests.backends.test_cpu_backend import python_solution, scale_task
+from tests.bench import quick_bench
 
-CONFIG = BenchmarkConfig(
-    warmup_runs=1, iterations=3, min_processes=1, max_processes=1, max_timing_seconds=1
-)
+CONFIG = quick_bench(max_timing_seconds=1)
 
 # Correct only when pinned to exactly one core, so a PASSED result proves the pinning.
 PINNED_KERNEL = textwrap.dedent(

@@ -14,19 +14,12 @@ from accelopt_mcp.backends.base import BackendUnavailableError
 from accelopt_mcp.backends.pool import DevicePool
 from accelopt_mcp.engine.config import RunSettingsError, resolve_optimize_config
 from accelopt_mcp.engine.prompts import FAMILIES, family_for
-from accelopt_mcp.models import BenchmarkConfig
 from accelopt_mcp.tasks.kernels import load_solution
 from accelopt_mcp.tasks.loader import load_task
+from tests.bench import quick_bench
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cpu" / "nkibench"
-FAST = BenchmarkConfig(
-    seeds=[0, 21],
-    warmup_runs=1,
-    iterations=3,
-    max_measurement_rounds=1,
-    min_processes=1,
-    max_processes=1,
-)
+FAST = quick_bench(seeds=[0, 21], max_measurement_rounds=1)
 
 
 @pytest.fixture

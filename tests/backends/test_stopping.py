@@ -13,17 +13,12 @@ from accelopt_mcp.backends.cpu import CpuBackend
 from accelopt_mcp.engine.config import OptimizeConfig
 from accelopt_mcp.models import BenchmarkConfig, EvaluationStatus
 from tests.backends.test_cpu_backend import VECTORIZED, python_solution, scale_task
+from tests.bench import quick_bench
 
 pytestmark = pytest.mark.serial
 
-BASE = BenchmarkConfig(
-    seeds=[0],
-    warmup_runs=1,
-    iterations=8,
-    min_processes=2,
-    max_processes=4,
-    max_timing_seconds=20,
-    timeout_seconds=30,
+BASE = quick_bench(
+    seeds=[0], iterations=8, processes=(2, 4), max_timing_seconds=20, timeout_seconds=30
 )
 
 

@@ -11,19 +11,13 @@ from pathlib import Path
 import pytest
 
 from accelopt_mcp.backends.cpu import CpuBackend
-from accelopt_mcp.models import BenchmarkConfig, EvaluationStatus, Task
+from accelopt_mcp.models import EvaluationStatus, Task
 from accelopt_mcp.tasks.flashinfer_format import TaskFileError
 from accelopt_mcp.tasks.kernels import solution_from_source
 from accelopt_mcp.tasks.loader import load_task
+from tests.bench import quick_bench
 
-FAST = BenchmarkConfig(
-    warmup_runs=1,
-    iterations=3,
-    timeout_seconds=20,
-    min_processes=1,
-    max_processes=1,
-    max_timing_seconds=1,
-)
+FAST = quick_bench(timeout_seconds=20, max_timing_seconds=1)
 
 # Every hook leaves a marker on the host if it can (a file under MARKS, holding its uid), and
 # raises, when told to, with its uid and whether it could read a root-only file.

@@ -14,15 +14,15 @@ import pytest
 from accelopt_mcp.engine.beam import BeamSearch
 from accelopt_mcp.engine.config import OptimizeConfig
 from accelopt_mcp.engine.runs import prepare_run
-from accelopt_mcp.models import BenchmarkConfig, Solution, Task
+from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.store.base import KernelStore, RunRecord
 from accelopt_mcp.store.postgres import PostgresStore
 from accelopt_mcp.store.sqlite import SqliteStore
 from accelopt_mcp.tasks.kernels import load_solution
 from accelopt_mcp.tasks.loader import load_task
+from tests.bench import quick_bench
 from tests.engine import kernels
-from tests.llm_standin.process import StandinProcess
-from tests.llm_standin.script import StandinScript
+from tests.llm_standin.process import StandinProcess, StartStandin, standin_starter
 from tests.pg_server import create_database
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,13 +33,10 @@ KEY = "standin-engine-key-5d2e"
 
 # Small and quick: two seeds, three timed runs, one round; a timeout short enough for the
 # hanging kernel, long enough for a start on a host busy with the parallel half of the suite.
-FAST_BENCH = BenchmarkConfig(
+FAST_BENCH = quick_bench(
     seeds=[0, 1],
-    warmup_runs=1,
-    iterations=3,
+    processes=(1, 2),
     max_measurement_rounds=1,
-    min_processes=1,
-    max_processes=2,
     max_timing_seconds=1.0,
     timeout_seconds=10.0,
     memory_limit_mb=1024,
@@ -169,6 +166,14 @@ def one_plan_script(plan: str, executor: list[dict[str, Any]]) -> dict[str, Any]
     }
 
 
+def write_preset(path: Path, benchmark: dict[str, Any] | None = None, **fields: Any) -> Path:
+    """A preset file (what `accelopt optimize --preset` reads) of `fields`, the benchmark
+    FAST_BENCH's settings with `benchmark`'s changes."""
+    preset = {**fields, "benchmark": {**FAST_BENCH.model_dump(mode="json"), **(benchmark or {})}}
+    path.write_text(json.dumps(preset))
+    return path
+
+
 def models_config(base_url: str, path: Path, **role_overrides: Any) -> Path:
     config = {
         "default": {
@@ -202,18 +207,27 @@ def llm_key(monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 @pytest.fixture
-def start_standin() -> Iterator[Callable[[dict[str, Any]], StandinProcess]]:
-    started: list[StandinProcess] = []
+def start_standin() -> Iterator[StartStandin]:
+    with standin_starter() as start:
+        yield start
 
-    def start(script: dict[str, Any]) -> StandinProcess:
-        process = StandinProcess(StandinScript.model_validate(script))
-        process.start()
-        started.append(process)
-        return process
 
-    yield start
-    for process in started:
-        process.stop()
+ScriptedSettings = Callable[..., tuple[StandinProcess, OptimizeConfig]]
+
+
+@pytest.fixture
+def scripted_settings(start_standin: StartStandin, tmp_path: Path) -> ScriptedSettings:
+    """Starts a stand-in playing a script; gives it, with run settings (`settings(**fields)`)
+    whose models file (`models`: changes to its roles) points at it."""
+
+    def start(
+        script: dict[str, Any], *, models: dict[str, Any] | None = None, **fields: Any
+    ) -> tuple[StandinProcess, OptimizeConfig]:
+        standin = start_standin(script)
+        path = models_config(standin.base_url, tmp_path / "models.json", **(models or {}))
+        return standin, settings(path, **fields)
+
+    return start
 
 
 def run_engine(

@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -38,13 +36,12 @@ from tests.engine.conftest import (
     settings,
     text,
 )
-from tests.llm_standin.process import StandinProcess
+from tests.llm_standin.process import StartStandin
 
 # Timing-sensitive (measured speedups decide what is kept): run alone, not beside other tests
 # (scripts/test.sh runs `-m serial` first, then the rest in parallel).
 pytestmark = pytest.mark.serial
 
-StartStandin = Callable[[dict[str, Any]], StandinProcess]
 # Filed as the engine files them: the run's settings (its thresholds are what it decides at),
 # two workers, one core each (tests/engine/conftest.py).
 PERF_HASH = benchmark_config_hash(
@@ -61,23 +58,15 @@ def _beams(checkpoint: Checkpoint) -> dict[int, list[str]]:
     return beams
 
 
-def _passed_latencies(store: KernelStore, solution_ids: set[str]) -> dict[str, float]:
+def _passed(store: KernelStore, solution_ids: set[str], figure: str) -> dict[str, float]:
+    """`figure` ("latency_ms", "speedup") of each kernel's passed profile under PERF_HASH."""
     found = {}
     for sid in solution_ids:
         for profile in store.list_profiles(solution_id=sid):
             if profile.eval_status == "PASSED" and profile.benchmark_config_hash == PERF_HASH:
-                assert profile.latency_ms is not None
-                found[sid] = profile.latency_ms
-    return found
-
-
-def _passed_speedups(store: KernelStore, solution_ids: set[str]) -> dict[str, float]:
-    found = {}
-    for sid in solution_ids:
-        for profile in store.list_profiles(solution_id=sid):
-            if profile.eval_status == "PASSED" and profile.benchmark_config_hash == PERF_HASH:
-                assert profile.speedup is not None
-                found[sid] = profile.speedup
+                value = getattr(profile, figure)
+                assert value is not None
+                found[sid] = value
     return found
 
 
@@ -154,10 +143,10 @@ def test_full_loop_invariants(
     # The best kernel is the head of the final beam: the fastest correct one the run profiled,
     # unless that one lost a tie (overlapping intervals, re-measured head-to-head) on the way.
     ids = {s.solution_id for s in checkpoint.slots.values() if s.solution_id} | {initial_id}
-    latencies = _passed_latencies(store, ids)
+    latencies = _passed(store, ids, "latency_ms")
     # Fastest = the highest speedup over the reference (a ratio against a reference timed in
     # the same rounds: it does not move with the host's speed as a raw median does).
-    speedups = _passed_speedups(store, ids)
+    speedups = _passed(store, ids, "speedup")
     fastest = max(speedups, key=speedups.__getitem__)
     assert run.best_solution_id == checkpoint.beam[0].solution_id
     if run.best_solution_id != fastest:

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from accelopt_mcp.cli import _register, app
 from accelopt_mcp.engine.config import resolve_optimize_config
@@ -15,9 +13,8 @@ from accelopt_mcp.engine.presets import PRESETS
 from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.store.sqlite import SqliteStore
 from tests.engine.conftest import REPO, build_script, models_config, run_engine, settings
-from tests.llm_standin.process import StandinProcess
+from tests.llm_standin.process import StartStandin
 
-StartStandin = Callable[[dict[str, Any]], StandinProcess]
 _register()
 runner = CliRunner()
 
@@ -76,15 +73,20 @@ def test_preset_templates_match_the_builtin_presets() -> None:
         assert shipped == values
 
 
-def test_optimize_refuses_bad_settings(tmp_path: Path) -> None:
-    result = runner.invoke(
+def _optimize_silu(tmp_path: Path, *options: str) -> Result:
+    """`accelopt optimize` of the example silu kernel, with `options`, storing in tmp_path."""
+    return runner.invoke(
         app,
         [
             "optimize", str(REPO / "examples/cpu/nkibench/kernels/silu_M512_N1024_0.py"),
             "--task", str(REPO / "examples/cpu/nkibench/reference/silu_M512_N1024_numpy_0.py"),
-            "--negative-threshold", "1.5", "--store", str(tmp_path / "k.db"),
+            *options, "--store", str(tmp_path / "k.db"),
         ],
     )  # fmt: skip
+
+
+def test_optimize_refuses_bad_settings(tmp_path: Path) -> None:
+    result = _optimize_silu(tmp_path, "--negative-threshold", "1.5")
     assert result.exit_code != 0
     message = " ".join(result.output.split())
     assert "negative_threshold <= 1 <= positive_threshold" in message
@@ -96,14 +98,7 @@ def test_optimize_takes_a_model_config_by_name_as_mcp_does(tmp_path: Path) -> No
     assert resolve_optimize_config(None, {"models_config": "llamacpp"}).models_config == str(
         REPO / "accelopt_mcp" / "llm" / "model_configs" / "llamacpp.json"
     )
-    result = runner.invoke(
-        app,
-        [
-            "optimize", str(REPO / "examples/cpu/nkibench/kernels/silu_M512_N1024_0.py"),
-            "--task", str(REPO / "examples/cpu/nkibench/reference/silu_M512_N1024_numpy_0.py"),
-            "--config", "no-such-config", "--store", str(tmp_path / "k.db"),
-        ],
-    )  # fmt: skip
+    result = _optimize_silu(tmp_path, "--config", "no-such-config")
     assert result.exit_code == 2
     message = " ".join(result.output.split())
     assert "model config 'no-such-config' is neither a file nor a shipped config name" in message

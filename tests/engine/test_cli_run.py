@@ -9,7 +9,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,35 +24,33 @@ from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.store.sqlite import SqliteStore
 from tests.cli_inprocess import Finished, run_accelopt
 from tests.engine.conftest import (
-    FAST_BENCH,
     KERNEL_PATH,
     KEY,
     KEY_ENV,
     TASK_PATH,
     build_script,
     models_config,
+    write_preset,
 )
-from tests.llm_standin.process import StandinProcess
+from tests.llm_standin.process import StartStandin
 
-StartStandin = Callable[[dict[str, Any]], StandinProcess]
 ACCELOPT = str(Path(sys.executable).parent / "accelopt")
 STAMPED = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d (?P<kind>[a-z_]+): ")
 
 
 def small_preset(path: Path) -> Path:
-    preset = {
-        "iterations": 1,
-        "beam": 1,
-        "plans": 1,
-        "attempts": 2,
-        "topk": 1,
-        "exp_n": 2,
-        "workers": 2,
-        # A busy host (tests run in parallel) must not turn a slow attempt into a TIMEOUT.
-        "benchmark": {**FAST_BENCH.model_dump(mode="json"), "timeout_seconds": 30.0},
-    }
-    path.write_text(json.dumps(preset))
-    return path
+    # A busy host (tests run in parallel) must not turn a slow attempt into a TIMEOUT.
+    return write_preset(
+        path,
+        {"timeout_seconds": 30.0},
+        iterations=1,
+        beam=1,
+        plans=1,
+        attempts=2,
+        topk=1,
+        exp_n=2,
+        workers=2,
+    )
 
 
 def console_script(*args: str | Path) -> subprocess.CompletedProcess[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -35,9 +35,7 @@ from accelopt_mcp.models import (
 from accelopt_mcp.store.base import KernelStore
 from tests.engine import kernels
 from tests.engine.conftest import build_script, models_config, settings, text
-from tests.llm_standin.process import StandinProcess
-
-StartStandin = Callable[[dict[str, Any]], StandinProcess]
+from tests.llm_standin.process import StartStandin
 
 SECRET_ENV = "ACCELOPT_FLAGGED_TEST_TOKEN"
 SECRET = "tok-9f3b1c7d5e2a4b60"

@@ -10,7 +10,6 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +30,8 @@ from accelopt_mcp.store.postgres import PostgresStore
 from accelopt_mcp.tasks.kernels import load_solution
 from accelopt_mcp.tasks.loader import load_task
 from tests.engine.conftest import FAST_BENCH, KERNEL_PATH, TASK_PATH, build_script, models_config
-from tests.llm_standin.process import StandinProcess
+from tests.llm_standin.process import StartStandin
 from tests.pg_server import create_database
-
-StartStandin = Callable[[dict[str, Any]], StandinProcess]
 
 
 def _request(models: Path, **fields: Any) -> OptimizeRequest:

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,10 +15,8 @@ from accelopt_mcp.engine.worker import events_path
 from accelopt_mcp.store.postgres import PostgresStore
 from tests.engine.conftest import build_script, models_config
 from tests.engine.test_jobs import _request
-from tests.llm_standin.process import StandinProcess
+from tests.llm_standin.process import StartStandin
 from tests.pg_server import create_database, private_server
-
-StartStandin = Callable[[dict[str, Any]], StandinProcess]
 
 pytestmark = pytest.mark.postgres
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +13,8 @@ from accelopt_mcp.engine.runs import load_run, prepare_run
 from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.store.base import KernelStore
 from tests.engine.conftest import build_script, models_config, settings
-from tests.llm_standin.process import StandinProcess
+from tests.llm_standin.process import StartStandin
 
-StartStandin = Callable[[dict[str, Any]], StandinProcess]
 SUCCESSOR = "other-host|1|1"
 
 

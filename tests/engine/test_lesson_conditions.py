@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -19,9 +17,8 @@ from accelopt_mcp.models import MeasuringConditions, Solution, Task
 from accelopt_mcp.store.base import ExperienceRecord, KernelStore
 from tests.engine import kernels
 from tests.engine.conftest import build_script, models_config, run_engine, settings, text
-from tests.llm_standin.process import StandinProcess
+from tests.llm_standin.process import StartStandin
 
-StartStandin = Callable[[dict[str, Any]], StandinProcess]
 TWO_CORES = MeasuringConditions(
     cores=2, cpus=[0, 1], blas_threads=2, pinned=True, host_load=3.8, evaluations_at_once=1
 )

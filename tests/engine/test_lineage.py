@@ -14,11 +14,12 @@ from accelopt_mcp.engine.lineage import (
     speedup_between,
     timed_beside_children,
 )
+from accelopt_mcp.engine.runs import SpeedupFigure
 from accelopt_mcp.models import EvaluationStatus
 from accelopt_mcp.stats import Interval, ratio_of_independent
 from accelopt_mcp.store.base import KernelStore, StoredProfile, StoredSolution
 from tests.engine.conftest import BOTH_STORES
-from tests.store.lineage_samples import CONFIG, WORKLOAD, beside, store_family, timed
+from tests.store.lineage_samples import CONFIG, WORKLOAD, Family, beside, store_family, timed
 
 
 def _profile(
@@ -34,6 +35,19 @@ def _solution(store: KernelStore, solution_id: str) -> StoredSolution:
     found = store.get_solution(solution_id)
     assert found is not None
     return found
+
+
+def _sibling_over_parent(store: KernelStore, family: Family) -> SpeedupFigure:
+    """The sibling's figure over the parent, each with its profile under CONFIG."""
+    figure = speedup_between(
+        store,
+        _solution(store, family.sibling),
+        _profile(store, family.sibling),
+        family.parent,
+        _profile(store, family.parent),
+    )
+    assert figure is not None
+    return figure
 
 
 @BOTH_STORES
@@ -77,14 +91,8 @@ def test_without_a_same_round_measurement_the_ratio_is_labelled_apart(
     store.upsert_profile(WORKLOAD, family.child, timed(0.6, day=4), CONFIG)
 
     sibling = _solution(store, family.sibling)
-    figure = speedup_between(
-        store,
-        sibling,
-        _profile(store, family.sibling),
-        family.parent,
-        _profile(store, family.parent),
-    )
-    assert figure is not None and figure.measured == "apart"
+    figure = _sibling_over_parent(store, family)
+    assert figure.measured == "apart"
     assert figure.estimate == pytest.approx(1.0 / 0.8)
     grandchild = _solution(store, family.grandchild)
     figure = speedup_between(
@@ -148,15 +156,8 @@ def test_old_parent_comparisons_several_measurements_and_what_does_not_count(
     cheat = beside(9.0, 8.0, 10.0, baseline_id=family.parent)
     flagged = timed(0.1, day=5, comparisons=(cheat,), flags=("above_peak",))
     store.upsert_profile(WORKLOAD, family.sibling, flagged, CONFIG)
-    sibling = _solution(store, family.sibling)
-    figure = speedup_between(
-        store,
-        sibling,
-        _profile(store, family.sibling),
-        family.parent,
-        _profile(store, family.parent),
-    )
-    assert figure is not None and figure.measured == "apart"
+    figure = _sibling_over_parent(store, family)
+    assert figure.measured == "apart"
     assert figure.estimate == pytest.approx(10.0)
     pointless = timed(0.1, day=5).model_copy(update={"latency_stats": None})
     store.upsert_profile(WORKLOAD, family.grandchild, pointless, CONFIG)

@@ -3,17 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from accelopt_mcp.engine.runs import load_run
 from accelopt_mcp.models import Solution, Task
-from accelopt_mcp.store.sqlite import SqliteStore
-from tests.engine.conftest import KEY, models_config, one_plan_script, run_engine, settings, text
+from accelopt_mcp.store.base import KernelStore
+from tests.engine.conftest import KEY, ScriptedSettings, one_plan_script, run_engine, text
 from tests.llm_standin.process import StandinProcess
-
-StartStandin = Callable[[dict[str, Any]], StandinProcess]
 
 
 def _script(executor: list[dict[str, Any]]) -> dict[str, Any]:
@@ -25,43 +21,43 @@ def _executor_calls(standin: StandinProcess) -> int:
 
 
 def test_every_executor_failing_stops_the_run_with_the_reason(
-    start_standin: StartStandin,
-    tmp_path: Path,
+    scripted_settings: ScriptedSettings,
+    store: KernelStore,
     llm_key: str,
     silu_task: Task,
     silu_baseline: Solution,
 ) -> None:
-    standin = start_standin(_script([{"kind": "status", "status": 503, "message": "overloaded"}]))
-    models = models_config(standin.base_url, tmp_path / "models.json")
-    config = settings(models, iterations=3, beam=1, plans=1, attempts=2, summarize=False)
-    store = SqliteStore(tmp_path / "kernels.db")
-    try:
-        run_id, run = run_engine(store, silu_task, silu_baseline, config)
-        assert run.status == "llm_unavailable"
-        assert run.error is not None
-        assert "every LLM call of iteration 1 failed (2 attempts)" in run.error
-        assert "HTTP 503" in run.error and "overloaded" in run.error
-        _, _, checkpoint = load_run(store, run_id)
-        assert checkpoint.completed_iteration == 0
-        assert checkpoint.stop_reason == run.error
-        # Iterations 2 and 3 never asked anything: 2 attempts x (1 try + 3 retries).
-        assert _executor_calls(standin) == 2 * 4
-    finally:
-        store.close()
+    standin, config = scripted_settings(
+        _script([{"kind": "status", "status": 503, "message": "overloaded"}]),
+        iterations=3,
+        beam=1,
+        plans=1,
+        attempts=2,
+        summarize=False,
+    )
+    run_id, run = run_engine(store, silu_task, silu_baseline, config)
+    assert run.status == "llm_unavailable"
+    assert run.error is not None
+    assert "every LLM call of iteration 1 failed (2 attempts)" in run.error
+    assert "HTTP 503" in run.error and "overloaded" in run.error
+    _, _, checkpoint = load_run(store, run_id)
+    assert checkpoint.completed_iteration == 0
+    assert checkpoint.stop_reason == run.error
+    # Iterations 2 and 3 never asked anything: 2 attempts x (1 try + 3 retries).
+    assert _executor_calls(standin) == 2 * 4
 
 
 def test_consecutive_failures_stop_the_run_before_the_iteration_ends(
-    start_standin: StartStandin,
-    tmp_path: Path,
+    scripted_settings: ScriptedSettings,
+    store: KernelStore,
     llm_key: str,
     silu_task: Task,
     silu_baseline: Solution,
 ) -> None:
-    standin = start_standin(_script([{"kind": "status", "status": 401, "message": "bad key"}]))
-    # One executor call at a time: the attempts fail one after the other.
-    models = models_config(standin.base_url, tmp_path / "models.json", executor={"concurrency": 1})
-    config = settings(
-        models,
+    standin, config = scripted_settings(
+        _script([{"kind": "status", "status": 401, "message": "bad key"}]),
+        # One executor call at a time: the attempts fail one after the other.
+        models={"executor": {"concurrency": 1}},
         iterations=2,
         beam=1,
         plans=2,
@@ -69,23 +65,19 @@ def test_consecutive_failures_stop_the_run_before_the_iteration_ends(
         summarize=False,
         max_consecutive_llm_failures=2,
     )
-    store = SqliteStore(tmp_path / "kernels.db")
-    try:
-        _, run = run_engine(store, silu_task, silu_baseline, config)
-        assert run.status == "llm_unavailable"
-        assert run.error is not None
-        assert "2 LLM calls in a row failed (max_consecutive_llm_failures=2)" in run.error
-        assert "HTTP 401" in run.error
-        assert KEY not in run.error
-        # A 401 is not retried; the run stopped after the second of six attempts.
-        assert _executor_calls(standin) == 2
-    finally:
-        store.close()
+    _, run = run_engine(store, silu_task, silu_baseline, config)
+    assert run.status == "llm_unavailable"
+    assert run.error is not None
+    assert "2 LLM calls in a row failed (max_consecutive_llm_failures=2)" in run.error
+    assert "HTTP 401" in run.error
+    assert KEY not in run.error
+    # A 401 is not retried; the run stopped after the second of six attempts.
+    assert _executor_calls(standin) == 2
 
 
 def test_a_run_that_recovers_keeps_going(
-    start_standin: StartStandin,
-    tmp_path: Path,
+    scripted_settings: ScriptedSettings,
+    store: KernelStore,
     llm_key: str,
     silu_task: Task,
     silu_baseline: Solution,
@@ -95,10 +87,9 @@ def test_a_run_that_recovers_keeps_going(
 
     good = text(kernels.reply(kernels.FAST))
     bad = {"kind": "status", "status": 400, "message": "context too long"}
-    standin = start_standin(_script([bad, good, bad, good]))
-    models = models_config(standin.base_url, tmp_path / "models.json", executor={"concurrency": 1})
-    config = settings(
-        models,
+    _, config = scripted_settings(
+        _script([bad, good, bad, good]),
+        models={"executor": {"concurrency": 1}},
         iterations=1,
         beam=1,
         plans=1,
@@ -106,9 +97,5 @@ def test_a_run_that_recovers_keeps_going(
         summarize=False,
         max_consecutive_llm_failures=2,
     )
-    store = SqliteStore(tmp_path / "kernels.db")
-    try:
-        _, run = run_engine(store, silu_task, silu_baseline, config)
-        assert run.status == "completed", run.error
-    finally:
-        store.close()
+    _, run = run_engine(store, silu_task, silu_baseline, config)
+    assert run.status == "completed", run.error

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -54,25 +54,23 @@ from accelopt_mcp.models.evaluation import (
 )
 from accelopt_mcp.stats import Verdict
 from accelopt_mcp.store.sqlite import SqliteStore
+from tests.bench import quick_bench
 from tests.engine import kernels
 from tests.engine.conftest import build_script, models_config, settings, text
-from tests.llm_standin.process import StandinProcess
+from tests.llm_standin.process import StartStandin
 
 # Timing-sensitive (measured speedups decide what is kept): run alone, not beside other tests
 # (scripts/test.sh runs `-m serial` first, then the rest in parallel).
 pytestmark = pytest.mark.serial
 
-StartStandin = Callable[[dict[str, Any]], StandinProcess]
 _register()
 runner = CliRunner()
 
 # Small and quick, yet two sets of fresh processes so that every interval is a real one.
-NOISE_BENCH = BenchmarkConfig(
+NOISE_BENCH = quick_bench(
     seeds=[0, 1],
-    warmup_runs=1,
     iterations=5,
-    min_processes=2,
-    max_processes=2,
+    processes=2,
     max_timing_seconds=2,
     timeout_seconds=10.0,
     memory_limit_mb=1024,

@@ -5,9 +5,7 @@ after that. A real loop: the scripted stand-in LLM, real cpu evaluations, a real
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,10 +15,8 @@ from accelopt_mcp.store.base import ExperienceIn, KernelStore
 from accelopt_mcp.store.sqlite import SqliteStore
 from tests.engine import kernels
 from tests.engine.conftest import build_script, models_config, run_engine, settings, text
-from tests.llm_standin.process import StandinProcess
+from tests.llm_standin.process import StartStandin
 from tests.store.lineage_samples import DEF, store_family
-
-StartStandin = Callable[[dict[str, Any]], StandinProcess]
 
 
 def test_a_pair_met_again_in_a_later_iteration_is_not_summarized_again(

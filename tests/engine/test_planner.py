@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,9 +20,7 @@ from accelopt_mcp.engine.prompts import planner_messages
 from accelopt_mcp.llm import LlmClient, MalformedReply, role_configs_from_dict
 from accelopt_mcp.models import Solution, Task
 from tests.engine.conftest import KEY, KEY_ENV, text
-from tests.llm_standin.process import StandinProcess
-
-StartStandin = Callable[[dict[str, Any]], StandinProcess]
+from tests.llm_standin.process import StandinProcess, StartStandin
 
 VECTORIZE = "Replace the Python row loop with one vectorized ufunc chain over the whole array."
 FLOAT32 = "Stay in float32 throughout: drop the astype(float64) round trip of every row."

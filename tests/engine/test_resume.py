@@ -3,7 +3,6 @@ or done again."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -18,10 +17,17 @@ from accelopt_mcp.engine.checkpoint import Checkpoint
 from accelopt_mcp.engine.runs import load_run
 from accelopt_mcp.profiling import profile_kernel
 from accelopt_mcp.store.sqlite import SqliteStore
-from tests.engine.conftest import KERNEL_PATH, KEY, KEY_ENV, TASK_PATH, build_script, models_config
-from tests.llm_standin.process import StandinProcess
+from tests.engine.conftest import (
+    KERNEL_PATH,
+    KEY,
+    KEY_ENV,
+    TASK_PATH,
+    build_script,
+    models_config,
+    write_preset,
+)
+from tests.llm_standin.process import StandinProcess, StartStandin
 
-StartStandin = Callable[[dict[str, Any]], StandinProcess]
 ACCELOPT = [sys.executable, "-c", "from accelopt_mcp.cli import main; main()"]
 
 
@@ -41,41 +47,21 @@ def _requests(standin: StandinProcess, role: str) -> int:
     return sum(1 for r in standin.requests() if r["role"] == role)
 
 
-def test_resume_after_sigkill_loses_and_redoes_nothing(
-    start_standin: StartStandin, tmp_path: Path
-) -> None:
-    standin = start_standin(build_script(faults=False, latency_s=0.15))
-    # One executor call at a time, so attempts finish one by one and the kill lands mid-way.
-    models = models_config(standin.base_url, tmp_path / "models.json", executor={"concurrency": 1})
-    preset = tmp_path / "preset.json"
-    preset.write_text(
-        json.dumps(
-            {
-                "iterations": 2,
-                "beam": 2,
-                "plans": 2,
-                "attempts": 2,
-                "topk": 2,
-                "exp_n": 4,
-                # One planner call per plan, so that the count of calls redone is exact.
-                "plan_mode": "independent",
-                "workers": 2,
-                "benchmark": {
-                    "seeds": [0, 1],
-                    "warmup_runs": 1,
-                    "iterations": 3,
-                    "max_measurement_rounds": 1,
-                    "min_processes": 1,
-                    "max_processes": 2,
-                    "max_timing_seconds": 1.0,
-                    "timeout_seconds": 10,
-                },
-            }
-        )
-    )
-    db_path = tmp_path / "kernels.db"
+def _optimize_in_background(
+    tmp_path: Path, models: Path, preset: dict[str, Any], **output: Any
+) -> tuple[subprocess.Popen[bytes], dict[str, str], list[str]]:
+    """`accelopt optimize` of the silu kernel with `preset` (on FAST_BENCH's settings), as a
+    process of its own that stores in tmp_path/kernels.db; gives the process, and the
+    environment and the options to resume its run with. `output`: where its output goes."""
+    preset_path = write_preset(tmp_path / "preset.json", **preset)
     env = {**os.environ, KEY_ENV: KEY, "ACCELOPT_HOME": str(tmp_path / "home")}
-    common = ["--store", str(db_path), "--output-dir", str(tmp_path / "out"), "--quiet"]
+    common = [
+        "--store",
+        str(tmp_path / "kernels.db"),
+        "--output-dir",
+        str(tmp_path / "out"),
+        "--quiet",
+    ]
     process = subprocess.Popen(
         [
             *ACCELOPT,
@@ -84,29 +70,70 @@ def test_resume_after_sigkill_loses_and_redoes_nothing(
             "--task",
             str(TASK_PATH),
             "--preset",
-            str(preset),
+            str(preset_path),
             "--config",
             str(models),
             *common,
         ],
         env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        **output,
     )
+    return process, env, common
+
+
+def _watch_run(
+    store: SqliteStore,
+    process: subprocess.Popen[bytes],
+    until: Callable[[Checkpoint], bool],
+    deadline: float,
+    pause_s: float,
+) -> str | None:
+    """Reads the run `process` makes until `until` holds of its checkpoint (or the process
+    ends, or the deadline passes); gives the run's id, None if it made none."""
+    run_id = None
+    while time.monotonic() < deadline and process.poll() is None:
+        runs = store.list_runs(limit=1) if Path(store.path).exists() else []
+        if runs:
+            run_id = runs[0].id
+            _, _, checkpoint = load_run(store, run_id)
+            if until(checkpoint):
+                break
+        time.sleep(pause_s)
+    return run_id
+
+
+def test_resume_after_sigkill_loses_and_redoes_nothing(
+    start_standin: StartStandin, tmp_path: Path
+) -> None:
+    standin = start_standin(build_script(faults=False, latency_s=0.15))
+    # One executor call at a time, so attempts finish one by one and the kill lands mid-way.
+    models = models_config(standin.base_url, tmp_path / "models.json", executor={"concurrency": 1})
+    preset = {
+        "iterations": 2,
+        "beam": 2,
+        "plans": 2,
+        "attempts": 2,
+        "topk": 2,
+        "exp_n": 4,
+        # One planner call per plan, so that the count of calls redone is exact.
+        "plan_mode": "independent",
+        "workers": 2,
+    }
+    process, env, _ = _optimize_in_background(
+        tmp_path, models, preset, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    db_path = tmp_path / "kernels.db"
     store = SqliteStore(db_path)
     try:
-        deadline = time.monotonic() + 90
-        run_id = None
-        while time.monotonic() < deadline and process.poll() is None:
-            runs = store.list_runs(limit=1) if db_path.exists() else []
-            if runs:
-                run_id = runs[0].id
-                _, _, checkpoint = load_run(store, run_id)
-                # Mid-iteration, with a kernel stored whose attempt is not finished (being
-                # profiled): the window a crash used to lose.
-                if _mid_iteration(checkpoint, plans=2, attempts=2) and checkpoint.pending:
-                    break
-            time.sleep(0.02)
+        # Mid-iteration, with a kernel stored whose attempt is not finished (being profiled):
+        # the window a crash used to lose.
+        run_id = _watch_run(
+            store,
+            process,
+            lambda c: _mid_iteration(c, plans=2, attempts=2) and bool(c.pending),
+            deadline=time.monotonic() + 90,
+            pause_s=0.02,
+        )
         assert process.poll() is None, process.stdout.read() if process.stdout else ""
         os.kill(process.pid, signal.SIGKILL)
         process.wait()
@@ -223,61 +250,21 @@ def test_time_before_a_sigkill_counts_against_the_wall_budget(
 ) -> None:
     standin = start_standin(build_script(faults=False, latency_s=0.3))
     models = models_config(standin.base_url, tmp_path / "models.json", executor={"concurrency": 1})
-    preset = tmp_path / "preset.json"
-    preset.write_text(
-        json.dumps(
-            {
-                "iterations": 4,
-                "beam": 2,
-                "plans": 2,
-                "attempts": 2,
-                "workers": 2,
-                "benchmark": {
-                    "seeds": [0, 1],
-                    "warmup_runs": 1,
-                    "iterations": 3,
-                    "max_measurement_rounds": 1,
-                    "min_processes": 1,
-                    "max_processes": 2,
-                    "max_timing_seconds": 1.0,
-                    "timeout_seconds": 10,
-                },
-            }
-        )
-    )
-    db_path = tmp_path / "kernels.db"
-    env = {**os.environ, KEY_ENV: KEY, "ACCELOPT_HOME": str(tmp_path / "home")}
-    common = ["--store", str(db_path), "--output-dir", str(tmp_path / "out"), "--quiet"]
+    preset = {"iterations": 4, "beam": 2, "plans": 2, "attempts": 2, "workers": 2}
     launched = time.monotonic()
-    process = subprocess.Popen(
-        [
-            *ACCELOPT,
-            "optimize",
-            str(KERNEL_PATH),
-            "--task",
-            str(TASK_PATH),
-            "--preset",
-            str(preset),
-            "--config",
-            str(models),
-            *common,
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    process, env, common = _optimize_in_background(
+        tmp_path, models, preset, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    store = SqliteStore(db_path)
+    store = SqliteStore(tmp_path / "kernels.db")
     try:
         # Let it work for a while (well over the 1 s budget given below), then kill it.
-        run_id = None
-        while time.monotonic() < launched + 90 and process.poll() is None:
-            runs = store.list_runs(limit=1) if db_path.exists() else []
-            if runs:
-                run_id = runs[0].id
-                _, _, checkpoint = load_run(store, run_id)
-                if len(checkpoint.slots) >= 3 and time.monotonic() > launched + 8:
-                    break
-            time.sleep(0.05)
+        run_id = _watch_run(
+            store,
+            process,
+            lambda c: len(c.slots) >= 3 and time.monotonic() > launched + 8,
+            deadline=launched + 90,
+            pause_s=0.05,
+        )
         assert process.poll() is None, "the run ended before it could be killed"
         os.kill(process.pid, signal.SIGKILL)
         process.wait()

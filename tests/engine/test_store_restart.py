@@ -8,9 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
@@ -20,12 +18,10 @@ from accelopt_mcp.engine.runs import load_run, prepare_run
 from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.store.postgres import PostgresStore
 from tests.engine.conftest import build_script, models_config, settings
-from tests.llm_standin.process import StandinProcess
+from tests.llm_standin.process import StartStandin
 from tests.pg_server import PostgresServer, create_database, private_server
 
 pytestmark = pytest.mark.postgres
-
-StartStandin = Callable[[dict[str, Any]], StandinProcess]
 
 
 class _RestartMidRun(threading.Thread):

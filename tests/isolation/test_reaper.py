@@ -21,7 +21,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -35,7 +34,6 @@ from accelopt_mcp.isolation.cgroups import (
 from accelopt_mcp.isolation.jail_probe import jail_status
 from tests.engine import kernels
 from tests.engine.conftest import (
-    FAST_BENCH,
     KERNEL_PATH,
     KEY,
     KEY_ENV,
@@ -43,9 +41,9 @@ from tests.engine.conftest import (
     models_config,
     one_plan_script,
     text,
+    write_preset,
 )
-from tests.llm_standin.process import StandinProcess
-from tests.llm_standin.script import StandinScript
+from tests.llm_standin.process import StandinProcess, standin_starter
 
 # Kills processes and waits on deadlines: run alone, not beside the parallel half.
 pytestmark = pytest.mark.serial
@@ -311,27 +309,22 @@ def test_a_jail_frozen_when_its_owner_is_killed_dies_and_its_groups_go(
 def standin() -> Iterator[StandinProcess]:
     # Every kernel the executor writes hangs: each evaluation keeps its jails for its timeout.
     script = one_plan_script("Plan: vectorize the row loop.", [text(kernels.reply(kernels.HANG))])
-    process = StandinProcess(StandinScript.model_validate(script))
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
+    with standin_starter() as start:
+        yield start(script)
 
 
 def _preset(path: Path) -> Path:
-    preset: dict[str, Any] = {
-        "iterations": 1,
-        "beam": 1,
-        "plans": 1,
-        "attempts": 1,
-        "topk": 1,
-        "exp_n": 1,
-        "workers": 1,
-        "benchmark": {**FAST_BENCH.model_dump(mode="json"), "timeout_seconds": 30.0},
-    }
-    path.write_text(json.dumps(preset))
-    return path
+    return write_preset(
+        path,
+        {"timeout_seconds": 30.0},
+        iterations=1,
+        beam=1,
+        plans=1,
+        attempts=1,
+        topk=1,
+        exp_n=1,
+        workers=1,
+    )
 
 
 @needs_jail

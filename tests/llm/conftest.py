@@ -1,33 +1,22 @@
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from accelopt_mcp.llm import RoleConfigs, role_configs_from_dict
-from tests.llm_standin.process import StandinProcess
-from tests.llm_standin.script import StandinScript
+from tests.llm_standin.process import StartStandin, standin_starter
 
 TEST_KEY_ENV = "ACCELOPT_TEST_LLM_KEY"
 TEST_KEY = "standin-key-7f3a9c21e8"
 
 
 @pytest.fixture
-def start_standin() -> Iterator[Callable[[dict[str, Any]], StandinProcess]]:
+def start_standin() -> Iterator[StartStandin]:
     """Start a stand-in server (a real subprocess) from a script dict; stopped after the test."""
-    started: list[StandinProcess] = []
-
-    def start(script: dict[str, Any]) -> StandinProcess:
-        script = {"api_key": TEST_KEY, **script}
-        process = StandinProcess(StandinScript.model_validate(script))
-        process.start()
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        process.stop()
+    with standin_starter(api_key=TEST_KEY) as start:
+        yield start
 
 
 @pytest.fixture

@@ -31,10 +31,9 @@ from accelopt_mcp.models import LlmCallIn
 from accelopt_mcp.store.base import RunRecord
 from accelopt_mcp.store.sqlite import SqliteStore
 from tests.llm.conftest import TEST_KEY_ENV, configs_for
-from tests.llm_standin.process import StandinProcess
+from tests.llm_standin.process import StandinProcess, StartStandin
 from tests.store.samples import make_definition
 
-StartStandin = Callable[[dict[str, Any]], StandinProcess]
 REPO = Path(__file__).resolve().parents[2]
 FAKE_KEY = "sk-ant-api03-FAKEFAKEFAKE0123456789abcdefghijklmno"
 SYSTEM = "ROLE=planner. You propose optimization plans."

@@ -6,14 +6,12 @@ sent with that output limit."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 from accelopt_mcp.llm import Budget, BudgetExceeded, LlmClient, LlmReply, role_configs_from_dict
 from tests.llm.conftest import TEST_KEY_ENV
-from tests.llm_standin.process import StandinProcess
+from tests.llm_standin.process import StandinProcess, StartStandin
 
-StartStandin = Callable[[dict[str, Any]], StandinProcess]
 MESSAGES = [
     {"role": "system", "content": "ROLE=planner. You propose optimization plans."},
     {"role": "user", "content": "make this softmax faster " * 20},

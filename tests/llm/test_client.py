@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 import traceback
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +27,7 @@ from accelopt_mcp.llm.client import reserved_prompt_tokens
 from accelopt_mcp.models import LlmCallIn
 from accelopt_mcp.redaction import REDACTED
 from tests.llm.conftest import TEST_KEY_ENV, configs_for
-from tests.llm_standin.process import StandinProcess
-
-StartStandin = Callable[[dict[str, Any]], StandinProcess]
+from tests.llm_standin.process import StartStandin
 
 PLANNER_SYSTEM = "ROLE=planner. You propose optimization plans."
 MESSAGES = [

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,9 +11,7 @@ import pytest
 from accelopt_mcp.llm import LlmConfigError
 from accelopt_mcp.llm.preflight import PreflightFailed, check_endpoints
 from tests.llm.conftest import TEST_KEY, TEST_KEY_ENV, configs_for
-from tests.llm_standin.process import StandinProcess
-
-Start = Callable[[dict[str, Any]], StandinProcess]
+from tests.llm_standin.process import StartStandin
 
 
 def _refusal(configs: Any) -> str:
@@ -32,7 +29,7 @@ def _free_port() -> int:
     return port
 
 
-def test_a_listed_model_passes_without_spending_a_reply(start: Start, test_key: str) -> None:
+def test_a_listed_model_passes_without_spending_a_reply(start: StartStandin, test_key: str) -> None:
     standin = start({"roles": {"test-model": {"replies": [{"text": "the only reply"}]}}})
     asyncio.run(check_endpoints(configs_for(standin.base_url)))
     # The list confirmed the model: no chat completion was sent.
@@ -49,7 +46,7 @@ def test_a_dead_endpoint_is_refused_naming_it(test_key: str) -> None:
 
 
 def test_a_wrong_key_is_refused_naming_the_variable(
-    start: Start, monkeypatch: pytest.MonkeyPatch
+    start: StartStandin, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     standin = start({"roles": {"test-model": {"replies": [{"text": "x"}]}}})
     monkeypatch.setenv(TEST_KEY_ENV, "not-" + TEST_KEY)
@@ -60,7 +57,7 @@ def test_a_wrong_key_is_refused_naming_the_variable(
 
 
 def test_an_unknown_model_is_refused_with_what_the_endpoint_serves(
-    start: Start, test_key: str
+    start: StartStandin, test_key: str
 ) -> None:
     standin = start({"roles": {"served-model": {"replies": [{"text": "x"}]}}})
     message = _refusal(configs_for(standin.base_url))
@@ -69,7 +66,7 @@ def test_an_unknown_model_is_refused_with_what_the_endpoint_serves(
     assert "ACCELOPT_MODEL" in message
 
 
-def test_a_vllm_style_404_for_the_model_is_refused(start: Start, test_key: str) -> None:
+def test_a_vllm_style_404_for_the_model_is_refused(start: StartStandin, test_key: str) -> None:
     # The catch-all role answers every model, as vLLM does, with its "does not exist" 404.
     fault = {"kind": "status", "status": 404, "message": "The model `test-model` does not exist."}
     standin = start({"roles": {"*": {"replies": [fault]}}})
@@ -78,7 +75,7 @@ def test_a_vllm_style_404_for_the_model_is_refused(start: Start, test_key: str) 
     assert "does not exist" in message
 
 
-def test_a_server_serving_any_name_passes_on_the_probe(start: Start, test_key: str) -> None:
+def test_a_server_serving_any_name_passes_on_the_probe(start: StartStandin, test_key: str) -> None:
     # llama.cpp answers whatever model name it is sent; its list does not name it.
     standin = start({"roles": {"*": {"replies": [{"text": "ok"}]}}})
     asyncio.run(check_endpoints(configs_for(standin.base_url)))
@@ -87,13 +84,15 @@ def test_a_server_serving_any_name_passes_on_the_probe(start: Start, test_key: s
     assert probes[0]["body"]["max_tokens"] == 1
 
 
-def test_a_rate_limited_endpoint_passes(start: Start, test_key: str) -> None:
+def test_a_rate_limited_endpoint_passes(start: StartStandin, test_key: str) -> None:
     busy = {"kind": "status", "status": 429, "retry_after": "30"}
     standin = start({"roles": {"*": {"replies": [busy]}}})
     asyncio.run(check_endpoints(configs_for(standin.base_url)))
 
 
-def test_roles_sharing_an_endpoint_and_model_are_checked_once(start: Start, test_key: str) -> None:
+def test_roles_sharing_an_endpoint_and_model_are_checked_once(
+    start: StartStandin, test_key: str
+) -> None:
     standin = start(
         {"roles": {"*": {"replies": [{"text": "ok"}], "when_exhausted": "repeat_last"}}}
     )
@@ -102,7 +101,7 @@ def test_roles_sharing_an_endpoint_and_model_are_checked_once(start: Start, test
 
 
 def test_an_unset_key_variable_is_a_config_error(
-    start: Start, monkeypatch: pytest.MonkeyPatch
+    start: StartStandin, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(TEST_KEY_ENV, raising=False)
     with pytest.raises(LlmConfigError, match=TEST_KEY_ENV):
@@ -110,5 +109,5 @@ def test_an_unset_key_variable_is_a_config_error(
 
 
 @pytest.fixture
-def start(start_standin: Start) -> Start:
+def start(start_standin: StartStandin) -> StartStandin:
     return start_standin

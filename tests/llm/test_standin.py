@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -10,10 +9,9 @@ import pytest
 from pydantic import ValidationError
 
 from tests.llm.conftest import TEST_KEY
-from tests.llm_standin.process import StandinProcess
+from tests.llm_standin.process import StartStandin
 from tests.llm_standin.script import StandinScript
 
-StartStandin = Callable[[dict[str, Any]], StandinProcess]
 AUTH = {"authorization": f"Bearer {TEST_KEY}"}
 
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -94,3 +96,26 @@ class StandinProcess:
     def requests(self) -> list[dict[str, Any]]:
         requests: list[dict[str, Any]] = self.log()["requests"]
         return requests
+
+
+StartStandin = Callable[[dict[str, Any]], StandinProcess]
+"""What a `start_standin` fixture gives: starts a stand-in from a script dict."""
+
+
+@contextmanager
+def standin_starter(**defaults: Any) -> Iterator[StartStandin]:
+    """Starts stand-ins (real subprocesses) from script dicts, `defaults` filling in what a
+    script leaves out, and stops every one it started on leaving."""
+    started: list[StandinProcess] = []
+
+    def start(script: dict[str, Any]) -> StandinProcess:
+        process = StandinProcess(StandinScript.model_validate({**defaults, **script}))
+        process.start()
+        started.append(process)
+        return process
+
+    try:
+        yield start
+    finally:
+        for process in started:
+            process.stop()

@@ -10,7 +10,6 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -20,6 +19,7 @@ import pytest
 from mcp import Client
 
 from accelopt_mcp.mcp_tools.roots import Roots
+from tests.http_listener import serve_in_thread
 from tests.mcp.conftest import SILU_FAST, SILU_TASK, TRACE_DIR, served
 from tests.mcp.helpers import fails, ok
 from tests.mcp.processes import HttpServer
@@ -238,15 +238,9 @@ class _HeaderLog(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def listener() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HeaderLog)
     _HeaderLog.seen = []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_in_thread(_HeaderLog) as url:
+        yield url
 
 
 async def test_check_database_hands_no_secret_to_a_url_the_client_names(

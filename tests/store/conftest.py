@@ -7,15 +7,33 @@ import secrets
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 
-from accelopt_mcp.store.base import KernelStore
+from accelopt_mcp.store.base import KernelStore, StoreUnavailableError
 from accelopt_mcp.store.postgres import PostgresStore
 from accelopt_mcp.store.sqlite import SqliteStore
 from tests.pg_server import create_database
 from tests.postgrest_standin.launcher import RunningStandIn, start_standin
-from tests.store.supabase_fixture import fresh_schema_database
+from tests.store.supabase_fixture import fresh_schema_database, serve
+
+RECORD_TABLES = (
+    "definitions",
+    "workloads",
+    "solutions",
+    "profiles",
+    "measurements",
+    "runs",
+    "experiences",
+    "llm_calls",
+    "run_entries",
+)
+"""The record tables (what stats() counts), written out here, not taken from the package, so
+that the schema tests notice a table the package adds or drops."""
+SCHEMA_TABLES = (*RECORD_TABLES, "hardware_peaks")
+"""Every table of the schema: the records and the cache of measured peaks."""
 
 STORE_KINDS = [
     "sqlite",
@@ -60,6 +78,29 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KernelStor
         yield opened
     finally:
         opened.close()
+
+
+def serve_older_schema(
+    pg_dsn: str,
+    request: pytest.FixtureRequest,
+    schema: str,
+    rows: list[tuple[str, tuple[Any, ...]]],
+    missing: list[str],
+) -> RunningStandIn:
+    """Applies `schema` (an older schema_v2.txt) to the empty database `pg_dsn`, writes `rows`
+    (SQL and its parameters) into it, starts a PostgREST stand-in in front of it (whose schema
+    cache is the older one) and checks that a store refuses the database, naming every one of
+    `missing`; gives the stand-in, stopped when the test ends."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(schema)
+        for statement, parameters in rows:
+            conn.execute(statement, parameters or None)
+    running = serve(pg_dsn, request)
+    with pytest.raises(StoreUnavailableError, match=r"older than this accelopt") as caught:
+        PostgresStore(pg_dsn)
+    for name in missing:
+        assert name in str(caught.value)
+    return running
 
 
 @pytest.fixture

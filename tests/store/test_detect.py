@@ -15,7 +15,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +28,7 @@ from accelopt_mcp.store._rows import TABLES
 from accelopt_mcp.store.detect import check_postgres, check_store, check_supabase
 from accelopt_mcp.store.sqlite import SqliteStore
 from tests.cli_inprocess import Finished, run_accelopt
+from tests.http_listener import serve_in_thread
 from tests.postgrest_standin.launcher import RunningStandIn, free_port
 from tests.store.samples import make_definition
 from tests.store.supabase_fixture import SCHEMA_FILE, fresh_schema_database, serve
@@ -192,26 +192,16 @@ class _JsonApi(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def _serve_in_thread(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
-
-
 @pytest.fixture
 def json_404_api() -> Iterator[str]:
-    yield from _serve_in_thread(_JsonApi)
+    with serve_in_thread(_JsonApi) as url:
+        yield url
 
 
 @pytest.fixture
 def old_postgrest() -> Iterator[str]:
-    yield from _serve_in_thread(type("OldPostgrest", (_JsonApi,), {"describes_api": True}))
+    with serve_in_thread(type("OldPostgrest", (_JsonApi,), {"describes_api": True})) as url:
+        yield url
 
 
 def _db_check(url: str, key: str) -> Finished:

@@ -9,14 +9,14 @@ import re
 import sqlite3
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from accelopt_mcp.models import MeasuringConditions
-from accelopt_mcp.store.base import ExperienceIn, KernelStore, StoreUnavailableError
+from accelopt_mcp.store.base import ExperienceIn, KernelStore
 from accelopt_mcp.store.postgres import PostgresStore
 from accelopt_mcp.store.sqlite import SCHEMA_VERSION, SqliteStore, sqlite_schema
 from accelopt_mcp.transfer.traceset import export_traceset, import_traceset
+from tests.store.conftest import serve_older_schema
 from tests.store.samples import make_definition, without_row_level_security
 
 SCHEMA = Path(__file__).resolve().parents[2] / "schema_v2.txt"
@@ -119,18 +119,16 @@ def test_reapplying_the_schema_adds_conditions_to_an_older_database(
     pg_dsn: str, request: pytest.FixtureRequest
 ) -> None:
     from accelopt_mcp.store.supabase import SupabaseStore
-    from tests.store.supabase_fixture import serve
 
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(_without_conditions_pg())
-        conn.execute(
-            "INSERT INTO experiences (id, definition_name, title, strategy) "
-            "VALUES ('e-old', 'd', 'Vectorize rows', 'one ufunc')"
-        )
-    running = serve(pg_dsn, request)  # its schema cache predates the column
-    with pytest.raises(StoreUnavailableError, match=r"older than this accelopt") as caught:
-        PostgresStore(pg_dsn)
-    assert "experiences.conditions" in str(caught.value)
+    old_item = (
+        "INSERT INTO experiences (id, definition_name, title, strategy) "
+        "VALUES ('e-old', 'd', 'Vectorize rows', 'one ufunc')",
+        (),
+    )
+    # The stand-in's schema cache predates the column.
+    running = serve_older_schema(
+        pg_dsn, request, _without_conditions_pg(), [old_item], ["experiences.conditions"]
+    )
     with PostgresStore(pg_dsn, init_schema=True) as store:
         assert "added columns: experiences.conditions" in store.schema_changes
         new = store.add_experience(_lesson("Split heads"))

@@ -20,23 +20,11 @@ from accelopt_mcp.store.base import ExperienceIn, RunRecord, StoreUnavailableErr
 from accelopt_mcp.store.postgres import ROW_LEVEL_SECURITY, TEAM_ROLE, PostgresStore
 from accelopt_mcp.store.supabase import SupabaseStore
 from tests.pg_server import PostgresServer
+from tests.store.conftest import SCHEMA_TABLES
 from tests.store.samples import make_definition, make_evaluation, make_solution, make_workload
 from tests.store.supabase_fixture import serve
 
 pytestmark = pytest.mark.postgres
-
-TABLES = (
-    "definitions",
-    "workloads",
-    "solutions",
-    "profiles",
-    "measurements",
-    "runs",
-    "experiences",
-    "llm_calls",
-    "run_entries",
-    "hardware_peaks",
-)
 
 
 @dataclass
@@ -103,7 +91,7 @@ def team_db(pg_admin_dsn: str) -> Iterator[TeamDatabase]:
             raise
         ids = _fill(store)
         counts = _counts(admin_dsn, None)
-        assert all(counts[t] > 0 for t in TABLES), counts
+        assert all(counts[t] > 0 for t in SCHEMA_TABLES), counts
         yield TeamDatabase(
             admin_dsn, owner_dsn, store, member, service, login, login_dsn, ids, counts,
             list(store.schema_changes),
@@ -148,7 +136,7 @@ def _counts(dsn: str, role: str | None) -> dict[str, int]:
             conn.execute(sql.SQL("SET ROLE {}").format(_role(role)))
         return {
             name: conn.execute(sql.SQL("SELECT count(*) FROM {}").format(_role(name))).fetchone()[0]  # type: ignore[index]
-            for name in (*TABLES, "solution_profiles")
+            for name in (*SCHEMA_TABLES, "solution_profiles")
         }
 
 
@@ -179,7 +167,7 @@ def test_applying_the_schema_says_it_turned_row_level_security_on(
 def test_the_owner_and_a_bypassrls_role_see_everything(team_db: TeamDatabase) -> None:
     owner = team_db.owner
     assert {name: n for name, n in owner.stats().counts.items() if n} == {
-        t: team_db.counts[t] for t in TABLES if t != "hardware_peaks"
+        t: team_db.counts[t] for t in SCHEMA_TABLES if t != "hardware_peaks"
     }
     assert [s.id for s in owner.ancestors(team_db.ids["child"])] == [team_db.ids["root"]]
     assert [e.title for e in owner.search_experiences(text="tile")] == ["Tile the rows"]
@@ -187,11 +175,13 @@ def test_the_owner_and_a_bypassrls_role_see_everything(team_db: TeamDatabase) ->
 
 
 def test_anon_reads_nothing_and_writes_nothing(team_db: TeamDatabase) -> None:
-    assert _counts(team_db.admin_dsn, "anon") == dict.fromkeys((*TABLES, "solution_profiles"), 0)
+    assert _counts(team_db.admin_dsn, "anon") == dict.fromkeys(
+        (*SCHEMA_TABLES, "solution_profiles"), 0
+    )
     with psycopg.connect(team_db.admin_dsn, autocommit=True) as conn:
         conn.execute("SET ROLE anon")
         assert _through_functions(conn, team_db.ids) == (0, 0, 0)
-        for table in TABLES:
+        for table in SCHEMA_TABLES:
             with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
                 conn.execute(sql.SQL("INSERT INTO {} DEFAULT VALUES").format(_role(table)))
         assert conn.execute("UPDATE runs SET status = 'cancelled'").rowcount == 0
@@ -202,7 +192,9 @@ def test_anon_reads_nothing_and_writes_nothing(team_db: TeamDatabase) -> None:
 
 def test_one_grant_lets_a_role_read_and_write(team_db: TeamDatabase) -> None:
     member = team_db.member
-    assert _counts(team_db.admin_dsn, member) == dict.fromkeys((*TABLES, "solution_profiles"), 0)
+    assert _counts(team_db.admin_dsn, member) == dict.fromkeys(
+        (*SCHEMA_TABLES, "solution_profiles"), 0
+    )
     # The documented statement, run by a team admin (the owner: it has CREATEROLE).
     with psycopg.connect(team_db.owner_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("GRANT accelopt_team TO {}").format(_role(member)))
@@ -270,7 +262,7 @@ def test_every_table_view_and_function_of_the_schema_is_covered(pg_dsn: str) -> 
             "FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'r' "
             "ORDER BY c.relname"
         ).fetchall()
-        assert tables == [(t, True, False, True, True) for t in sorted(TABLES)]
+        assert tables == [(t, True, False, True, True) for t in sorted(SCHEMA_TABLES)]
         view = conn.execute(
             "SELECT reloptions, has_table_privilege('accelopt_team', oid, 'SELECT') "
             "FROM pg_class WHERE oid = 'solution_profiles'::regclass"
@@ -350,7 +342,7 @@ def test_an_owner_without_createrole_gets_the_schema_and_a_warning() -> None:
             assert store.schema_changes == []
         with psycopg.connect(make_conninfo(admin_dsn, dbname="plain")) as conn:
             policies = conn.execute("SELECT count(*) FROM pg_policies").fetchone()
-            assert policies == (len(TABLES),)
+            assert policies == (len(SCHEMA_TABLES),)
             conn.execute("CREATE ROLE plain_member NOLOGIN IN ROLE accelopt_team")
             conn.execute("SET ROLE plain_member")
             assert conn.execute("SELECT count(*) FROM solutions").fetchone() == (2,)

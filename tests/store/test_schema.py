@@ -32,6 +32,7 @@ from accelopt_mcp.store.sqlite import (
     sqlite_schema,
     table_column_sql,
 )
+from tests.store.conftest import RECORD_TABLES, SCHEMA_TABLES, serve_older_schema
 from tests.store.samples import (
     make_definition,
     make_evaluation,
@@ -42,20 +43,6 @@ from tests.store.samples import (
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "schema_v2.txt"
-TABLES = {
-    "definitions",
-    "workloads",
-    "solutions",
-    "profiles",
-    "measurements",
-    "runs",
-    "experiences",
-    "llm_calls",
-    "run_entries",
-    "hardware_peaks",
-}
-RECORD_TABLES = TABLES - {"hardware_peaks"}
-"""What stats() counts (hardware_peaks is a cache)."""
 
 
 def _psql() -> str:
@@ -95,7 +82,7 @@ def test_psql_applies_schema_twice(pg_dsn: str) -> None:
             for r in conn.execute("SELECT proname FROM pg_proc WHERE proname LIKE 'solution_%'")
         }
         search = conn.execute("SELECT to_regprocedure('search_experiences(text[])')").fetchone()
-    assert tables == TABLES
+    assert tables == set(SCHEMA_TABLES)
     assert "solution_profiles" in views
     assert {"solution_ancestors", "solution_descendants"} <= functions
     assert search is not None and search[0] is not None
@@ -131,8 +118,10 @@ def test_deleting_a_definition_cascades(pg_dsn: str) -> None:
         conn.execute("DELETE FROM solutions WHERE parent_id IS NULL")
         assert conn.execute("SELECT parent_id FROM solutions").fetchall() == [(None,)]
         conn.execute("DELETE FROM definitions")
-        counts = [conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in sorted(TABLES)]
-    assert counts == [0] * len(TABLES)
+        counts = [
+            conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in sorted(SCHEMA_TABLES)
+        ]
+    assert counts == [0] * len(SCHEMA_TABLES)
 
 
 def test_sqlite_deleting_a_definition_cascades(tmp_path: Path) -> None:
@@ -145,11 +134,13 @@ def test_sqlite_deleting_a_definition_cascades(tmp_path: Path) -> None:
         conn.execute("DELETE FROM solutions WHERE parent_id IS NULL")
         assert conn.execute("SELECT parent_id FROM solutions").fetchall() == [(None,)]
         conn.execute("DELETE FROM definitions")
-        counts = [conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in sorted(TABLES)]
+        counts = [
+            conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in sorted(SCHEMA_TABLES)
+        ]
         conn.commit()
     finally:
         conn.close()
-    assert counts == [0] * len(TABLES)
+    assert counts == [0] * len(SCHEMA_TABLES)
 
 
 def _fill(store: PostgresStore | SqliteStore) -> None:
@@ -523,26 +514,26 @@ def test_reapplying_the_schema_adds_the_audit_trail(
     pg_dsn: str, request: pytest.FixtureRequest
 ) -> None:
     from accelopt_mcp.store.supabase import SupabaseStore
-    from tests.store.supabase_fixture import serve
 
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(_before_audit_trail_pg())
-        conn.execute(
+    rows: list[tuple[str, tuple[Any, ...]]] = [
+        (
             "INSERT INTO definitions (definition) VALUES (%s)",
             (_rows.record_json(make_definition("d")),),
-        )
-        conn.execute("INSERT INTO runs (id, definition_name) VALUES ('r', 'd')")
-        for call_id, role, tokens, ok, error in _OLD_CALLS:
-            conn.execute(
+        ),
+        ("INSERT INTO runs (id, definition_name) VALUES ('r', 'd')", ()),
+    ]
+    for call_id, role, tokens, ok, error in _OLD_CALLS:
+        rows.append(
+            (
                 "INSERT INTO llm_calls (id, run_id, role, model, tokens_in, ok, error) "
                 "VALUES (%s, 'r', %s, 'm', %s, %s, %s)",
                 (call_id, role, tokens, bool(ok), error),
             )
-    # The stand-in loads its schema cache now, before the new columns exist.
-    running = serve(pg_dsn, request)
-    with pytest.raises(StoreUnavailableError, match=r"older than this accelopt") as caught:
-        PostgresStore(pg_dsn)
-    assert "llm_calls.messages" in str(caught.value) and "run_entries" in str(caught.value)
+        )
+    # The stand-in loads its schema cache before the new columns exist.
+    running = serve_older_schema(
+        pg_dsn, request, _before_audit_trail_pg(), rows, ["llm_calls.messages", "run_entries"]
+    )
     with PostgresStore(pg_dsn, init_schema=True) as store:
         _check_audit_migrated(store)
     with PostgresStore(pg_dsn, init_schema=True) as store:  # applying it again changes nothing
@@ -636,21 +627,18 @@ def test_reapplying_the_schema_adds_word_search_and_peaks(
     pg_dsn: str, request: pytest.FixtureRequest
 ) -> None:
     from accelopt_mcp.store.supabase import SupabaseStore
-    from tests.store.supabase_fixture import serve
 
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(_before_search_pg())
-        for item_id, title, strategy in _OLD_ITEMS:
-            conn.execute(
-                "INSERT INTO experiences (id, definition_name, title, strategy) "
-                "VALUES (%s, 'd', %s, %s)",
-                (item_id, title, strategy),
-            )
-    running = serve(pg_dsn, request)  # its schema cache predates the new objects
-    with pytest.raises(StoreUnavailableError, match=r"older than this accelopt") as caught:
-        PostgresStore(pg_dsn)
-    for name in ("experiences.search_vector", "hardware_peaks", "search_experiences()"):
-        assert name in str(caught.value)
+    rows = [
+        (
+            "INSERT INTO experiences (id, definition_name, title, strategy) "
+            "VALUES (%s, 'd', %s, %s)",
+            item,
+        )
+        for item in _OLD_ITEMS
+    ]
+    # The stand-in's schema cache predates the new objects.
+    missing = ["experiences.search_vector", "hardware_peaks", "search_experiences()"]
+    running = serve_older_schema(pg_dsn, request, _before_search_pg(), rows, missing)
     with PostgresStore(pg_dsn, init_schema=True) as store:
         _check_search_migrated(store)
     with SupabaseStore(running.url, key=running.key) as remote:

@@ -19,23 +19,13 @@ from accelopt_mcp.store import _rows
 from accelopt_mcp.store.base import KernelStore, StoreUnavailableError
 from accelopt_mcp.store.postgres import PostgresStore
 from accelopt_mcp.store.sqlite import SCHEMA_VERSION, SqliteStore
+from tests.store.conftest import RECORD_TABLES
 from tests.store.samples import make_definition, make_evaluation, make_solution, make_workload
 from tests.test_cli import accelopt
 
 OLD = Path(__file__).resolve().parents[1] / "data" / "old_schemas"
 OLD_SQLITE = OLD / "sqlite_schema_v5.sql"
 OLD_PG = OLD / "schema_v2_one_row_per_source.txt"
-TABLES = (
-    "definitions",
-    "workloads",
-    "solutions",
-    "profiles",
-    "measurements",
-    "runs",
-    "experiences",
-    "llm_calls",
-    "run_entries",
-)
 ROOT_ID = "00000000-0000-4000-8000-00000000000a"
 CHILD_ID = "00000000-0000-4000-8000-00000000000b"
 ELSEWHERE_ID = "00000000-0000-4000-8000-00000000000c"
@@ -151,7 +141,7 @@ def _sqlite_snapshot(path: Path, columns: dict[str, list[str]] | None = None) ->
     conn = sqlite3.connect(path)
     try:
         shot: dict[str, Any] = {}
-        for table in TABLES:
+        for table in RECORD_TABLES:
             names = (columns or {}).get(table) or [
                 r[1] for r in conn.execute(f"PRAGMA table_xinfo({table})")
             ]
@@ -272,7 +262,7 @@ def _pg_snapshot(dsn: str, columns: dict[str, list[str]] | None = None) -> dict[
     `seq` and generated ones included), and the foreign keys that refer to solutions."""
     with psycopg.connect(dsn) as conn:
         shot: dict[str, Any] = {}
-        for table in TABLES:
+        for table in RECORD_TABLES:
             names = (columns or {}).get(table) or [
                 r[0]
                 for r in conn.execute(
