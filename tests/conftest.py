@@ -79,3 +79,37 @@ def mcp_path_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     environment: tests/mcp, the cluster and job tests). tests/mcp/test_access.py sets its own."""
     repo = Path(__file__).resolve().parents[1]
     monkeypatch.setenv("ACCELOPT_MCP_ROOTS", os.pathsep.join([str(tmp_path), str(repo)]))
+
+
+# The longest test files (seconds of test time on this 2-core machine, `--durations` of the
+# parallel stage), in the order they start. `--dist loadfile` hands files out in collection
+# order, and collection order is alphabetical: the Ray cluster suite (90 s, one test) came
+# last and ran alone while the other worker sat idle. Starting the longest first leaves
+# short files to fill the end (longest-first scheduling). Only the order changes, never
+# what runs.
+LONGEST_FIRST = (
+    "tests/engine/test_jobs.py",  # 99 s
+    "tests/test_ray_cluster.py",  # 89 s
+    "tests/backends/test_cpu_backend.py",  # 87 s
+    "tests/backends/test_attacks.py",  # 73 s
+    "tests/test_cli.py",  # 50 s
+    "tests/store/test_reconnect.py",  # 42 s
+    "tests/engine/test_resume.py",  # 42 s
+    "tests/engine/test_jobs_outage.py",  # 36 s
+    "tests/engine/test_store_restart.py",  # 32 s
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    root = config.rootpath
+
+    def position(item: pytest.Item) -> int:
+        try:
+            where = item.path.relative_to(root).as_posix()
+        except ValueError:
+            return len(rank)
+        return rank.get(where, len(rank))
+
+    # sort is stable: within a file, and among the rest, the collected order is kept.
+    items.sort(key=position)
