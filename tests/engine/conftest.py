@@ -216,9 +216,12 @@ ScriptedSettings = Callable[..., tuple[StandinProcess, OptimizeConfig]]
 
 
 @pytest.fixture
-def scripted_settings(start_standin: StartStandin, tmp_path: Path) -> ScriptedSettings:
+def scripted_settings(
+    start_standin: StartStandin, llm_key: str, tmp_path: Path
+) -> ScriptedSettings:
     """Starts a stand-in playing a script; gives it, with run settings (`settings(**fields)`)
-    whose models file (`models`: changes to its roles) points at it."""
+    whose models file (`models`: changes to its roles) points at it, its key in the
+    environment."""
 
     def start(
         script: dict[str, Any], *, models: dict[str, Any] | None = None, **fields: Any

@@ -56,8 +56,7 @@ from accelopt_mcp.stats import Verdict
 from accelopt_mcp.store.sqlite import SqliteStore
 from tests.bench import quick_bench
 from tests.engine import kernels
-from tests.engine.conftest import build_script, models_config, settings, text
-from tests.llm_standin.process import StartStandin
+from tests.engine.conftest import ScriptedSettings, build_script, text
 
 # Timing-sensitive (measured speedups decide what is kept): run alone, not beside other tests
 # (scripts/test.sh runs `-m serial` first, then the rest in parallel).
@@ -500,18 +499,14 @@ def _show(db_path: Path, run_id: str) -> str:
 def test_an_attempt_is_timed_with_its_parent(
     silu_task: Task,
     silu_baseline: Solution,
-    start_standin: StartStandin,
-    llm_key: str,
+    scripted_settings: ScriptedSettings,
     tmp_path: Path,
 ) -> None:
-    standin = start_standin(
+    _, config = scripted_settings(
         build_script(
             faults=False,
             executor=[text(kernels.reply(kernels.FAST)), text(kernels.reply(kernels.SLOWER))],
-        )
-    )
-    config = settings(
-        models_config(standin.base_url, tmp_path / "models.json"),
+        ),
         iterations=1,
         beam=1,
         plans=1,
@@ -554,19 +549,15 @@ def test_an_attempt_is_timed_with_its_parent(
 def test_a_tie_is_re_measured_head_to_head_and_reported(
     silu_task: Task,
     silu_baseline: Solution,
-    start_standin: StartStandin,
-    llm_key: str,
+    scripted_settings: ScriptedSettings,
     tmp_path: Path,
 ) -> None:
     # The executor writes the initial kernel down again: as fast, so a tie for first place.
-    standin = start_standin(
+    _, config = scripted_settings(
         build_script(
             faults=False,
             executor=[text(kernels.reply(_twin(silu_baseline.entry_source.content)))],
-        )
-    )
-    config = settings(
-        models_config(standin.base_url, tmp_path / "models.json"),
+        ),
         iterations=1,
         beam=1,
         plans=1,
