@@ -56,7 +56,7 @@ from accelopt_mcp.stats import Verdict
 from accelopt_mcp.store.sqlite import SqliteStore
 from tests.bench import quick_bench
 from tests.engine import kernels
-from tests.engine.conftest import ScriptedSettings, build_script, text
+from tests.engine.conftest import OLD_INITIAL, OLD_SLOT, ScriptedSettings, build_script, text
 
 # Timing-sensitive (measured speedups decide what is kept): run alone, not beside other tests
 # (scripts/test.sh runs `-m serial` first, then the rest in parallel).
@@ -237,28 +237,11 @@ def test_the_speedup_over_the_parent_comes_from_the_same_rounds_when_it_can() ->
 
 
 def test_old_checkpoints_load_without_intervals_or_ties() -> None:
-    old = {
-        "iteration": 1,
-        "beam_index": 0,
-        "plan_index": 0,
-        "attempt_index": 0,
-        "parent_id": "p",
-        "parent_latency_ms": 10.0,
-        "status": "PASSED",
-        "solution_id": "s",
-        "source_hash": "h",
-        "latency_ms": 2.0,
-    }
-    slot = AttemptRecord.model_validate(old)
+    slot = AttemptRecord.model_validate(OLD_SLOT)
     assert slot.speedup_ci_low is None and slot.speedup_measured is None
     assert slot.speedup_interval is not None and slot.speedup_interval.low == 5.0
-    initial = {"solution_id": "i", "latency_ms": 10.0, "source_hash": "hi", "branch": "initial"}
     checkpoint = Checkpoint.model_validate(
-        {
-            "initial": initial,
-            "beam": [initial],
-            "slots": {"1/0/0/0": old},
-        }
+        {"initial": OLD_INITIAL, "beam": [OLD_INITIAL], "slots": {"1/0/0/0": OLD_SLOT}}
     )
     assert checkpoint.ties == []
     assert checkpoint.best_so_far().solution_id == "s"  # iteration 1 is under way
