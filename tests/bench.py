@@ -17,3 +17,9 @@ def quick_bench(
     return BenchmarkConfig(
         warmup_runs=1, iterations=iterations, min_processes=low, max_processes=high, **fields
     )
+
+
+def quick_bench_fields(**settings: Any) -> dict[str, Any]:
+    """quick_bench(**settings) as a tool's or a preset's `benchmark` argument: the fields it
+    sets, the rest left to the receiver's defaults."""
+    return quick_bench(**settings).model_dump(mode="json", exclude_unset=True)

@@ -11,10 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from accelopt_mcp.cli.runs import app
-from accelopt_mcp.models import LlmCallIn, LlmMessage
 from accelopt_mcp.store.base import RunRecord
 from accelopt_mcp.store.sqlite import SqliteStore
-from tests.store.samples import make_definition
+from tests.store.samples import make_definition, make_llm_call
 
 runner = CliRunner()
 T0 = datetime(2026, 3, 1, 9, 30, 0, tzinfo=UTC)
@@ -34,10 +33,8 @@ def db(tmp_path: Path) -> list[str]:
         for run_id in ("run-1", "run-2"):
             store.create_run(RunRecord(id=run_id, definition_name="d"))
         store.add_llm_call(
-            LlmCallIn(
-                id=PLANNER_ID,
-                run_id="run-1",
-                role="planner",
+            make_llm_call(
+                PLANNER_ID,
                 model="gpt-test",
                 status="ok",
                 purpose="plan 1/0",
@@ -47,31 +44,27 @@ def db(tmp_path: Path) -> list[str]:
                 latency_s=2.5,
                 started_at=T0,
                 finished_at=T0 + timedelta(seconds=2.5),
-                messages=[
-                    LlmMessage(role="system", content="You are the planner."),
-                    LlmMessage(role="user", content=PROMPT),
-                ],
+                system="You are the planner.",
+                prompt=PROMPT,
                 reply=REPLY,
             )
         )
         store.add_llm_call(
-            LlmCallIn(
-                id=EXECUTOR_ID,
-                run_id="run-1",
+            make_llm_call(
+                EXECUTOR_ID,
                 role="executor",
                 model="gpt-test",
                 status="in_flight",
                 purpose="attempt 1/0/0/0",
                 tokens_in=400,
                 started_at=T0 + timedelta(seconds=3),
-                messages=[LlmMessage(role="user", content="write it")],
+                prompt="write it",
             )
         )
         store.add_llm_call(
-            LlmCallIn(
-                id=OTHER_ID,
+            make_llm_call(
+                OTHER_ID,
                 run_id="run-2",
-                role="planner",
                 model="gpt-test",
                 ok=False,
                 error="HTTP 500: upstream [boom]",

@@ -230,8 +230,7 @@ def test_kernel_cannot_see_parent_secrets(
     assert "do-not-leak" not in evaluation.log
 
 
-def test_constant_output_cheat_is_flagged(backend: CpuBackend) -> None:
-    code = """
+CONSTANT_OUTPUT = """
     import numpy as np
     _cache = []
 
@@ -240,14 +239,8 @@ def test_constant_output_cheat_is_flagged(backend: CpuBackend) -> None:
             _cache.append(x * np.float32(scale) + np.float32(1.0))
         return _cache[0]
     """
-    evaluation = evaluate(backend, code)
-    assert evaluation.status == EvaluationStatus.INCORRECT_NUMERICAL
-    assert "constant_output" in evaluation.flags
-    assert "same output for different inputs" in evaluation.log
 
-
-def test_correct_first_then_wrong_is_caught_while_timing(backend: CpuBackend) -> None:
-    code = """
+CORRECT_FIRST_THEN_WRONG = """
     import numpy as np
     calls = [0]
 
@@ -257,10 +250,32 @@ def test_correct_first_then_wrong_is_caught_while_timing(backend: CpuBackend) ->
         # Right on the 5 fixed seeds and the 2 fresh correctness sets, wrong once timed.
         return y if calls[0] <= 7 else y * np.float32(1.5)
     """
+
+
+@pytest.mark.parametrize(
+    ("code", "flag", "message"),
+    [
+        pytest.param(
+            CONSTANT_OUTPUT,
+            "constant_output",
+            "same output for different inputs",
+            id="constant-output",
+        ),
+        pytest.param(
+            CORRECT_FIRST_THEN_WRONG,
+            "timed_output_mismatch",
+            "while being timed",
+            id="correct-first-then-wrong-while-timed",
+        ),
+    ],
+)
+def test_a_cheat_is_incorrect_and_flagged(
+    backend: CpuBackend, code: str, flag: str, message: str
+) -> None:
     evaluation = evaluate(backend, code)
     assert evaluation.status == EvaluationStatus.INCORRECT_NUMERICAL
-    assert "timed_output_mismatch" in evaluation.flags
-    assert "while being timed" in evaluation.log
+    assert flag in evaluation.flags
+    assert message in evaluation.log
 
 
 def test_a_forged_result_file_cannot_reach_the_harness(backend: CpuBackend) -> None:

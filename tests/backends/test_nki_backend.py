@@ -139,19 +139,47 @@ def test_claimed_work_above_the_hardware_peak_is_flagged(tmp_path: Path) -> None
     assert evaluation.hardware_counters["peak_roofline_fraction"] > 1
 
 
-def test_float16_downcast_is_rejected_in_source_and_in_outputs(tmp_path: Path) -> None:
+CHANGES_WHILE_TIMED = """
+global calls
+calls = globals().get("calls", 0) + 1
+y = x / (1 + np.exp(-x))
+return y if calls <= 6 else y + 1
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        pytest.param(
+            "h = x.astype(np.float16)\nreturn (h / (1 + np.exp(-h))).astype(np.float32)",
+            EvaluationStatus.INCORRECT_DTYPE,
+            "16-bit floats",
+            id="float16-in-source",
+        ),
+        # The dtype code "e" is float16 without saying so: the output check catches it.
+        pytest.param(
+            "return (x / (1 + np.exp(-x))).astype('e')",
+            EvaluationStatus.INCORRECT_DTYPE,
+            "dtype float16, the reference has float32",
+            id="float16-in-outputs",
+        ),
+        # Correct for the 5 seed checks and the warm-up run, then wrong: only the timed-output
+        # check can see it.
+        pytest.param(
+            CHANGES_WHILE_TIMED,
+            EvaluationStatus.INCORRECT_NUMERICAL,
+            "timed run 1",
+            id="output-that-changes-while-timed",
+        ),
+    ],
+)
+def test_a_wrong_kernel_is_caught(
+    tmp_path: Path, body: str, status: EvaluationStatus, message: str
+) -> None:
     backend = make_backend(tmp_path, STANDIN_NKI_TOTAL_TIME_S="0.0005")
-    half_inside = numpy_kernel(
-        "h = x.astype(np.float16)\nreturn (h / (1 + np.exp(-h))).astype(np.float32)"
-    )
-    evaluation = backend.evaluate(silu_task(), nki_solution(half_inside), FAST)
-    assert evaluation.status == EvaluationStatus.INCORRECT_DTYPE
-    assert "16-bit floats" in evaluation.log
-    # The dtype code "e" is float16 without saying so: the output check catches it.
-    half_out = numpy_kernel("return (x / (1 + np.exp(-x))).astype('e')")
-    evaluation = backend.evaluate(silu_task(), nki_solution(half_out), FAST)
-    assert evaluation.status == EvaluationStatus.INCORRECT_DTYPE
-    assert "dtype float16, the reference has float32" in evaluation.log
+    evaluation = backend.evaluate(silu_task(), nki_solution(numpy_kernel(body)), FAST)
+    assert evaluation.status == status
+    assert message in evaluation.log
 
 
 def test_compile_errors_are_mapped(tmp_path: Path) -> None:
@@ -179,21 +207,6 @@ def test_wrong_numbers_and_wrong_shape(tmp_path: Path) -> None:
     shape = backend.evaluate(silu_task(), nki_solution(numpy_kernel("return x[:128]")), FAST)
     assert shape.status == EvaluationStatus.INCORRECT_SHAPE
     assert "(128, 512)" in shape.log
-
-
-def test_output_that_changes_while_timed_is_caught(tmp_path: Path) -> None:
-    # Correct for the 5 seed checks and the warm-up run, then wrong: only the timed-output check
-    # can see it.
-    body = """
-global calls
-calls = globals().get("calls", 0) + 1
-y = x / (1 + np.exp(-x))
-return y if calls <= 6 else y + 1
-"""
-    backend = make_backend(tmp_path, STANDIN_NKI_TOTAL_TIME_S="0.0005")
-    evaluation = backend.evaluate(silu_task(), nki_solution(numpy_kernel(body)), FAST)
-    assert evaluation.status == EvaluationStatus.INCORRECT_NUMERICAL
-    assert "timed run 1" in evaluation.log
 
 
 def test_flaky_profiler_is_retried(tmp_path: Path) -> None:

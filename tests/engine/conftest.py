@@ -75,6 +75,28 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KernelStor
         opened.close()
 
 
+OLD_SLOT: dict[str, Any] = {
+    "iteration": 1,
+    "beam_index": 0,
+    "plan_index": 0,
+    "attempt_index": 0,
+    "parent_id": "p",
+    "parent_latency_ms": 10.0,
+    "status": "PASSED",
+    "solution_id": "s",
+    "source_hash": "h",
+    "latency_ms": 2.0,
+}
+"""A passed attempt as a checkpoint written before flags, intervals and ties stored it: 5x
+over its parent (10 ms -> 2 ms), of an initial kernel "i" at 10 ms."""
+OLD_INITIAL: dict[str, Any] = {
+    "solution_id": "i",
+    "latency_ms": 10.0,
+    "source_hash": "hi",
+    "branch": "initial",
+}
+
+
 def text(reply: str, **extra: Any) -> dict[str, Any]:
     return {"kind": "text", "text": reply, **extra}
 
@@ -216,9 +238,12 @@ ScriptedSettings = Callable[..., tuple[StandinProcess, OptimizeConfig]]
 
 
 @pytest.fixture
-def scripted_settings(start_standin: StartStandin, tmp_path: Path) -> ScriptedSettings:
+def scripted_settings(
+    start_standin: StartStandin, llm_key: str, tmp_path: Path
+) -> ScriptedSettings:
     """Starts a stand-in playing a script; gives it, with run settings (`settings(**fields)`)
-    whose models file (`models`: changes to its roles) points at it."""
+    whose models file (`models`: changes to its roles) points at it, its key in the
+    environment."""
 
     def start(
         script: dict[str, Any], *, models: dict[str, Any] | None = None, **fields: Any

@@ -29,14 +29,13 @@ from tests.engine import kernels
 from tests.engine.conftest import (
     BOTH_STORES,
     FAST_BENCH,
+    ScriptedSettings,
     build_script,
     executor_with_hang,
-    models_config,
     run_engine,
     settings,
     text,
 )
-from tests.llm_standin.process import StartStandin
 
 # Timing-sensitive (measured speedups decide what is kept): run alone, not beside other tests
 # (scripts/test.sh runs `-m serial` first, then the rest in parallel).
@@ -58,6 +57,19 @@ def _beams(checkpoint: Checkpoint) -> dict[int, list[str]]:
     return beams
 
 
+def _die_before_iteration_1_is_recorded(store: KernelStore, run_id: str) -> None:
+    """Leaves a one-iteration run as a process leaves it that dies after the iteration's
+    summaries are stored, before the iteration is recorded done: running, iteration 0."""
+    _, spec, checkpoint = load_run(store, run_id)
+    crashed = checkpoint.model_copy(
+        update={"completed_iteration": 0, "history": [], "beam": [checkpoint.initial]}
+    )
+    store.update_run(
+        run_id,
+        RunUpdate(status="running", current_iteration=0, config=run_config(spec, crashed)),
+    )
+
+
 def _passed(store: KernelStore, solution_ids: set[str], figure: str) -> dict[str, float]:
     """`figure` ("latency_ms", "speedup") of each kernel's passed profile under PERF_HASH."""
     found = {}
@@ -75,15 +87,13 @@ def test_full_loop_invariants(
     store: KernelStore,
     silu_task: Task,
     silu_baseline: Solution,
-    start_standin: StartStandin,
-    llm_key: str,
+    scripted_settings: ScriptedSettings,
     tmp_path: Path,
 ) -> None:
     # Every reply takes 0.15 s, so executor calls the engine issues together overlap at the
     # stand-in whatever the host's speed (the concurrency check below counts overlaps).
-    standin = start_standin(build_script(executor=executor_with_hang(), latency_s=0.15))
-    config = settings(
-        models_config(standin.base_url, tmp_path / "models.json"),
+    standin, config = scripted_settings(
+        build_script(executor=executor_with_hang(), latency_s=0.15),
         iterations=3,
         plans=3,
         topk=4,
@@ -237,17 +247,13 @@ def test_budget_stop_keeps_everything(
     store: KernelStore,
     silu_task: Task,
     silu_baseline: Solution,
-    start_standin: StartStandin,
-    llm_key: str,
-    tmp_path: Path,
+    scripted_settings: ScriptedSettings,
 ) -> None:
-    standin = start_standin(build_script(faults=False))
-    models = models_config(standin.base_url, tmp_path / "models.json")
     # Each call costs a few hundred words, and holds its prompt (at 2.5 characters a token)
     # plus its output limit while in flight: this runs out inside the second iteration, with
     # several attempts finished (at 2,500 a single executor call fit, and under load its
     # profile could still be running when the next call was refused).
-    config = settings(models, iterations=4, budget_tokens=8000)
+    _, config = scripted_settings(build_script(faults=False), iterations=4, budget_tokens=8000)
     run_id, run = run_engine(store, silu_task, silu_baseline, config)
 
     assert run.status == "budget_exhausted"
@@ -298,9 +304,7 @@ def test_resumed_summarizing_keeps_topk_per_iteration(
     store: KernelStore,
     silu_task: Task,
     silu_baseline: Solution,
-    start_standin: StartStandin,
-    llm_key: str,
-    tmp_path: Path,
+    scripted_settings: ScriptedSettings,
 ) -> None:
     # Three plans, one attempt each: a faster kernel, a slower one, and an executor call that
     # fails for good (LLM_FAILED, tried again on resume). TopK 2: both pairs are summarized.
@@ -314,27 +318,23 @@ def test_resumed_summarizing_keeps_topk_per_iteration(
             text(kernels.reply(much_slower)),
         ],
     )
-    standin = start_standin(script)
-    models = models_config(
-        standin.base_url,
-        tmp_path / "models.json",
-        executor={"concurrency": 1, "max_retries": 0},
+    _, config = scripted_settings(
+        script,
+        models={"executor": {"concurrency": 1, "max_retries": 0}},
+        iterations=1,
+        beam=1,
+        plans=3,
+        attempts=1,
+        topk=2,
     )
-    config = settings(models, iterations=1, beam=1, plans=3, attempts=1, topk=2)
     run_id, run = run_engine(store, silu_task, silu_baseline, config)
     assert run.status == "completed", run.error
-    _, spec, checkpoint = load_run(store, run_id)
+    _, _, checkpoint = load_run(store, run_id)
     assert Counter(s.status for s in checkpoint.slots.values())["LLM_FAILED"] == 1
     assert len(store.recent_experiences(run_id=run_id, limit=100)) == 2
 
     # The process dies after the summaries are stored, before the iteration is recorded done.
-    crashed = checkpoint.model_copy(
-        update={"completed_iteration": 0, "history": [], "beam": [checkpoint.initial]}
-    )
-    store.update_run(
-        run_id,
-        RunUpdate(status="running", current_iteration=0, config=run_config(spec, crashed)),
-    )
+    _die_before_iteration_1_is_recorded(store, run_id)
     run = asyncio.run(BeamSearch(store, run_id).run())
     assert run.status == "completed", run.error
     _, _, final = load_run(store, run_id)
@@ -348,14 +348,12 @@ def test_a_reopened_run_is_not_refused_for_its_last_workers_process(
     store: KernelStore,
     silu_task: Task,
     silu_baseline: Solution,
-    start_standin: StartStandin,
-    llm_key: str,
+    scripted_settings: ScriptedSettings,
     tmp_path: Path,
 ) -> None:
     # The process that last ran it (e.g. a notebook) is still alive, but the run was finished
     # and reopened (`accelopt resume --iterations`): pending, nobody runs it.
-    standin = start_standin(build_script(faults=False))
-    config = settings(models_config(standin.base_url, tmp_path / "models.json"), iterations=1)
+    _, config = scripted_settings(build_script(faults=False), iterations=1)
     run_id = prepare_run(store, silu_task, silu_baseline, config)
     alive = subprocess.Popen(["sleep", "60"])
     try:
@@ -374,18 +372,13 @@ def test_a_removed_lesson_is_not_summarized_again_on_resume(
     store: KernelStore,
     silu_task: Task,
     silu_baseline: Solution,
-    start_standin: StartStandin,
-    llm_key: str,
-    tmp_path: Path,
+    scripted_settings: ScriptedSettings,
 ) -> None:
-    standin = start_standin(
+    standin, config = scripted_settings(
         build_script(
             faults=False,
             executor=[text(kernels.reply(kernels.FAST)), text(kernels.reply(kernels.SLOWER))],
-        )
-    )
-    config = settings(
-        models_config(standin.base_url, tmp_path / "models.json"),
+        ),
         iterations=1,
         beam=1,
         plans=2,
@@ -398,14 +391,7 @@ def test_a_removed_lesson_is_not_summarized_again_on_resume(
     assert len(items) == 2
     # The user takes a lesson out of memory; the run dies before it records the iteration done.
     assert store.remove_experience(items[0].id)
-    _, spec, checkpoint = load_run(store, run_id)
-    crashed = checkpoint.model_copy(
-        update={"completed_iteration": 0, "history": [], "beam": [checkpoint.initial]}
-    )
-    store.update_run(
-        run_id,
-        RunUpdate(status="running", current_iteration=0, config=run_config(spec, crashed)),
-    )
+    _die_before_iteration_1_is_recorded(store, run_id)
     summarizer_calls = sum(1 for r in standin.requests() if r["role"] == "summarizer")
     run = asyncio.run(BeamSearch(store, run_id).run())
     assert run.status == "completed", run.error

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from pathlib import Path
 from typing import Any
 
 from accelopt_mcp.engine.checkpoint import PendingAttempt
@@ -16,7 +15,6 @@ from accelopt_mcp.engine.runs import change_settings, load_run, prepare_run
 from accelopt_mcp.engine.selection import AttemptRecord
 from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.store.base import KernelStore, RunUpdate
-from accelopt_mcp.store.sqlite import SqliteStore
 
 
 def _slot(key: str, status: str = "RUNTIME_ERROR") -> dict[str, Any]:
@@ -53,88 +51,76 @@ def _old_style_run(store: KernelStore, task: Task, solution: Solution) -> str:
 
 
 def test_an_old_run_keeps_its_settings_and_attempts_through_a_settings_change(
-    tmp_path: Path, silu_task: Task, silu_baseline: Solution
+    store: KernelStore, silu_task: Task, silu_baseline: Solution
 ) -> None:
-    store = SqliteStore(tmp_path / "kernels.db")
-    try:
-        run_id = _old_style_run(store, silu_task, silu_baseline)
-        _, spec, checkpoint = load_run(store, run_id)
-        # It goes on as it started: the paper's loop, not the new defaults.
-        assert (spec.optimize.plan_mode, spec.optimize.repair_tries) == ("independent", 0)
-        assert spec.optimize.memory_policy == "fifo"
-        assert set(checkpoint.slots) == {"1/0/0/0", "1/0/0/1"}
-        assert set(checkpoint.pending) == {"1/0/0/1"}  # its slot is unfinished (LLM_FAILED)
+    run_id = _old_style_run(store, silu_task, silu_baseline)
+    _, spec, checkpoint = load_run(store, run_id)
+    # It goes on as it started: the paper's loop, not the new defaults.
+    assert (spec.optimize.plan_mode, spec.optimize.repair_tries) == ("independent", 0)
+    assert spec.optimize.memory_policy == "fifo"
+    assert set(checkpoint.slots) == {"1/0/0/0", "1/0/0/1"}
+    assert set(checkpoint.pending) == {"1/0/0/1"}  # its slot is unfinished (LLM_FAILED)
 
-        change_settings(store, run_id, iterations=4)
-        _, spec, after = load_run(store, run_id)
-        assert spec.optimize.iterations == 4
-        assert after.slots == checkpoint.slots
-        assert after.plans == checkpoint.plans and after.pending == checkpoint.pending
-    finally:
-        store.close()
+    change_settings(store, run_id, iterations=4)
+    _, spec, after = load_run(store, run_id)
+    assert spec.optimize.iterations == 4
+    assert after.slots == checkpoint.slots
+    assert after.plans == checkpoint.plans and after.pending == checkpoint.pending
 
 
 def test_the_first_worker_moves_an_old_runs_attempts_into_entries(
-    tmp_path: Path, silu_task: Task, silu_baseline: Solution
+    store: KernelStore, silu_task: Task, silu_baseline: Solution
 ) -> None:
-    store = SqliteStore(tmp_path / "kernels.db")
-    try:
-        run_id = _old_style_run(store, silu_task, silu_baseline)
-        _, spec, checkpoint = load_run(store, run_id)
-        writer = CheckpointWriter(store, run_id, spec, LiveRun(checkpoint))
+    run_id = _old_style_run(store, silu_task, silu_baseline)
+    _, spec, checkpoint = load_run(store, run_id)
+    writer = CheckpointWriter(store, run_id, spec, LiveRun(checkpoint))
 
-        async def take_over() -> None:
-            assert await writer.move_inline_entries() == 4
-            await writer.save(None)
+    async def take_over() -> None:
+        assert await writer.move_inline_entries() == 4
+        await writer.save(None)
 
-        asyncio.run(take_over())
-        run = store.get_run(run_id)
-        assert run is not None
-        assert "slots" not in run.config["checkpoint"]
-        kinds = sorted((e.kind, e.key) for e in store.run_entries(run_id))
-        assert kinds == [
-            ("pending", "1/0/0/1"),
-            ("plans", "1/0"),
-            ("slot", "1/0/0/0"),
-            ("slot", "1/0/0/1"),
-        ]
-        _, _, again = load_run(store, run_id)
-        assert again.slots == checkpoint.slots and again.plans == checkpoint.plans
-    finally:
-        store.close()
+    asyncio.run(take_over())
+    run = store.get_run(run_id)
+    assert run is not None
+    assert "slots" not in run.config["checkpoint"]
+    kinds = sorted((e.kind, e.key) for e in store.run_entries(run_id))
+    assert kinds == [
+        ("pending", "1/0/0/1"),
+        ("plans", "1/0"),
+        ("slot", "1/0/0/0"),
+        ("slot", "1/0/0/1"),
+    ]
+    _, _, again = load_run(store, run_id)
+    assert again.slots == checkpoint.slots and again.plans == checkpoint.plans
 
 
 def test_an_entry_write_outlives_a_cancelled_caller(
-    tmp_path: Path, silu_task: Task, silu_baseline: Solution
+    store: KernelStore, silu_task: Task, silu_baseline: Solution
 ) -> None:
     """A stop request that cancels the attempt while its record waits for the writer must not
     leave the finished attempt only in memory."""
-    store = SqliteStore(tmp_path / "kernels.db")
-    try:
-        run_id = prepare_run(store, silu_task, silu_baseline, OptimizeConfig())
-        _, spec, checkpoint = load_run(store, run_id)
-        state = LiveRun(checkpoint)
-        writer = CheckpointWriter(store, run_id, spec, state)
+    run_id = prepare_run(store, silu_task, silu_baseline, OptimizeConfig())
+    _, spec, checkpoint = load_run(store, run_id)
+    state = LiveRun(checkpoint)
+    writer = CheckpointWriter(store, run_id, spec, state)
 
-        async def scenario() -> None:
-            await writer._lock.acquire()  # another write is under way
-            checkpoint.slots["1/0/0/0"] = AttemptRecord.model_validate(_slot("1/0/0/0"))
-            checkpoint.pending["1/0/0/1"] = PendingAttempt(solution_id="s", source_hash="h")
-            waiting = [
-                asyncio.ensure_future(writer.save_entry(None, "slot", "1/0/0/0")),
-                asyncio.ensure_future(writer.save_entry(None, "pending", "1/0/0/1")),
-            ]
-            await asyncio.sleep(0.05)
-            for task in waiting:
-                task.cancel()  # the stop request
-            await asyncio.sleep(0)
-            writer._lock.release()
-            for task in waiting:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+    async def scenario() -> None:
+        await writer._lock.acquire()  # another write is under way
+        checkpoint.slots["1/0/0/0"] = AttemptRecord.model_validate(_slot("1/0/0/0"))
+        checkpoint.pending["1/0/0/1"] = PendingAttempt(solution_id="s", source_hash="h")
+        waiting = [
+            asyncio.ensure_future(writer.save_entry(None, "slot", "1/0/0/0")),
+            asyncio.ensure_future(writer.save_entry(None, "pending", "1/0/0/1")),
+        ]
+        await asyncio.sleep(0.05)
+        for task in waiting:
+            task.cancel()  # the stop request
+        await asyncio.sleep(0)
+        writer._lock.release()
+        for task in waiting:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
-        asyncio.run(scenario())
-        keys = {(e.kind, e.key) for e in store.run_entries(run_id)}
-        assert keys == {("slot", "1/0/0/0"), ("pending", "1/0/0/1")}
-    finally:
-        store.close()
+    asyncio.run(scenario())
+    keys = {(e.kind, e.key) for e in store.run_entries(run_id)}
+    assert keys == {("slot", "1/0/0/0"), ("pending", "1/0/0/1")}

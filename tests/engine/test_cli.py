@@ -12,8 +12,7 @@ from accelopt_mcp.engine.config import resolve_optimize_config
 from accelopt_mcp.engine.presets import PRESETS
 from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.store.sqlite import SqliteStore
-from tests.engine.conftest import REPO, build_script, models_config, run_engine, settings
-from tests.llm_standin.process import StartStandin
+from tests.engine.conftest import REPO, ScriptedSettings, build_script, run_engine
 
 _register()
 runner = CliRunner()
@@ -22,14 +21,12 @@ runner = CliRunner()
 def test_runs_and_memory_commands(
     silu_task: Task,
     silu_baseline: Solution,
-    start_standin: StartStandin,
-    llm_key: str,
+    scripted_settings: ScriptedSettings,
     tmp_path: Path,
 ) -> None:
-    standin = start_standin(build_script(faults=False))
+    _, config = scripted_settings(build_script(faults=False))
     db_path = tmp_path / "kernels.db"
     with SqliteStore(db_path) as store:
-        config = settings(models_config(standin.base_url, tmp_path / "models.json"))
         run_id, run = run_engine(store, silu_task, silu_baseline, config)
     db = ["--store", str(db_path)]
 

@@ -34,8 +34,7 @@ from accelopt_mcp.models import (
 )
 from accelopt_mcp.store.base import KernelStore
 from tests.engine import kernels
-from tests.engine.conftest import build_script, models_config, settings, text
-from tests.llm_standin.process import StartStandin
+from tests.engine.conftest import ScriptedSettings, build_script, run_engine, text
 
 SECRET_ENV = "ACCELOPT_FLAGGED_TEST_TOKEN"
 SECRET = "tok-9f3b1c7d5e2a4b60"
@@ -120,23 +119,20 @@ def test_a_flagged_faster_attempt_is_never_best_beam_or_pair(
     store: KernelStore,
     silu_task: Task,
     silu_baseline: Solution,
-    start_standin: StartStandin,
-    llm_key: str,
+    scripted_settings: ScriptedSettings,
     verdicts: None,
     tmp_path: Path,
 ) -> None:
     replies = [text(kernels.reply(s)) for s in (CHEAT, HONEST, FUTURE, BROKEN)]
-    standin = start_standin(build_script(faults=False, executor=replies))
-    config = settings(
-        models_config(standin.base_url, tmp_path / "models.json"),
+    _, config = scripted_settings(
+        build_script(faults=False, executor=replies),
         iterations=1,
         beam=4,
         plans=2,
         attempts=2,
         topk=4,
     )
-    run_id = prepare_run(store, silu_task, silu_baseline, config)
-    run = asyncio.run(BeamSearch(store, run_id, output_dir=tmp_path / "out").run())
+    run_id, run = run_engine(store, silu_task, silu_baseline, config, tmp_path / "out")
     assert run.status == "completed", run.error
     _, _, checkpoint = load_run(store, run_id)
 
@@ -201,13 +197,10 @@ def test_a_flagged_initial_kernel_fails_the_start(
     store: KernelStore,
     silu_task: Task,
     silu_baseline: Solution,
-    start_standin: StartStandin,
-    llm_key: str,
+    scripted_settings: ScriptedSettings,
     verdicts: None,
-    tmp_path: Path,
 ) -> None:
-    standin = start_standin(build_script(faults=False))
-    config = settings(models_config(standin.base_url, tmp_path / "models.json"), iterations=1)
+    _, config = scripted_settings(build_script(faults=False), iterations=1)
     initial = _with_source(silu_baseline, kernel(3.0, "constant_output", "noisy_timing"))
     run_id = prepare_run(store, silu_task, initial, config)
     with pytest.raises(InitialKernelFailed, match=r"untrusted \(constant_output\)"):

@@ -12,8 +12,7 @@ from accelopt_mcp.engine.beam import BeamSearch, RunNotRunnable, RunTakenOver
 from accelopt_mcp.engine.runs import load_run, prepare_run
 from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.store.base import KernelStore
-from tests.engine.conftest import build_script, models_config, settings
-from tests.llm_standin.process import StartStandin
+from tests.engine.conftest import ScriptedSettings, build_script
 
 SUCCESSOR = "other-host|1|1"
 
@@ -22,14 +21,12 @@ def test_a_worker_whose_run_is_taken_over_stops_and_writes_nothing_more(
     store: KernelStore,
     silu_task: Task,
     silu_baseline: Solution,
-    start_standin: StartStandin,
-    llm_key: str,
+    scripted_settings: ScriptedSettings,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("ACCELOPT_LEASE_S", "2")  # renewed every 0.5 s
-    standin = start_standin(build_script(faults=False, latency_s=0.3))
-    config = settings(models_config(standin.base_url, tmp_path / "models.json"), iterations=4)
+    _, config = scripted_settings(build_script(faults=False, latency_s=0.3), iterations=4)
     run_id = prepare_run(store, silu_task, silu_baseline, config)
 
     async def scenario() -> tuple[Any, list[Any]]:
@@ -66,12 +63,9 @@ def test_a_completed_run_is_not_run_again_without_new_iterations(
     store: KernelStore,
     silu_task: Task,
     silu_baseline: Solution,
-    start_standin: StartStandin,
-    llm_key: str,
-    tmp_path: Path,
+    scripted_settings: ScriptedSettings,
 ) -> None:
-    standin = start_standin(build_script(faults=False))
-    config = settings(models_config(standin.base_url, tmp_path / "models.json"), iterations=1)
+    standin, config = scripted_settings(build_script(faults=False), iterations=1)
     run_id = prepare_run(store, silu_task, silu_baseline, config)
     first = asyncio.run(BeamSearch(store, run_id).run())
     assert first.status == "completed", first.error

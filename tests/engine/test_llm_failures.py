@@ -23,7 +23,6 @@ def _executor_calls(standin: StandinProcess) -> int:
 def test_every_executor_failing_stops_the_run_with_the_reason(
     scripted_settings: ScriptedSettings,
     store: KernelStore,
-    llm_key: str,
     silu_task: Task,
     silu_baseline: Solution,
 ) -> None:
@@ -50,7 +49,6 @@ def test_every_executor_failing_stops_the_run_with_the_reason(
 def test_consecutive_failures_stop_the_run_before_the_iteration_ends(
     scripted_settings: ScriptedSettings,
     store: KernelStore,
-    llm_key: str,
     silu_task: Task,
     silu_baseline: Solution,
 ) -> None:
@@ -78,7 +76,6 @@ def test_consecutive_failures_stop_the_run_before_the_iteration_ends(
 def test_a_run_that_recovers_keeps_going(
     scripted_settings: ScriptedSettings,
     store: KernelStore,
-    llm_key: str,
     silu_task: Task,
     silu_baseline: Solution,
 ) -> None:

@@ -56,8 +56,7 @@ from accelopt_mcp.stats import Verdict
 from accelopt_mcp.store.sqlite import SqliteStore
 from tests.bench import quick_bench
 from tests.engine import kernels
-from tests.engine.conftest import build_script, models_config, settings, text
-from tests.llm_standin.process import StartStandin
+from tests.engine.conftest import OLD_INITIAL, OLD_SLOT, ScriptedSettings, build_script, text
 
 # Timing-sensitive (measured speedups decide what is kept): run alone, not beside other tests
 # (scripts/test.sh runs `-m serial` first, then the rest in parallel).
@@ -238,28 +237,11 @@ def test_the_speedup_over_the_parent_comes_from_the_same_rounds_when_it_can() ->
 
 
 def test_old_checkpoints_load_without_intervals_or_ties() -> None:
-    old = {
-        "iteration": 1,
-        "beam_index": 0,
-        "plan_index": 0,
-        "attempt_index": 0,
-        "parent_id": "p",
-        "parent_latency_ms": 10.0,
-        "status": "PASSED",
-        "solution_id": "s",
-        "source_hash": "h",
-        "latency_ms": 2.0,
-    }
-    slot = AttemptRecord.model_validate(old)
+    slot = AttemptRecord.model_validate(OLD_SLOT)
     assert slot.speedup_ci_low is None and slot.speedup_measured is None
     assert slot.speedup_interval is not None and slot.speedup_interval.low == 5.0
-    initial = {"solution_id": "i", "latency_ms": 10.0, "source_hash": "hi", "branch": "initial"}
     checkpoint = Checkpoint.model_validate(
-        {
-            "initial": initial,
-            "beam": [initial],
-            "slots": {"1/0/0/0": old},
-        }
+        {"initial": OLD_INITIAL, "beam": [OLD_INITIAL], "slots": {"1/0/0/0": OLD_SLOT}}
     )
     assert checkpoint.ties == []
     assert checkpoint.best_so_far().solution_id == "s"  # iteration 1 is under way
@@ -500,18 +482,14 @@ def _show(db_path: Path, run_id: str) -> str:
 def test_an_attempt_is_timed_with_its_parent(
     silu_task: Task,
     silu_baseline: Solution,
-    start_standin: StartStandin,
-    llm_key: str,
+    scripted_settings: ScriptedSettings,
     tmp_path: Path,
 ) -> None:
-    standin = start_standin(
+    _, config = scripted_settings(
         build_script(
             faults=False,
             executor=[text(kernels.reply(kernels.FAST)), text(kernels.reply(kernels.SLOWER))],
-        )
-    )
-    config = settings(
-        models_config(standin.base_url, tmp_path / "models.json"),
+        ),
         iterations=1,
         beam=1,
         plans=1,
@@ -554,19 +532,15 @@ def test_an_attempt_is_timed_with_its_parent(
 def test_a_tie_is_re_measured_head_to_head_and_reported(
     silu_task: Task,
     silu_baseline: Solution,
-    start_standin: StartStandin,
-    llm_key: str,
+    scripted_settings: ScriptedSettings,
     tmp_path: Path,
 ) -> None:
     # The executor writes the initial kernel down again: as fast, so a tie for first place.
-    standin = start_standin(
+    _, config = scripted_settings(
         build_script(
             faults=False,
             executor=[text(kernels.reply(_twin(silu_baseline.entry_source.content)))],
-        )
-    )
-    config = settings(
-        models_config(standin.base_url, tmp_path / "models.json"),
+        ),
         iterations=1,
         beam=1,
         plans=1,

@@ -14,8 +14,7 @@ from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.store.base import ExperienceIn, KernelStore
 from accelopt_mcp.store.sqlite import SqliteStore
 from tests.engine import kernels
-from tests.engine.conftest import build_script, models_config, run_engine, settings, text
-from tests.llm_standin.process import StartStandin
+from tests.engine.conftest import ScriptedSettings, build_script, run_engine, text
 from tests.store.lineage_samples import DEF, store_family
 
 
@@ -23,17 +22,21 @@ def test_a_pair_met_again_in_a_later_iteration_is_not_summarized_again(
     store: KernelStore,
     silu_task: Task,
     silu_baseline: Solution,
-    start_standin: StartStandin,
-    llm_key: str,
-    tmp_path: Path,
+    scripted_settings: ScriptedSettings,
 ) -> None:
     # Every attempt is slower than the initial kernel, so the beam keeps it, and the executor
     # writes the same two kernels in both iterations: the same two negative pairs each time.
     much_slower = kernels.SLOWER.replace("range(3)", "range(12)")
     replies = [text(kernels.reply(kernels.SLOWER)), text(kernels.reply(much_slower))]
-    standin = start_standin(build_script(faults=False, executor=replies * 2))
-    models = models_config(standin.base_url, tmp_path / "models.json", executor={"concurrency": 1})
-    config = settings(models, iterations=2, beam=1, plans=2, attempts=1, topk=2)
+    standin, config = scripted_settings(
+        build_script(faults=False, executor=replies * 2),
+        models={"executor": {"concurrency": 1}},
+        iterations=2,
+        beam=1,
+        plans=2,
+        attempts=1,
+        topk=2,
+    )
     run_id, run = run_engine(store, silu_task, silu_baseline, config)
     assert run.status == "completed", run.error
 

@@ -37,7 +37,6 @@ RepairRun = Callable[..., tuple[StandinProcess, RunRecord, Checkpoint]]
 def repair_run(
     scripted_settings: ScriptedSettings,
     store: KernelStore,
-    llm_key: str,
     silu_task: Task,
     silu_baseline: Solution,
 ) -> RepairRun:

@@ -11,6 +11,7 @@ from accelopt_mcp.engine.selection import (
     plan_representatives,
     select_pairs,
 )
+from tests.engine.conftest import OLD_INITIAL, OLD_SLOT
 
 
 def attempt(
@@ -158,29 +159,12 @@ def test_a_flagged_attempt_represents_no_plan_and_forms_no_pair() -> None:
 
 
 def test_old_checkpoint_slots_without_flags_load_as_trusted() -> None:
-    old_json = {
-        "iteration": 1,
-        "beam_index": 0,
-        "plan_index": 0,
-        "attempt_index": 0,
-        "parent_id": "p",
-        "parent_latency_ms": 10.0,
-        "status": "PASSED",
-        "solution_id": "s",
-        "source_hash": "h",
-        "latency_ms": 2.0,
-    }
-    slot = AttemptRecord.model_validate(old_json)
+    slot = AttemptRecord.model_validate(OLD_SLOT)
     assert slot.flags == [] and slot.trusted and slot.usable
     checkpoint = Checkpoint.model_validate(
         {
-            "initial": {
-                "solution_id": "i",
-                "latency_ms": 10.0,
-                "source_hash": "hi",
-                "branch": "initial",
-            },
-            "slots": {"1/0/0/0": old_json},
+            "initial": OLD_INITIAL,
+            "slots": {"1/0/0/0": OLD_SLOT},
             "history": [
                 {
                     "iteration": 1,

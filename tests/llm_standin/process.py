@@ -16,12 +16,13 @@ from typing import Any
 import httpx
 
 from tests.llm_standin.script import StandinScript
+from tests.server_process import ServerProcess, end_process
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _READY_PREFIX = "STANDIN LISTENING "
 
 
-class StandinProcess:
+class StandinProcess(ServerProcess):
     """`with StandinProcess(script) as standin:` gives `standin.base_url` (ends in /v1)."""
 
     def __init__(self, script: StandinScript, *, start_timeout_s: float = 20.0) -> None:
@@ -30,13 +31,6 @@ class StandinProcess:
         self.base_url = ""
         self._process: subprocess.Popen[str] | None = None
         self._workdir = tempfile.TemporaryDirectory(prefix="llm-standin-")
-
-    def __enter__(self) -> StandinProcess:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self) -> None:
         script_path = Path(self._workdir.name) / "script.json"
@@ -73,15 +67,10 @@ class StandinProcess:
         )
 
     def stop(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-        if self._process is not None and self._process.stdout is not None:
-            self._process.stdout.close()
+        if self._process is not None:
+            end_process(self._process, timeout_s=5)
+            if self._process.stdout is not None:
+                self._process.stdout.close()
         self._process = None
         self._workdir.cleanup()
 

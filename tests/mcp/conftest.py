@@ -15,6 +15,7 @@ from accelopt_mcp.mcp_tools.roots import Roots
 from accelopt_mcp.store import open_store
 from accelopt_mcp.store.base import KernelStore
 from accelopt_mcp.store.postgres import PostgresStore
+from tests.bench import quick_bench_fields
 from tests.pg_server import create_database
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -24,6 +25,12 @@ NKIBENCH_DIR = EXAMPLES / "nkibench"
 SILU_TASK = TRACE_DIR / "definitions" / "silu_n1024.json"
 SILU_SLOW = TRACE_DIR / "solutions" / "silu_n1024" / "silu_n1024_python_loop.json"
 SILU_FAST = TRACE_DIR / "solutions" / "silu_n1024" / "silu_n1024_fast.json"
+
+# Small and quick profiling (a tool's `benchmark` argument): two seeds, three timed runs, one
+# short round.
+BENCH = quick_bench_fields(
+    seeds=[0, 1], processes=(1, 2), max_measurement_rounds=1, max_timing_seconds=1.0
+)
 
 # Protocols the in-process client speaks: the handshake Claude Code uses, and the 2026 one.
 MODES = ["legacy", "2026-07-28"]

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.server_process import ServerProcess, end_process
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -37,7 +39,7 @@ def server_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-class HttpServer:
+class HttpServer(ServerProcess):
     """`accelopt-mcp --http` on a free port; `url` is its /mcp endpoint."""
 
     def __init__(
@@ -81,13 +83,6 @@ class HttpServer:
     def stderr(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def __enter__(self) -> HttpServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def start(self) -> None:
         given = {"ACCELOPT_MCP_TOKEN": self.token} if self.token else {}
         env = server_env(**{"ACCELOPT_HOME": str(self.home), **self.env, **given})
@@ -117,11 +112,6 @@ class HttpServer:
         raise RuntimeError(f"accelopt-mcp did not answer /health:\n{self.stderr()}")
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            end_process(self.process, timeout_s=10)
         self.process = None

@@ -15,7 +15,7 @@ from mcp import Client, StdioServerParameters
 
 from tests.llm_standin.process import StandinProcess
 from tests.llm_standin.script import StandinScript
-from tests.mcp.conftest import SILU_FAST, SILU_SLOW, SILU_TASK
+from tests.mcp.conftest import BENCH, SILU_FAST, SILU_SLOW, SILU_TASK
 from tests.mcp.helpers import TOOLS_LIST_BYTES, ok
 from tests.mcp.processes import console_script, server_env
 
@@ -23,14 +23,6 @@ pytestmark = pytest.mark.anyio
 
 KEY_ENV = "ACCELOPT_AGENT_LOOP_TEST_KEY"
 KEY = "standin-agent-loop-key-41d7"
-BENCH: dict[str, Any] = {
-    "seeds": [0, 1],
-    "warmup_runs": 1,
-    "max_measurement_rounds": 1,
-    "min_processes": 1,
-    "max_processes": 2,
-    "max_timing_seconds": 1.0,
-}
 FAST_SOURCE = json.loads(SILU_FAST.read_text())["sources"][0]["content"]
 LESSON = {
     "title": "Fuse the exponential and the divide into in-place ufunc calls",
@@ -156,7 +148,7 @@ async def test_an_agent_drives_the_loop_over_stdio(tmp_path: Path) -> None:
                     "workers": 1,
                     "seed_memory": True,
                     "models_config": _models(llm.base_url, tmp_path),
-                    "benchmark": {**BENCH, "iterations": 3},
+                    "benchmark": BENCH,
                 },
             )
             final = await ok(

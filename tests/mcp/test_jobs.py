@@ -21,7 +21,7 @@ from accelopt_mcp.store import open_store
 from tests.engine import kernels
 from tests.llm_standin.process import StandinProcess
 from tests.llm_standin.script import StandinScript
-from tests.mcp.conftest import MODES, NKIBENCH_DIR, served
+from tests.mcp.conftest import BENCH, MODES, NKIBENCH_DIR, served
 from tests.mcp.helpers import fails, ok, payload
 from tests.mcp.processes import HttpServer
 
@@ -33,18 +33,8 @@ TASK = NKIBENCH_DIR / "reference" / "silu_M512_N1024_numpy_0.py"
 KERNEL = NKIBENCH_DIR / "kernels" / "silu_M512_N1024_0.py"
 KEY_ENV = "ACCELOPT_MCP_TEST_LLM_KEY"
 KEY = "standin-mcp-key-8c41"
-# Small and quick profiling: two seeds, three timed runs, one round.
-BENCH = {
-    "seeds": [0, 1],
-    "warmup_runs": 1,
-    "iterations": 3,
-    "max_measurement_rounds": 1,
-    "min_processes": 1,
-    "max_processes": 2,
-    "max_timing_seconds": 1.0,
-    "timeout_seconds": 10.0,
-    "memory_limit_mb": 1024,
-}
+# Small and quick profiling (conftest.BENCH), within a short timeout and memory limit.
+JOB_BENCH = {**BENCH, "timeout_seconds": 10.0, "memory_limit_mb": 1024}
 
 
 def text(reply: str) -> dict[str, Any]:
@@ -117,7 +107,7 @@ def job_args(models: str, **overrides: Any) -> dict[str, Any]:
         "workers": 1,
         "models_config": models,
         "namespace": "mcp-test",
-        "benchmark": BENCH,
+        "benchmark": JOB_BENCH,
         **overrides,
     }
 

@@ -16,21 +16,12 @@ from mcp import Client
 
 from accelopt_mcp.store.base import KernelStore, RunRecord
 from accelopt_mcp.tasks.kernels import default_kernel_name
-from tests.mcp.conftest import NKIBENCH_DIR, SILU_FAST, SILU_SLOW, SILU_TASK
+from tests.mcp.conftest import BENCH, NKIBENCH_DIR, SILU_FAST, SILU_SLOW, SILU_TASK
 from tests.mcp.helpers import fails, ok
 from tests.mcp.processes import server_env
 
 pytestmark = pytest.mark.anyio
 
-# Small and quick profiling (as tests/mcp/test_jobs.py): two seeds, one short round.
-BENCH: dict[str, Any] = {
-    "seeds": [0, 1],
-    "warmup_runs": 1,
-    "max_measurement_rounds": 1,
-    "min_processes": 1,
-    "max_processes": 2,
-    "max_timing_seconds": 1.0,
-}
 TASK = str(SILU_TASK)
 SLOW_SOURCE = json.loads(SILU_SLOW.read_text())["sources"][0]["content"]
 FAST_SOURCE = json.loads(SILU_FAST.read_text())["sources"][0]["content"]

@@ -9,12 +9,11 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from accelopt_mcp.models import LlmCallIn, LlmMessage
 from accelopt_mcp.store import open_store
 from accelopt_mcp.store.base import RunRecord
 from tests.mcp.conftest import MODES, served
 from tests.mcp.helpers import fails, ok
-from tests.store.samples import make_definition
+from tests.store.samples import make_definition, make_llm_call
 
 pytestmark = pytest.mark.anyio
 
@@ -27,28 +26,21 @@ def _fill(url: str) -> None:
         store.upsert_definition(make_definition("d"))
         store.create_run(RunRecord(id="run-1", definition_name="d"))
         store.add_llm_call(
-            LlmCallIn(
-                id=FIRST,
-                run_id="run-1",
-                role="planner",
-                model="m",
+            make_llm_call(
+                FIRST,
                 purpose="plan 1/0",
                 tokens_in=10,
                 tokens_out=4,
                 started_at=datetime(2026, 3, 1, tzinfo=UTC),
-                messages=[
-                    LlmMessage(role="system", content="You plan."),
-                    LlmMessage(role="user", content=LONG_PROMPT),
-                ],
+                system="You plan.",
+                prompt=LONG_PROMPT,
                 reply="tile it",
             )
         )
         for i in range(4):
             store.add_llm_call(
-                LlmCallIn(
-                    run_id="run-1",
+                make_llm_call(
                     role="executor",
-                    model="m",
                     purpose=f"attempt 1/0/0/{i}",
                     status="failed" if i == 3 else "ok",
                     error="HTTP 500" if i == 3 else None,

@@ -17,6 +17,7 @@ import httpx
 from tests.postgrest_standin.__main__ import KEY_ENV, ROLE_ENV
 from tests.postgrest_standin.app import DATABASE_PATH
 from tests.postgrest_standin.faults import CONTROL_PATH
+from tests.server_process import end_process
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,13 +74,7 @@ class RunningStandIn:
         self.clear_faults()
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        end_process(self.process, timeout_s=10)
         self.log.unlink(missing_ok=True)
 
 

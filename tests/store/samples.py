@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from typing import Any
 
 from accelopt_mcp.models import (
     BuildSpec,
@@ -13,6 +14,8 @@ from accelopt_mcp.models import (
     Evaluation,
     EvaluationStatus,
     LatencyStats,
+    LlmCallIn,
+    LlmMessage,
     Performance,
     Solution,
     SourceFile,
@@ -97,6 +100,25 @@ def make_evaluation(
         latency_stats=stats,
         hardware_counters={"cycles": 1000.0} if status == EvaluationStatus.PASSED else {},
     )
+
+
+def make_llm_call(
+    call_id: str | None = None,
+    *,
+    system: str | None = None,
+    prompt: str | None = None,
+    **fields: Any,
+) -> LlmCallIn:
+    """A ledger row: run-1's planner on model "m" unless `fields` say otherwise; its messages
+    the `system` message and the user's `prompt`, those given."""
+    said = (("system", system), ("user", prompt))
+    messages = [LlmMessage(role=role, content=text) for role, text in said if text is not None]
+    record: dict[str, Any] = {"run_id": "run-1", "role": "planner", "model": "m", **fields}
+    if call_id is not None:
+        record["id"] = call_id
+    if messages:
+        record["messages"] = messages
+    return LlmCallIn.model_validate(record)
 
 
 def without_row_level_security(schema: str) -> str:

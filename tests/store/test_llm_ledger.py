@@ -24,7 +24,7 @@ from accelopt_mcp.store.base import (
 from accelopt_mcp.store.postgres import PostgresStore
 from accelopt_mcp.store.sqlite import SqliteStore
 from accelopt_mcp.store.supabase import SupabaseStore
-from tests.store.samples import make_definition
+from tests.store.samples import make_definition, make_llm_call
 
 DEF = "exp_f32"
 FAKE_KEY = "sk-proj-FAKEKEY0123456789abcdefghijklmnop"
@@ -61,21 +61,16 @@ def _raw_texts(store: KernelStore, call_id: str) -> tuple[bytes, bytes]:
     return bytes.fromhex(got["messages"][2:]), bytes.fromhex(got["reply"][2:])
 
 
-def _in_flight(call_id: str, run_id: str = "run-1", **fields: object) -> LlmCallIn:
-    return LlmCallIn.model_validate(
-        {
-            "id": call_id,
-            "run_id": run_id,
-            "role": "planner",
-            "model": "m",
-            "status": "in_flight",
-            "tokens_in": 250,
-            "cost_usd": 0.002,
-            "purpose": "plan 2/0",
-            "started_at": T0,
-            **fields,
-        }
-    )
+def _in_flight(call_id: str, **fields: object) -> LlmCallIn:
+    """run-1's planner call for "plan 2/0", sent at T0 and not answered yet."""
+    sent = {
+        "status": "in_flight",
+        "tokens_in": 250,
+        "cost_usd": 0.002,
+        "purpose": "plan 2/0",
+        "started_at": T0,
+    }
+    return make_llm_call(call_id, **{**sent, **fields})
 
 
 def test_prompt_and_reply_round_trip_redacted_and_compressed(runs: KernelStore) -> None:
@@ -95,11 +90,8 @@ def test_prompt_and_reply_round_trip_redacted_and_compressed(runs: KernelStore) 
 
     finished = T0 + timedelta(seconds=3)
     runs.add_llm_call(
-        LlmCallIn(
-            id=call_id,
-            run_id="run-1",
-            role="planner",
-            model="m",
+        make_llm_call(
+            call_id,
             status="ok",
             tokens_in=240,
             tokens_out=12,
@@ -149,19 +141,15 @@ def test_calls_by_id_prefix(runs: KernelStore) -> None:
     assert runs.get_llm_call("dead") is None  # too short for a prefix
     assert runs.get_llm_call("deadbeef%") is None  # no wildcards
     assert runs.get_llm_call("ffffffff") is None
-    legacy = runs.add_llm_call(LlmCallIn(run_id="run-1", role="planner", model="m"))
+    legacy = runs.add_llm_call(make_llm_call())
     assert runs.get_llm_call(legacy[:8]).messages is None  # type: ignore[union-attr]
 
 
 def test_listing_pages_and_filters_oldest_first(runs: KernelStore) -> None:
     ids = []
     for i, role in enumerate(["planner", "executor", "executor", "summarizer", "executor"]):
-        ids.append(
-            runs.add_llm_call(
-                LlmCallIn(run_id="run-1", role=role, model="m", tokens_in=i, purpose=f"p{i}")
-            )
-        )
-    runs.add_llm_call(LlmCallIn(run_id="run-2", role="executor", model="m"))
+        ids.append(runs.add_llm_call(make_llm_call(role=role, tokens_in=i, purpose=f"p{i}")))
+    runs.add_llm_call(make_llm_call(run_id="run-2", role="executor"))
     assert [c.id for c in runs.list_llm_calls("run-1")] == ids
     executor = [c.id for c in runs.list_llm_calls("run-1", role="executor")]
     assert executor == [ids[1], ids[2], ids[4]]
@@ -177,9 +165,7 @@ def test_a_dead_workers_calls_are_marked_interrupted_and_counted(runs: KernelSto
     # What a worker killed while waiting leaves: two rows in flight, one finished call.
     runs.add_llm_call(_in_flight("1" * 32, tokens_in=400, cost_usd=0.004))
     runs.add_llm_call(_in_flight("2" * 32, tokens_in=100, cost_usd=0.001, role="executor"))
-    runs.add_llm_call(
-        LlmCallIn(run_id="run-1", role="planner", model="m", tokens_in=50, tokens_out=5)
-    )
+    runs.add_llm_call(make_llm_call(tokens_in=50, tokens_out=5))
     other = runs.add_llm_call(_in_flight("3" * 32, run_id="run-2"))
     live = {t.role: t for t in runs.llm_totals("run-1")}
     assert (live["planner"].in_flight, live["planner"].interrupted) == (1, 0)
@@ -201,10 +187,8 @@ def test_a_dead_workers_calls_are_marked_interrupted_and_counted(runs: KernelSto
 
 
 def test_ok_alone_still_says_the_status(runs: KernelStore) -> None:
-    failed = runs.add_llm_call(
-        LlmCallIn(run_id="run-1", role="planner", model="m", ok=False, error="HTTP 500")
-    )
-    done = runs.add_llm_call(LlmCallIn(run_id="run-1", role="planner", model="m"))
+    failed = runs.add_llm_call(make_llm_call(ok=False, error="HTTP 500"))
+    done = runs.add_llm_call(make_llm_call())
     assert runs.get_llm_call(failed).status == "failed"  # type: ignore[union-attr]
     assert runs.get_llm_call(done).status == "ok"  # type: ignore[union-attr]
     (totals,) = runs.llm_totals("run-1")
@@ -267,9 +251,7 @@ def test_prompts_redact_the_stores_own_secrets_too(runs: KernelStore) -> None:
         SupabaseStore: getattr(runs, "_key", None),
     }[type(runs)]
     text = f"postgresql://u:pw-9911@h/db and {secret or 'nothing'}"
-    call_id = runs.add_llm_call(
-        _in_flight("5" * 32, messages=[LlmMessage(role="user", content=text)], reply=text)
-    )
+    call_id = runs.add_llm_call(_in_flight("5" * 32, prompt=text, reply=text))
     stored = runs.get_llm_call(call_id)
     assert stored is not None and stored.messages is not None and stored.reply is not None
     for shown in (stored.messages[0].content, stored.reply):

@@ -20,7 +20,7 @@ from accelopt_mcp.store.base import ExperienceIn, RunRecord, StoreUnavailableErr
 from accelopt_mcp.store.postgres import ROW_LEVEL_SECURITY, TEAM_ROLE, PostgresStore
 from accelopt_mcp.store.supabase import SupabaseStore
 from tests.pg_server import PostgresServer
-from tests.store.conftest import SCHEMA_TABLES
+from tests.store.conftest import RECORD_TABLES, SCHEMA_TABLES
 from tests.store.samples import make_definition, make_evaluation, make_solution, make_workload
 from tests.store.supabase_fixture import serve
 
@@ -167,7 +167,7 @@ def test_applying_the_schema_says_it_turned_row_level_security_on(
 def test_the_owner_and_a_bypassrls_role_see_everything(team_db: TeamDatabase) -> None:
     owner = team_db.owner
     assert {name: n for name, n in owner.stats().counts.items() if n} == {
-        t: team_db.counts[t] for t in SCHEMA_TABLES if t != "hardware_peaks"
+        t: team_db.counts[t] for t in RECORD_TABLES
     }
     assert [s.id for s in owner.ancestors(team_db.ids["child"])] == [team_db.ids["root"]]
     assert [e.title for e in owner.search_experiences(text="tile")] == ["Tile the rows"]

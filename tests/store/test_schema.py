@@ -43,6 +43,7 @@ from tests.store.samples import (
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "schema_v2.txt"
+OLD_SQLITE_V5 = ROOT / "tests" / "data" / "old_schemas" / "sqlite_schema_v5.sql"
 
 
 def _psql() -> str:
@@ -400,30 +401,22 @@ def test_reapplying_the_schema_adds_trusted_to_an_older_database(pg_dsn: str) ->
 
 # --------------------------------------------------------------------------- the audit trail
 
-_LLM_CALLS_V3 = """CREATE TABLE IF NOT EXISTS llm_calls (
-    id          TEXT PRIMARY KEY,
-    run_id      TEXT REFERENCES runs (id) ON DELETE CASCADE,
-    role        TEXT NOT NULL,
-    model       TEXT NOT NULL,
-    tokens_in   INTEGER NOT NULL DEFAULT 0,
-    tokens_out  INTEGER NOT NULL DEFAULT 0,
-    latency_s   REAL NOT NULL DEFAULT 0,
-    cost_usd    REAL NOT NULL DEFAULT 0,
-    ok          INTEGER NOT NULL DEFAULT 1,
-    error       TEXT,
-    created_at  TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
-);"""
+_LLM_CALLS = re.compile(r"CREATE TABLE IF NOT EXISTS llm_calls \(.*?\n\);", re.S)
+
+
+def _llm_calls_v3() -> str:
+    """The llm_calls table as version 3 made it: the frozen version 5 one (tests/data/
+    old_schemas) without the columns from `status` on, which came with version 4."""
+    found = _LLM_CALLS.search(OLD_SQLITE_V5.read_text())
+    assert found is not None
+    columns, _, _ = found.group(0).partition(",\n    status ")
+    return columns + "\n);"
 
 
 def _v3_sqlite() -> str:
     """sqlite_schema.sql as it was at version 3: no audit columns, no run_entries."""
     schema = sqlite_schema()
-    old = re.sub(
-        r"CREATE TABLE IF NOT EXISTS llm_calls \(.*?\n\);",
-        lambda _: _LLM_CALLS_V3,
-        schema,
-        flags=re.S,
-    )
+    old = _LLM_CALLS.sub(lambda _: _llm_calls_v3(), schema)
     old = re.sub(r"\n-- A run's state in small rows.*?\n\);\n", "\n", old, flags=re.S)
     assert "run_entries" not in old and "BLOB" not in old
     return old
