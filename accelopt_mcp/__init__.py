@@ -29,6 +29,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("comparing",),
     # The AccelOpt loop (and its jobs), and profiling one kernel into the store.
     ("engine", "profiling"),
+    # Benchmark suites: one optimization per task of a benchmark, and its percent-of-peak
+    # table (the built-in CPU NKIBench ships here too).
+    ("suites",),
     # Front ends: the `accelopt` command and the MCP tools, thin shells over the layers below;
     # writing the skill and a project's .mcp.json for an agent (it imports nothing of ours).
     ("cli", "mcp_tools", "install_skill"),

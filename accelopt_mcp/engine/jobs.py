@@ -100,6 +100,9 @@ class OptimizeRequest(BaseModel):
     read_within: list[str] | None = None
     """Folders (resolved) the task may read from: the MCP server's roots, so that a definition's
     trace set is never looked for above them. None: anywhere (the CLI)."""
+    suite_case: str | None = None
+    """'SUITE_ID/CASE' when the job is one case of a suite (accelopt_mcp/suites): kept with
+    the run, so that a suite resumed after a crash finds the run it had started."""
 
     def within(self) -> Callable[[Path], bool] | None:
         """`read_within` as a test of a resolved path, for load_task."""
@@ -361,28 +364,41 @@ class JobManager:
         resumed = []
         for state in ("running", "pending"):
             for run in self.store.list_runs(status=state, limit=10_000):
-                with self._lock:
-                    if run.id in self._queue or run.id in self._children:
-                        continue
-                try:
-                    status = self.status(run.id)
-                    _, spec, _ = load_run(self.store, run.id)
-                except ValueError:
-                    continue  # not a run made by the engine
-                if status.state != "interrupted":
-                    continue
-                reason = why_not_here(run.id, spec)
-                if reason is not None:
-                    if self._left.get(run.id) != reason:
-                        log.info("interrupted run %s left alone: %s", run.id, reason)
-                    self._left[run.id] = reason
-                    continue
-                dead = run.worker_id if local_worker_gone(run.worker_id) else None
-                if self._hold_and_queue(run.id, ("pending", "running"), steal_from=dead):
-                    self._left.pop(run.id, None)
+                if self._take_over(run):
                     resumed.append(run.id)
         self._pump()
         return resumed
+
+    def resume_if_interrupted(self, job_id: str) -> bool:
+        """Take over this one run if it is interrupted and this server can serve it (as
+        resume_interrupted does for all); True when it was queued."""
+        run = self.store.get_run(job_id)
+        taken = run is not None and self._take_over(run)
+        self._pump()
+        return taken
+
+    def _take_over(self, run: RunRecord) -> bool:
+        with self._lock:
+            if run.id in self._queue or run.id in self._children:
+                return False
+        try:
+            status = self.status(run.id)
+            _, spec, _ = load_run(self.store, run.id)
+        except ValueError:
+            return False  # not a run made by the engine
+        if status.state != "interrupted":
+            return False
+        reason = why_not_here(run.id, spec)
+        if reason is not None:
+            if self._left.get(run.id) != reason:
+                log.info("interrupted run %s left alone: %s", run.id, reason)
+            self._left[run.id] = reason
+            return False
+        dead = run.worker_id if local_worker_gone(run.worker_id) else None
+        if self._hold_and_queue(run.id, ("pending", "running"), steal_from=dead):
+            self._left.pop(run.id, None)
+            return True
+        return False
 
     def left_alone(self) -> dict[str, str]:
         """Interrupted runs the last resume_interrupted() did not take, and why (with the

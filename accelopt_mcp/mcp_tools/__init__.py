@@ -20,7 +20,9 @@ Start with check_database (stop and relay its next_steps when ok is false) and l
 profile_kernel checks, times and stores one kernel; give parent_id, name and evolve_metadata
 to link a candidate in the same call. compare_kernels ranks 2-8 against each other.
 start_optimization runs the whole loop as a background job: follow it with wait_for_job /
-job_status, read job_result, cancel_job to stop. Results are JSON; every speedup says what it
+job_status, read job_result, cancel_job to stop. start_suite runs a whole benchmark (one
+optimization per task, e.g. builtin='cpu-nkibench') and suite_status gives its percent-of-peak
+table. Results are JSON; every speedup says what it
 is against (_vs_reference, _vs_parent, _vs_initial). Ids may be given by a unique prefix of 8+
 characters.
 Browse with list_definitions, list_solutions, get_solution, solution_lineage, query_profiles;
@@ -39,13 +41,13 @@ def build_server(
 
     tools = [*profiling.TOOLS, *compare.TOOLS, *kernels.TOOLS, *llm_calls.TOOLS]
     try:
-        from accelopt_mcp.mcp_tools import jobs, memory
+        from accelopt_mcp.mcp_tools import jobs, memory, suites
     except ModuleNotFoundError as exc:  # a build without the engine still browses and profiles
         if not (exc.name or "").startswith("accelopt_mcp.engine"):
             raise
         log.warning("optimization memory and jobs are unavailable: %s", exc)
     else:
-        tools += [*memory.TOOLS, *jobs.TOOLS]
+        tools += [*memory.TOOLS, *jobs.TOOLS, *suites.TOOLS]
     settings.setdefault("log_level", "WARNING")
     server = AccelOptServer(
         name="accelopt",

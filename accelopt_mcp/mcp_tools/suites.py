@@ -1,0 +1,183 @@
+"""Suite tools: a whole benchmark (one optimization per task) as one background process, and
+its percent-of-peak table so far. The suite's driver runs in a process of its own (python -m
+accelopt_mcp.suites), each case as an optimization job, so it outlives the request; the table
+is read from the database."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+from mcp.server.mcpserver.tools import Tool
+from mcp_types import ToolAnnotations
+from pydantic import Field
+
+from accelopt_mcp.engine.config import resolve_optimize_config
+from accelopt_mcp.engine.presets import PRESETS
+from accelopt_mcp.engine.runs import default_output_dir
+from accelopt_mcp.mcp_tools.run_params import with_run_params
+from accelopt_mcp.mcp_tools.state import ToolContext, state_of
+from accelopt_mcp.mcp_tools.views import ClusterArg, View
+from accelopt_mcp.store import STORE_ENV
+from accelopt_mcp.store.base import SuiteRecord
+from accelopt_mcp.suites import builtin_suite
+from accelopt_mcp.suites.report import suite_json
+from accelopt_mcp.suites.runner import create_suite, spec_of
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
+SuiteId = Annotated[
+    str, Field(description="The id start_suite returned (or its 8+ first characters).")
+]
+
+
+class SuiteView(View):
+    """A suite and its table so far."""
+
+    suite_id: str
+    name: str
+    status: str
+    """running, completed, cancelled or interrupted (its driver stopped: start_suite again
+    is not needed, suite_resume goes on)."""
+    tasks: list[dict[str, Any]]
+    """Per task case: baseline and best (latency_ms, percent_of_peak), speedup over the
+    baseline with its interval, LLM calls, tokens, cost, wall time, how it ended, and why it
+    is excluded from the means (above 100% of peak) where it is."""
+    geomean: dict[str, Any]
+    about: dict[str, str]
+    """Hardware, peaks, settings, models and code version."""
+    next: str | None = None
+
+
+def _view(record: SuiteRecord, next_step: str | None = None) -> SuiteView:
+    data = suite_json(record)
+    return SuiteView(
+        suite_id=record.id,
+        name=record.name,
+        status=record.status,
+        tasks=data["tasks"],
+        geomean=data["geomean"],
+        about=data["about"],
+        next=next_step,
+    )
+
+
+def _record(ctx: ToolContext, given: str) -> SuiteRecord:
+    record = state_of(ctx).store().get_suite(given.strip())
+    if record is None:
+        raise ValueError(f"no suite {given!r}; start one with start_suite")
+    return record
+
+
+def _start_driver(ctx: ToolContext, suite_id: str) -> None:
+    state = state_of(ctx)
+    output_dir = state.jobs_output_dir or default_output_dir()
+    folder = output_dir / "suites" / suite_id
+    folder.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    if state.store_url:
+        env[STORE_ENV] = state.store_url
+    with (folder / "driver.log").open("ab") as log:
+        subprocess.Popen(
+            [sys.executable, "-m", "accelopt_mcp.suites", suite_id, str(output_dir)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # outlives the server's request and the server
+        )
+
+
+@with_run_params(before="baseline_only")
+def start_suite(
+    ctx: ToolContext,
+    directory: Annotated[
+        str | None,
+        Field(description="An NKIBench-layout directory or a FlashInfer-Trace set."),
+    ] = None,
+    builtin: Annotated[
+        str | None, Field(description="Or a suite shipped with accelopt: cpu-nkibench.")
+    ] = None,
+    preset: Annotated[
+        str, Field(description=f"Run settings: {', '.join(PRESETS)}; the fields below override.")
+    ] = "quick",
+    baseline_only: Annotated[
+        bool, Field(description="Only profile every baseline (no LLM): the first column.")
+    ] = False,
+    parallel: Annotated[int, Field(ge=1, le=16, description="Tasks optimized at once.")] = 1,
+    cluster: ClusterArg = None,
+    *,
+    given: Mapping[str, Any],
+) -> SuiteView:
+    """Run a whole benchmark in the background: each task's baseline profiled, then one
+    AccelOpt optimization per task (each a job), then the table of percent of peak before and
+    after with the geometric means. Returns at once; follow it with suite_status."""
+    if (directory is None) == (builtin is None):
+        raise ValueError("give directory or builtin (e.g. builtin='cpu-nkibench'), not both")
+    if builtin is not None:
+        root = builtin_suite(builtin)
+    else:
+        assert directory is not None
+        root = state_of(ctx).roots.file_or_dir(directory, "directory")
+    if preset not in PRESETS:
+        preset = str(state_of(ctx).roots.file(preset, "preset", suffixes=(".json",)))
+    config = resolve_optimize_config(preset, {**given, "cluster": cluster})
+    record = create_suite(
+        state_of(ctx).store(),
+        Path(root),
+        name=builtin or Path(root).name,
+        source=f"builtin:{builtin}" if builtin else str(root),
+        config=config,
+        preset=preset,
+        baseline_only=baseline_only,
+        parallel=parallel,
+    )
+    _start_driver(ctx, record.id)
+    return _view(record, "suite_status for the table so far; cancel_suite to stop")
+
+
+def suite_status(ctx: ToolContext, suite_id: SuiteId) -> SuiteView:
+    """A suite's table so far: per task the baseline's and the best kernel's percent of peak,
+    the speedup over the baseline with its interval, cost, and how each run ended; the
+    geometric means over the tasks whose figures can be believed."""
+    return _view(_record(ctx, suite_id))
+
+
+def resume_suite(ctx: ToolContext, suite_id: SuiteId) -> SuiteView:
+    """Go on with a suite whose driver stopped (status interrupted, or running with no
+    driver after a crash): runs it started are found, the rest started."""
+    record = _record(ctx, suite_id)
+    if record.status in ("completed", "cancelled"):
+        raise ValueError(f"suite {record.id} is {record.status}; start a new one")
+    _start_driver(ctx, record.id)
+    return _view(record, "suite_status for the table so far")
+
+
+def cancel_suite(ctx: ToolContext, suite_id: SuiteId) -> SuiteView:
+    """Stop a suite: its running optimization jobs are cancelled (what they found stays in
+    the database) and no further task starts."""
+    state = state_of(ctx)
+    record = _record(ctx, suite_id)
+    record = state.store().put_suite(record.model_copy(update={"status": "cancelled"}))
+    jobs = state.jobs()
+    for case in spec_of(record).cases:
+        if case.run_id is not None and case.ended is None:
+            jobs.cancel(case.run_id)
+    return _view(record)
+
+
+TOOLS = [
+    Tool.from_function(
+        start_suite, annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False)
+    ),
+    Tool.from_function(suite_status, annotations=READ_ONLY),
+    Tool.from_function(
+        resume_suite, annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False)
+    ),
+    Tool.from_function(
+        cancel_suite, annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True)
+    ),
+]
