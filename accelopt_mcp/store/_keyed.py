@@ -18,6 +18,7 @@ from accelopt_mcp.store.base import (
     StoredProfile,
     StoredSolution,
     StoredWorkload,
+    SuiteRecord,
 )
 
 RecordT = TypeVar("RecordT")
@@ -86,3 +87,6 @@ class KeyedStore(KernelStore, abc.ABC):
             _rows.HARDWARE_PEAKS_COLUMNS,
             _rows.hardware_peaks_from_row,
         )
+
+    def _get_suite(self, suite_id: str) -> SuiteRecord | None:
+        return self._get("suites", "id", suite_id, _rows.SUITE_COLUMNS, _rows.suite_from_row)

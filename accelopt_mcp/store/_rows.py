@@ -56,6 +56,7 @@ from accelopt_mcp.store.base import (
     StoredProfile,
     StoredSolution,
     StoredWorkload,
+    SuiteRecord,
 )
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -70,8 +71,9 @@ TABLES = (
     "experiences",
     "llm_calls",
     "run_entries",
+    "suites",
 )
-"""The record tables: what stats() counts and a traceset carries."""
+"""The record tables: what stats() counts."""
 CACHE_TABLES = ("hardware_peaks",)
 """Tables of figures measured on this host and kept to save measuring again; not records, so
 stats() leaves them out (a copied database would count them differently)."""
@@ -117,6 +119,7 @@ LLM_CALL_KEEP_WHEN_NONE = ("purpose", "started_at", "finished_at", "messages", "
 """Columns an update of a ledger row leaves as stored when the update gives None."""
 RUN_ENTRY_COLUMNS = tuple(RunEntry.model_fields)
 HARDWARE_PEAKS_COLUMNS = tuple(HardwarePeaksRecord.model_fields)
+SUITE_COLUMNS = tuple(SuiteRecord.model_fields)
 INTERRUPTED_ERROR = (
     "interrupted: its worker stopped before the reply came (found in flight when the run was "
     "taken over); tokens and cost are the prompt's estimate"
@@ -148,7 +151,12 @@ def require_key(value: object, what: str) -> str:
     return value
 
 
-ID_TABLES = {"solution": "solutions", "run": "runs", "experience": "experiences"}
+ID_TABLES = {
+    "solution": "solutions",
+    "run": "runs",
+    "experience": "experiences",
+    "suite": "suites",
+}
 """resolve_id's kinds and the tables that hold them."""
 _ID_PREFIX = re.compile(r"[0-9a-f][0-9a-f-]*")
 
@@ -416,6 +424,7 @@ _LLM_CALL: Converters = {
 }
 _RUN_ENTRY: Converters = {"data": _json_object, "updated_at": _timestamp}
 _HARDWARE_PEAKS: Converters = {"peaks": _json, "measured_at": _timestamp}
+_SUITE: Converters = {"spec": _json_object, "created_at": _timestamp, "updated_at": _timestamp}
 
 
 def definition_from_row(row: Mapping[str, Any], prefix: str = "") -> StoredDefinition:
@@ -486,6 +495,10 @@ def hardware_peaks_from_row(row: Mapping[str, Any]) -> HardwarePeaksRecord:
     return HardwarePeaksRecord.model_validate(
         _converted(row, "", HARDWARE_PEAKS_COLUMNS, _HARDWARE_PEAKS)
     )
+
+
+def suite_from_row(row: Mapping[str, Any]) -> SuiteRecord:
+    return SuiteRecord.model_validate(_converted(row, "", SUITE_COLUMNS, _SUITE))
 
 
 def sorted_entries(entries: list[RunEntry]) -> list[RunEntry]:

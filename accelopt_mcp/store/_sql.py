@@ -51,6 +51,7 @@ from accelopt_mcp.store.base import (
     StoredWorkload,
     StoreError,
     StoreStats,
+    SuiteRecord,
     UnknownReferenceError,
 )
 
@@ -906,6 +907,30 @@ class SqlKernelStore(KeyedStore, abc.ABC):
                 f"measured_at = {self.now_sql}",
                 (hardware, doc),
             )
+
+    # ------------------------------------------------------------------ suites
+    def _put_suite(self, record: SuiteRecord, spec: str) -> SuiteRecord:
+        # created_at is left out of the update: a replaced suite keeps its first write's.
+        with self._tx(write=True) as cur:
+            row = cur.one(
+                "INSERT INTO suites (id, name, source, backend, status, spec) "
+                "VALUES (?, ?, ?, ?, ?, ?j) ON CONFLICT (id) DO UPDATE SET "
+                "name = excluded.name, source = excluded.source, backend = excluded.backend, "
+                f"status = excluded.status, spec = excluded.spec, updated_at = {self.now_sql} "
+                f"RETURNING {', '.join(_rows.SUITE_COLUMNS)}",
+                (record.id, record.name, record.source, record.backend, record.status, spec),
+            )
+        assert row is not None, "an upsert returns its row"
+        return _rows.suite_from_row(row)
+
+    def _list_suites(self, limit: int) -> list[SuiteRecord]:
+        with self._tx(write=False) as cur:
+            rows = cur.all(
+                f"SELECT {_cols('s', _rows.SUITE_COLUMNS)} FROM suites s "
+                "ORDER BY s.created_at DESC, s.id DESC LIMIT ?",
+                (limit,),
+            )
+        return [_rows.suite_from_row(r) for r in rows]
 
     # ------------------------------------------------------------------ housekeeping
     def stats(self) -> StoreStats:

@@ -389,7 +389,36 @@ class HardwarePeaksRecord(Row):
     """When they were stored (the database's clock), UTC."""
 
 
-IdKind = Literal["solution", "run", "experience"]
+class SuiteRecord(Row):
+    """One benchmark campaign: an optimization run per task case of a benchmark directory
+    (e.g. NKIBench's tasks) under one settings preset, ending in a percent-of-peak table. The
+    suite runner writes the whole record again as runs start and finish (put_suite), so what
+    it knows lives in `spec`, not in columns of its own: a new figure needs no schema change."""
+
+    id: str = Field(min_length=1)
+    """The suite's id: the text of a uuid4, made by the caller (get_suite takes a unique prefix
+    of it, as resolve_id does)."""
+    name: str = Field(min_length=1)
+    """A short name, e.g. "cpu-nkibench"."""
+    source: str = Field(min_length=1)
+    """What was run: a benchmark directory's path, or a built-in's name such as
+    "builtin:cpu-nkibench"."""
+    backend: str = Field(min_length=1)
+    """The backend the runs use: "cpu", "nki", "flashinfer"."""
+    status: str = Field(min_length=1)
+    """Where the campaign stands: "running", "completed", "cancelled", "failed",
+    "interrupted"; free text (the runner's words), never empty."""
+    spec: dict[str, Any] = Field(default_factory=dict)
+    """Everything else, as JSON values only (no NaN or infinity): the settings, hardware,
+    peaks, models and code version, and the cases with their run ids and results."""
+    created_at: datetime | None = None
+    """When the suite was first stored (the database's clock), UTC; set by the store, kept
+    when the record is replaced."""
+    updated_at: datetime | None = None
+    """When it was last stored (the database's clock), UTC; set by the store on every write."""
+
+
+IdKind = Literal["solution", "run", "experience", "suite"]
 """The records resolve_id finds by id prefix."""
 
 
@@ -944,7 +973,7 @@ class KernelStore(abc.ABC):
     # ids -----------------------------------------------------------------
     @abc.abstractmethod
     def resolve_id(self, kind: IdKind, id_or_prefix: str) -> str | None:
-        """The full id of the stored solution, run or experience (memory item) that
+        """The full id of the stored solution, run, experience (memory item) or suite that
         `id_or_prefix` names: its whole id, or a prefix of it of at least 8 hexadecimal digits
         (any case, dashes optional: "1a2b3c4d", "1A2B3C4D-5e" and "1a2b3c4d5e" alike); None
         when nothing matches. Raises AmbiguousIdError when a prefix matches more than one
@@ -959,6 +988,47 @@ class KernelStore(abc.ABC):
     @abc.abstractmethod
     def get_hardware_peaks(self, hardware: str) -> HardwarePeaksRecord | None:
         """The stored peaks of a hardware id, or None."""
+
+    # suites --------------------------------------------------------------
+    def put_suite(self, record: SuiteRecord) -> SuiteRecord:
+        """Store (or replace, by id) a whole suite record and return it as stored: created_at
+        from its first write, updated_at now (both the database's clock; the record's own are
+        ignored). `spec` must hold JSON values only (no NaN or infinity). A suite refers to
+        its runs by id inside `spec` only, so it stays when they go."""
+        record = require(record, SuiteRecord, "suite")
+        return self._put_suite(record, plain_json(record.spec, "spec"))
+
+    @abc.abstractmethod
+    def _put_suite(self, record: SuiteRecord, spec: str) -> SuiteRecord:
+        """put_suite's upsert, its argument checked: `spec` is the record's spec as JSON
+        text."""
+
+    def get_suite(self, suite_id: str) -> SuiteRecord | None:
+        """The stored suite that `suite_id` names: its whole id, or a unique prefix of it of
+        at least 8 hexadecimal digits, as resolve_id takes it (a shorter one matches only a
+        whole id); None when nothing matches. Raises AmbiguousIdError when a prefix matches
+        more than one suite."""
+        check_strings(suite_id=suite_id)
+        if not suite_id:
+            return None
+        found = self.resolve_id("suite", suite_id)
+        return None if found is None else self._get_suite(found)
+
+    @abc.abstractmethod
+    def _get_suite(self, suite_id: str) -> SuiteRecord | None:
+        """The suite whose id is exactly `suite_id`, or None."""
+
+    def list_suites(self, limit: int = 50) -> list[SuiteRecord]:
+        """Newest first: created_at descending, then id descending (two suites stored in the
+        same instant come in one order in every store)."""
+        check_limit(limit)
+        if limit is None:
+            raise ValueError("limit must be a non-negative integer, got None")
+        return self._list_suites(limit)
+
+    @abc.abstractmethod
+    def _list_suites(self, limit: int) -> list[SuiteRecord]:
+        """list_suites' query, its argument checked."""
 
     # housekeeping --------------------------------------------------------
     @abc.abstractmethod

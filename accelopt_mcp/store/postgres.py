@@ -77,7 +77,7 @@ _ADDED_COLUMNS = (
     ("experiences", "conditions"),
 )
 # Tables it gained the same way (CREATE TABLE IF NOT EXISTS, applied again).
-_ADDED_TABLES = ("measurements", "run_entries", "hardware_peaks")
+_ADDED_TABLES = ("measurements", "run_entries", "hardware_peaks", "suites")
 # Functions it gained the same way (CREATE OR REPLACE FUNCTION): shown name -> signature.
 _ADDED_FUNCTIONS = {
     "search_experiences()": "search_experiences(text[])",

@@ -43,7 +43,7 @@ from accelopt_mcp.store.base import (
     UnknownReferenceError,
 )
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """2 -> 3: the measurements table (a profile's history). An older accelopt refuses a version-3
 file: it would overwrite profiles without recording the measurement, and the pooled figure
 would then disagree with the history.
@@ -57,7 +57,10 @@ accelopt refuses a version-5 file, as it refuses any newer one.
 5 -> 6: a solution is one (definition, source) pair: solutions' UNIQUE (solution_hash,
 hash_version) becomes UNIQUE (definition_name, solution_hash, hash_version), so the same source
 may serve several definitions. SQLite cannot change a constraint in place: the store rebuilds
-the table (_rebuild_solutions), keeping every row, its rowid and every reference to it."""
+the table (_rebuild_solutions), keeping every row, its rowid and every reference to it.
+6 -> 7: the suites table (benchmark campaigns), which the schema script creates in an older
+file; there is nothing to fill. An older accelopt refuses a version-7 file, as it refuses any
+newer one."""
 BUSY_TIMEOUT_MS = 30_000
 _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 # A lease's end: now plus ? seconds, in the stored timestamp form.

@@ -208,3 +208,19 @@ CREATE TABLE IF NOT EXISTS hardware_peaks (
     peaks        TEXT NOT NULL DEFAULT '{}',
     measured_at  TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
 );
+
+-- Benchmark campaigns: one optimization run per task case of a benchmark directory under one
+-- settings preset. The runner rewrites the whole row as runs start and finish; `spec` (JSON)
+-- holds the settings, hardware, peaks, models, code version and the cases with their run ids
+-- and results, so the runs are named there, not by a foreign key. Version 7.
+CREATE TABLE IF NOT EXISTS suites (
+    id          TEXT PRIMARY KEY,
+    name        TEXT NOT NULL,
+    source      TEXT NOT NULL,
+    backend     TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    spec        TEXT NOT NULL DEFAULT '{}',
+    created_at  TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    updated_at  TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+);
+CREATE INDEX IF NOT EXISTS suites_created_idx ON suites (created_at);

@@ -64,6 +64,7 @@ from accelopt_mcp.store.base import (
     StoreError,
     StoreStats,
     StoreUnavailableError,
+    SuiteRecord,
     UnknownReferenceError,
 )
 from accelopt_mcp.store.detect import (
@@ -970,6 +971,28 @@ class SupabaseStore(KeyedStore):
                 returning="minimal",
             )
         )
+
+    # ------------------------------------------------------------------ suites
+    def _put_suite(self, record: SuiteRecord, spec: str) -> SuiteRecord:
+        row = {
+            "id": record.id,
+            "name": record.name,
+            "source": record.source,
+            "backend": record.backend,
+            "status": record.status,
+            "spec": json.loads(spec),
+        }
+        # Without created_at and updated_at: the upsert keeps the first write's created_at,
+        # and the row's trigger stamps updated_at when it replaces the row.
+        rows = self._rows(self._table("suites").upsert(row, on_conflict="id"))
+        return _rows.suite_from_row(rows[0])
+
+    def _list_suites(self, limit: int) -> list[SuiteRecord]:
+        def query() -> Query:
+            q = self._table("suites").select(",".join(_rows.SUITE_COLUMNS))
+            return q.order("created_at", desc=True).order("id", desc=True)
+
+        return [_rows.suite_from_row(r) for r in self._paged(query, limit)]
 
     # ------------------------------------------------------------------ housekeeping
     def stats(self) -> StoreStats:

@@ -29,6 +29,7 @@ RECORD_TABLES = (
     "experiences",
     "llm_calls",
     "run_entries",
+    "suites",
 )
 """The record tables (what stats() counts), written out here, not taken from the package, so
 that the schema tests notice a table the package adds or drops."""

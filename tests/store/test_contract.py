@@ -18,6 +18,7 @@ from accelopt_mcp.store.base import (
     KernelStore,
     RunRecord,
     RunUpdate,
+    SuiteRecord,
     UnknownReferenceError,
 )
 from tests.store.samples import (
@@ -724,7 +725,7 @@ def test_resolve_id_takes_a_unique_prefix(seeded: KernelStore) -> None:
         seeded.create_run(RunRecord(id=run_id, definition_name=DEF))
     with pytest.raises(AmbiguousIdError, match=r"matches more than 3 runs \(.*, \.\.\.\)"):
         seeded.resolve_id("run", "deadbeef-0000")
-    with pytest.raises(ValueError, match="kind must be one of solution, run, experience"):
+    with pytest.raises(ValueError, match="kind must be one of solution, run, experience, suite"):
         seeded.resolve_id("profile", sid)  # type: ignore[arg-type]
 
 
@@ -808,6 +809,9 @@ def test_stats_counts_every_table(seeded: KernelStore) -> None:
     seeded.add_experience(_experience(0))
     seeded.add_llm_call(LlmCallIn(run_id="r", role="planner", model="m"))
     seeded.put_run_entry("r", "slot", "1/0/0/0", {"status": "ok"})
+    seeded.put_suite(
+        SuiteRecord(id="s", name="cpu", source="builtin:cpu", backend="cpu", status="running")
+    )
     stats = seeded.stats()
     assert stats.backend == seeded.backend
     assert stats.counts == {
@@ -820,6 +824,7 @@ def test_stats_counts_every_table(seeded: KernelStore) -> None:
         "experiences": 1,
         "llm_calls": 1,
         "run_entries": 1,
+        "suites": 1,
     }
     assert stats.location
 

@@ -16,7 +16,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from accelopt_mcp.models import LlmCallIn
-from accelopt_mcp.store.base import ExperienceIn, RunRecord, StoreUnavailableError
+from accelopt_mcp.store.base import ExperienceIn, RunRecord, StoreUnavailableError, SuiteRecord
 from accelopt_mcp.store.postgres import ROW_LEVEL_SECURITY, TEAM_ROLE, PostgresStore
 from accelopt_mcp.store.supabase import SupabaseStore
 from tests.pg_server import PostgresServer
@@ -25,6 +25,7 @@ from tests.store.samples import make_definition, make_evaluation, make_solution,
 from tests.store.supabase_fixture import serve
 
 pytestmark = pytest.mark.postgres
+SUITE_ID = "5a17e000-0000-4000-8000-000000000001"
 
 
 @dataclass
@@ -126,6 +127,16 @@ def _fill(store: PostgresStore) -> dict[str, str]:
     store.add_llm_call(LlmCallIn(run_id="r", role="planner", model="m"))
     store.put_run_entry("r", "slot", "1/0/0/0", {"status": "ok"})
     store.put_hardware_peaks("cpu/x", {"fp32_gflops": 1.0})
+    store.put_suite(
+        SuiteRecord(
+            id=SUITE_ID,
+            name="cpu-nkibench",
+            source="builtin:cpu-nkibench",
+            backend="cpu",
+            status="running",
+            spec={"cases": [{"task": "t", "run_id": "r"}]},
+        )
+    )
     return {"root": root, "child": child}
 
 
@@ -213,6 +224,7 @@ def test_one_grant_lets_a_role_read_and_write(team_db: TeamDatabase) -> None:
         )
         assert conn.execute("UPDATE runs SET status = 'running'").rowcount == 1
         assert conn.execute("DELETE FROM run_entries").rowcount == 1
+        assert conn.execute("UPDATE suites SET status = 'completed'").rowcount == 1
         conn.execute(
             "INSERT INTO hardware_peaks (hardware) VALUES ('cpu/x') ON CONFLICT (hardware) "
             "DO UPDATE SET peaks = '{\"fp32_gflops\": 2.0}'"
@@ -221,6 +233,7 @@ def test_one_grant_lets_a_role_read_and_write(team_db: TeamDatabase) -> None:
     assert owner.get_definition("team") is not None
     assert [s.solution_hash for s in owner.list_solutions(definition_name="team")] == ["h-team"]
     assert owner.get_run("r").status == "running"  # type: ignore[union-attr]
+    assert owner.get_suite(SUITE_ID).status == "completed"  # type: ignore[union-attr]
     assert owner.get_hardware_peaks("cpu/x").peaks == {"fp32_gflops": 2.0}  # type: ignore[union-attr]
     # Taken back the same way.
     with psycopg.connect(team_db.owner_dsn, autocommit=True) as conn:

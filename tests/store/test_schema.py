@@ -18,7 +18,7 @@ from accelopt_mcp import hashing
 from accelopt_mcp.models import LlmCallIn, LlmMessage
 from accelopt_mcp.models.evaluation import INFORMATIONAL_FLAGS, UNTRUSTED_FLAGS
 from accelopt_mcp.store import _rows
-from accelopt_mcp.store.base import KernelStore, RunRecord, StoreUnavailableError
+from accelopt_mcp.store.base import KernelStore, RunRecord, StoreUnavailableError, SuiteRecord
 from accelopt_mcp.store.postgres import (
     PostgresStore,
     behind_transaction_pooler,
@@ -44,6 +44,7 @@ from tests.store.samples import (
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "schema_v2.txt"
 OLD_SQLITE_V5 = ROOT / "tests" / "data" / "old_schemas" / "sqlite_schema_v5.sql"
+OLD_SQLITE_V6 = ROOT / "tests" / "data" / "old_schemas" / "sqlite_schema_v6.sql"
 
 
 def _psql() -> str:
@@ -474,7 +475,7 @@ def test_sqlite_brings_a_version_3_file_up_to_date(tmp_path: Path) -> None:
     try:
         columns = [r[1] for r in conn.execute("PRAGMA table_xinfo(llm_calls)")]
         assert columns.count("messages") == 1 and "status" in columns
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
     finally:
         conn.close()
 
@@ -637,6 +638,95 @@ def test_reapplying_the_schema_adds_word_search_and_peaks(
     with SupabaseStore(running.url, key=running.key) as remote:
         assert [e.id for e in remote.search_experiences(text="thread GEMM")] == ["e-far"]
         assert remote.get_hardware_peaks("cpu/x").peaks == {"fp32_gflops": 1.0}  # type: ignore[union-attr]
+
+
+# --------------------------------------------------------------------------- suites
+
+_OLD_SUITE_ID = "5a17e000-0000-4000-8000-0000000000aa"
+
+
+def _check_suites_added(store: KernelStore) -> None:
+    """The older database's rows are there, and suites can be stored beside them."""
+    assert store.get_run("r").definition_name == "d"  # type: ignore[union-attr]
+    assert store.list_suites() == []
+    stored = store.put_suite(
+        SuiteRecord(
+            id=_OLD_SUITE_ID,
+            name="cpu-nkibench",
+            source="builtin:cpu-nkibench",
+            backend="cpu",
+            status="running",
+            spec={"cases": [{"task": "t", "run_id": "r"}]},
+        )
+    )
+    assert store.get_suite(_OLD_SUITE_ID[:8]) == stored
+    assert store.stats().counts["suites"] == 1
+
+
+def test_sqlite_brings_a_version_6_file_up_to_date(tmp_path: Path) -> None:
+    path = tmp_path / "v6.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(OLD_SQLITE_V6.read_text("utf-8") + "\nPRAGMA user_version = 6;")
+    conn.execute(
+        "INSERT INTO definitions (name, definition) VALUES (?, ?)",
+        ("d", _rows.record_json(make_definition("d"))),
+    )
+    conn.execute("INSERT INTO runs (id, definition_name) VALUES ('r', 'd')")
+    conn.commit()
+    conn.close()
+    with SqliteStore(path) as store:
+        assert store.schema_changes == [
+            f"schema version 6 -> {SCHEMA_VERSION}",
+            "added tables: suites",
+            "added indexes: suites_created_idx",
+        ]
+        _check_suites_added(store)
+    with SqliteStore(path) as store:  # reopening changes nothing
+        assert store.schema_changes == []
+        assert [s.id for s in store.list_suites()] == [_OLD_SUITE_ID]
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+    finally:
+        conn.close()
+
+
+def _before_suites_pg() -> str:
+    """schema_v2.txt as it was before suites."""
+    schema = without_row_level_security(SCHEMA.read_text("utf-8"))
+    old = re.sub(
+        r"\n-- -+ suites\n.*?EXECUTE FUNCTION runs_touch_updated_at\(\);\n",
+        "\n",
+        schema,
+        flags=re.S,
+    )
+    assert "suites" not in old
+    return old
+
+
+@pytest.mark.postgres
+def test_reapplying_the_schema_adds_suites(pg_dsn: str, request: pytest.FixtureRequest) -> None:
+    from accelopt_mcp.store.supabase import SupabaseStore
+
+    rows: list[tuple[str, tuple[Any, ...]]] = [
+        (
+            "INSERT INTO definitions (definition) VALUES (%s)",
+            (_rows.record_json(make_definition("d")),),
+        ),
+        ("INSERT INTO runs (id, definition_name) VALUES ('r', 'd')", ()),
+    ]
+    # The stand-in's schema cache predates the table.
+    running = serve_older_schema(pg_dsn, request, _before_suites_pg(), rows, ["suites"])
+    with PostgresStore(pg_dsn, init_schema=True) as store:
+        assert "added tables: suites" in store.schema_changes
+        _check_suites_added(store)
+    with PostgresStore(pg_dsn, init_schema=True) as store:  # applying it again changes nothing
+        assert store.schema_changes == []
+    with SupabaseStore(running.url, key=running.key) as remote:
+        stored = remote.get_suite(_OLD_SUITE_ID)
+        assert stored is not None and stored.spec == {"cases": [{"task": "t", "run_id": "r"}]}
+        again = remote.put_suite(stored.model_copy(update={"status": "completed"}))
+        assert (again.created_at, again.status) == (stored.created_at, "completed")
 
 
 @pytest.mark.postgres

@@ -31,6 +31,8 @@ CHILD_ID = "00000000-0000-4000-8000-00000000000b"
 ELSEWHERE_ID = "00000000-0000-4000-8000-00000000000c"
 PROFILE_ID = "00000000-0000-4000-8000-0000000000aa"
 SHARED = "def kernel(x):\n    return x  # shape-generic\n"
+OLD_TABLES = tuple(t for t in RECORD_TABLES if t != "suites")
+"""The record tables an old database holds (suites came later, with version 7)."""
 
 
 def _old_rows(execute: Callable[[str, tuple[Any, ...]], object], *, generated_keys: bool) -> None:
@@ -141,7 +143,7 @@ def _sqlite_snapshot(path: Path, columns: dict[str, list[str]] | None = None) ->
     conn = sqlite3.connect(path)
     try:
         shot: dict[str, Any] = {}
-        for table in RECORD_TABLES:
+        for table in OLD_TABLES:
             names = (columns or {}).get(table) or [
                 r[1] for r in conn.execute(f"PRAGMA table_xinfo({table})")
             ]
@@ -170,6 +172,7 @@ def test_sqlite_rebuilds_an_old_solutions_table_keeping_every_row(tmp_path: Path
     with SqliteStore(path) as store:
         assert _rows.SOLUTIONS_PER_DEFINITION in store.schema_changes
         assert f"schema version 5 -> {SCHEMA_VERSION}" in store.schema_changes
+        assert "added tables: suites" in store.schema_changes
         # Foreign keys were off for the rebuild only: the store's connection enforces them.
         assert store._connection().execute("PRAGMA foreign_keys").fetchone()[0] == 1
         # Every row, its rowid and its generated columns, exactly as before.
@@ -182,7 +185,7 @@ def test_sqlite_rebuilds_an_old_solutions_table_keeping_every_row(tmp_path: Path
     assert "UNIQUE (definition_name, solution_hash, hash_version)" in _solutions_sql(path)
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
         indexes = {
@@ -262,7 +265,7 @@ def _pg_snapshot(dsn: str, columns: dict[str, list[str]] | None = None) -> dict[
     `seq` and generated ones included), and the foreign keys that refer to solutions."""
     with psycopg.connect(dsn) as conn:
         shot: dict[str, Any] = {}
-        for table in RECORD_TABLES:
+        for table in OLD_TABLES:
             names = (columns or {}).get(table) or [
                 r[0]
                 for r in conn.execute(
@@ -308,12 +311,14 @@ def test_applying_the_schema_again_widens_an_old_solutions_key(pg_dsn: str) -> N
     with pytest.raises(StoreUnavailableError, match=r"older than this accelopt") as caught:
         PostgresStore(pg_dsn)
     assert "solutions unique per definition" in str(caught.value)
+    assert "suites" in str(caught.value)
     assert "schema_v2.txt again" in str(caught.value)
 
     # `accelopt db init` applies it and says what it changed.
     done = accelopt("db", "init", "--store", pg_dsn)
     assert done.returncode == 0, done.stderr
     assert f"  {_rows.SOLUTIONS_PER_DEFINITION}" in done.stdout.splitlines()
+    assert "  added tables: suites" in done.stdout.splitlines()
     assert done.stdout.splitlines()[-1] == "schema ready (postgres)"
 
     assert _pg_unique_keys(pg_dsn) == ["solutions_definition_hash_key"]
