@@ -92,12 +92,13 @@ def code_version() -> str:
 def _models(config: OptimizeConfig) -> str:
     """Which model each role uses, as the models config says."""
     from accelopt_mcp.llm import load_role_configs
+    from accelopt_mcp.llm.config import ROLES
 
     try:
         roles = load_role_configs(Path(config.models_config) if config.models_config else None)
     except (ValueError, OSError) as exc:
         return f"unknown ({exc})"
-    return ", ".join(f"{role}: {cfg.model}" for role, cfg in sorted(roles.items()))
+    return ", ".join(f"{role}: {roles.for_role(role).model}" for role in ROLES)
 
 
 def create_suite(
