@@ -75,6 +75,7 @@ from accelopt_mcp.backends.cpu_peaks_records import (
 from accelopt_mcp.backends.host_facts import host_facts
 from accelopt_mcp.backends.host_load import host_busy_share
 from accelopt_mcp.backends.roofline import (
+    ComputeUnit,
     compute_peak_name,
     memory_peak_name,
     percent_counters,
@@ -377,6 +378,13 @@ def _write_entry(path: Path, hardware: str, entry: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------- percent of peak
 
 
+def _compute_name(cores: int, unit: ComputeUnit) -> str:
+    """The compute peak a unit's FLOPs are held against; NumPy has no bf16 matmul, so a bf16
+    one is the fp32 figure, said so."""
+    name = compute_peak_name(cores, unit != "vector")
+    return name + (", NumPy has no bf16 matmul" if unit == "matmul_bf16" else "")
+
+
 def _size(count: float) -> str:
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if count >= scale:
@@ -392,14 +400,20 @@ def measured_roofline(
     line, which names each peak it is against ('34.0% of the 1-core fp32 matmul peak (96.8
     GFLOP/s)'), how and when that peak was measured and whether under load, and the
     roofline.percent_of_peak report. The peaks are those measured with `cores` cores working
-    (KeyError when they were not: PeakSource.peaks(cores=...) measures them)."""
+    (KeyError when they were not: PeakSource.peaks(cores=...) measures them).
+
+    A roofline in AccelOpt's form is held against both compute peaks measured here, the fp32
+    matmul one for its matmul FLOPs and the elementwise one for its vector FLOPs; the counters'
+    compute figures (gflops, peak_gflops, peak_matmul) are the binding engine's, and the line
+    gives both engines' and says which of the three terms binds."""
     entry = peaks.for_cores(cores)
     if entry is None:
         raise KeyError(f"no {cores}-core peaks measured for {peaks.hardware}")
-    unit = roofline.compute_unit
     _, point = entry.bandwidth_at(roofline.bytes_moved)
     peak = peaks.hardware_peak(cores, roofline.bytes_moved)
-    report = percent_of_peak(latency_ms, roofline, peak, unit=unit)
+    report = percent_of_peak(latency_ms, roofline, peak)
+    # The binding compute engine: the roofline's own unit, or the vector one it also counts.
+    unit: ComputeUnit = "vector" if report["unit"] == "vector" else roofline.compute_unit
     gflops = float(report["achieved_tflops_per_s"]) * 1e3
     gbytes = float(report["achieved_gbytes_per_s"])
     peak_gflops = peak.flops_per_s(unit) / 1e9
@@ -418,16 +432,39 @@ def measured_roofline(
         if point is not None and point.holds_bytes is not None
         else "streamed from memory"
     )
-    compute = compute_peak_name(entry.cores, unit != "vector")
-    if unit == "matmul_bf16":
-        compute += ", NumPy has no bf16 matmul"
-    line = (
-        f"{gflops:.3g} GFLOP/s = {counters['flops_pct_of_peak']:.1f}% of the {compute} "
-        f"({peak_gflops:.3g} GFLOP/s); {gbytes:.3g} GB/s = "
-        f"{counters['bandwidth_pct_of_peak']:.1f}% of the {memory_peak_name(entry.cores)} for "
-        f"a {_size(roofline.bytes_moved)} working set ({peak_gbytes:.3g} GB/s, {where}); "
-        f"{report['bound']}-bound, at {counters['roofline_pct_of_peak']:.1f}% of its roofline "
-        f"(the {entry.cores}-core peaks were measured on {cpu_list(entry.cpus)} at "
+    memory = (
+        f"{gbytes:.3g} GB/s = {counters['bandwidth_pct_of_peak']:.1f}% of the "
+        f"{memory_peak_name(entry.cores)} for a {_size(roofline.bytes_moved)} working set "
+        f"({peak_gbytes:.3g} GB/s, {where})"
+    )
+    if roofline.split:
+        engines = {
+            roofline.compute_unit: (roofline.matmul_flops or 0.0, report["matmul_fraction"]),
+            "vector": (roofline.vector_flops or 0.0, report["vector_fraction"]),
+        }
+        parts = [
+            f"{flops / latency_ms / 1e6:.3g} GFLOP/s {'matmul' if engine != 'vector' else 'other'}"
+            f" = {100 * float(fraction):.1f}% of the {_compute_name(entry.cores, engine)} "
+            f"({peak.flops_per_s(engine) / 1e9:.3g} GFLOP/s)"
+            for engine, (flops, fraction) in engines.items()
+        ]
+        binding = (
+            memory_peak_name(entry.cores)
+            if report["bound"] == "memory"
+            else _compute_name(entry.cores, unit)
+        )
+        line = (
+            f"{'; '.join(parts)}; {memory}; {report['bound']}-bound (the {binding} binds), at "
+            f"{counters['roofline_pct_of_peak']:.1f}% of its roofline"
+        )
+    else:
+        line = (
+            f"{gflops:.3g} GFLOP/s = {counters['flops_pct_of_peak']:.1f}% of the "
+            f"{_compute_name(entry.cores, unit)} ({peak_gflops:.3g} GFLOP/s); {memory}; "
+            f"{report['bound']}-bound, at {counters['roofline_pct_of_peak']:.1f}% of its roofline"
+        )
+    line += (
+        f" (the {entry.cores}-core peaks were measured on {cpu_list(entry.cpus)} at "
         f"{entry.measured_at}, {entry.load.describe()}"
     )
     if entry.measurements > 1:

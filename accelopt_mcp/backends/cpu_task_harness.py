@@ -127,15 +127,24 @@ def describe_harness(harness: Harness) -> dict[str, Any]:
     }
 
 
+ROOFLINE_KEYS = ("matmul_flops", "vector_flops", "flops", "bytes_moved", "compute_unit")
+"""The keys of a task's roofline() the jail passes on (models.Roofline's fields)."""
+
+
 def _declared_roofline(module: Any) -> dict[str, Any] | None:
-    """The task's own `roofline()` -> {"flops", "bytes_moved", "compute_unit"?}, if it has one."""
+    """The task's own `roofline()` -> {"matmul_flops"?, "vector_flops"?, "bytes_moved"} (or
+    the older {"flops", "bytes_moved", "compute_unit"?}), if it has one; models.Roofline says
+    which keys are missing or clash."""
     declare = getattr(module, "roofline", None)
     if not callable(declare):
         return None
     declared = declare()
     if not isinstance(declared, dict):
-        raise StageError("describe", "roofline() must return a dict with flops and bytes_moved")
-    return {k: declared[k] for k in ("flops", "bytes_moved", "compute_unit") if k in declared}
+        raise StageError(
+            "describe",
+            "roofline() must return a dict with matmul_flops/vector_flops and bytes_moved",
+        )
+    return {k: declared[k] for k in ROOFLINE_KEYS if k in declared}
 
 
 def serve_task(argv: list[str]) -> int:

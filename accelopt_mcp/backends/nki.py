@@ -237,9 +237,7 @@ class NkiBackend(Backend):
         # the Neuron runtime needs the device nodes and the SDK's own files (see the README).
         flags = [*result.flags, "no_reference_latency", "not_isolated"]
         if task.roofline is not None:
-            report = percent_of_peak(
-                median, task.roofline, hardware, unit=task.roofline.compute_unit
-            )
+            report = percent_of_peak(median, task.roofline, hardware)
             counters.update(peak_counters(report))
             if is_above_peak(report):
                 flags.append("above_peak")

@@ -1,8 +1,9 @@
 """Hardware peaks and a roofline: how close a measured latency comes to what the chip can do.
 
-A task states the work it does (`Roofline`: FLOPs and bytes that must cross the memory bus); a
-latency turns that into achieved FLOP/s and bytes/s, and the ratio to the hardware's peak says how
-much room is left. A ratio above 1 means the measurement (or the stated work) cannot be right.
+A task states the work it does (`Roofline`: matmul and other FLOPs, and bytes that must cross the
+memory bus); at the peaks that is an ideal time, and the ideal over the measured latency says how
+much room is left (AccelOpt's percent of peak). A ratio above 1 means the measurement (or the
+stated work) cannot be right.
 """
 
 from __future__ import annotations
@@ -104,32 +105,53 @@ def percent_of_peak(
     roofline: Roofline,
     hardware: str | HardwarePeak,
     *,
-    unit: ComputeUnit = "matmul_fp32",
+    unit: ComputeUnit | None = None,
 ) -> dict[str, float | str]:
     """Achieved rates and their fractions of the peak for a kernel that took `latency_ms`.
 
-    `roofline_fraction` is the roofline's ideal time over the measured one: 1.0 means the kernel
-    runs at the bound that binds it (`bound`: 'compute' or 'memory').
+    The ideal time is the longest of each engine's work at its peak and the bytes at the
+    memory peak: AccelOpt's theoretical latency, max(matmul_flops / matmul peak, vector_flops /
+    vector peak, bytes / bandwidth), for a roofline in its form; the single-engine form has one
+    compute term. `roofline_fraction` is that ideal time over the measured one: 1.0 means the
+    kernel runs at the bound that binds it (`bound`: 'compute' or 'memory'). `unit` is the
+    compute engine whose term is the longer (the binding one), `compute_fraction` its share of
+    its peak (its FLOPs over the latency, over its peak: so with both engines busy it is the
+    engine the kernel leans on, not their sum) and `achieved_tflops_per_s` its FLOP/s. In
+    AccelOpt's form `matmul_fraction` and `vector_fraction` give each engine's share too.
+
+    `unit` given overrides the roofline's compute_unit (in AccelOpt's form: which matmul peak,
+    fp32 or bf16, the matmul FLOPs are held against).
     """
     if latency_ms <= 0:
         raise ValueError(f"latency_ms must be positive to compare against a peak, got {latency_ms}")
+    if unit is not None and unit != roofline.compute_unit:
+        if roofline.split and unit == "vector":
+            raise ValueError("unit 'vector' cannot hold matmul_flops: give a matmul unit, or none")
+        roofline = roofline.model_copy(update={"compute_unit": unit})
     peak = peak_for(hardware)
     seconds = latency_ms / 1e3
-    compute_peak = peak.flops_per_s(unit)
-    flops_per_s = roofline.flops / seconds
+    terms = roofline.compute_terms()
+    fractions = {
+        engine: flops / seconds / peak.flops_per_s(engine) for engine, flops in terms.items()
+    }
+    binding = max(fractions, key=fractions.__getitem__)
+    compute_fraction = fractions[binding]
     bytes_per_s = roofline.bytes_moved / seconds
-    compute_fraction = flops_per_s / compute_peak
     memory_fraction = bytes_per_s / peak.memory_bytes_per_s
-    return {
+    report: dict[str, float | str] = {
         "hardware": peak.name,
-        "unit": unit,
-        "achieved_tflops_per_s": flops_per_s / 1e12,
+        "unit": binding,
+        "achieved_tflops_per_s": terms[binding] / seconds / 1e12,
         "achieved_gbytes_per_s": bytes_per_s / 1e9,
         "compute_fraction": compute_fraction,
         "memory_fraction": memory_fraction,
         "roofline_fraction": max(compute_fraction, memory_fraction),
         "bound": "compute" if compute_fraction >= memory_fraction else "memory",
     }
+    if roofline.split:
+        report["matmul_fraction"] = fractions[roofline.compute_unit]
+        report["vector_fraction"] = fractions.get("vector", 0.0)
+    return report
 
 
 def is_above_peak(report: dict[str, float | str], *, slack: float = 1.05) -> bool:
@@ -145,9 +167,11 @@ PERCENT_COUNTERS = (
     "memory_bound",
 )
 """Evaluation.hardware_counters names every backend gives its percent of peak under (what the
-planner, the job results and the agent's stopping rule read): achieved FLOP/s and bytes/s as a
-percentage of the peak, the larger of the two (the share of what the binding limit allows:
-100 means the kernel runs at its roofline), and 1.0 when memory binds, 0.0 when compute does."""
+planner, the job results and the agent's stopping rule read): achieved FLOP/s of the binding
+compute engine (the one whose work takes longer at its peak: matmul or vector in AccelOpt's
+form) and bytes/s as a percentage of their peaks, the larger of the two (the ideal time over the
+measured one, AccelOpt's percent of peak: 100 means the kernel runs at its roofline), and 1.0
+when memory binds, 0.0 when compute does."""
 
 
 def percent_counters(report: dict[str, float | str]) -> dict[str, float]:
@@ -209,10 +233,11 @@ def _rate(value: float) -> str:
 NO_ROOFLINE = "no roofline declared"
 """How a log line starts when a task states no work to put its latency against."""
 HOW_TO_DECLARE = (
-    "add `def roofline(): return {'flops': ..., 'bytes_moved': ..., 'compute_unit': 'vector'}` "
-    "(or 'matmul_fp32') to the NKIBench task module, or a `roofline:flops=...,bytes_moved=...,"
-    "compute_unit=...` tag to the definition (FlashInfer-Trace); flops and bytes_moved are the "
-    "work one call must do and the bytes it must read plus write"
+    "add `def roofline(): return {'matmul_flops': ..., 'vector_flops': ..., 'bytes_moved': ...}` "
+    "to the NKIBench task module, or a `roofline:matmul_flops=...,vector_flops=...,"
+    "bytes_moved=...` tag to the definition (FlashInfer-Trace): AccelOpt's count of the work one "
+    "call must do, matmul FLOPs apart from all other FLOPs (either may be 0), and the bytes it "
+    "must read plus write (the older {'flops', 'bytes_moved', 'compute_unit'} form still works)"
 )
 NO_ROOFLINE_LINE = f"{NO_ROOFLINE}, so no percent of peak: {HOW_TO_DECLARE}"
 ROOFLINE_LINE = "roofline: "

@@ -13,7 +13,7 @@ import re
 import uuid
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from accelopt_mcp.models import (
     AxisConst,
@@ -169,8 +169,14 @@ def definition_from_task(
     if probe.get("roofline"):
         try:
             tags.append(Roofline.model_validate(probe["roofline"]).to_tag())
-        except ValueError as exc:
-            raise TaskFileError(f"{str(path)!r}: roofline() returned {exc}") from exc
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            reason = first["msg"].removeprefix("Value error, ")
+            raise TaskFileError(
+                f"{str(path)!r}: roofline() returned {probe['roofline']}: "
+                f"{f'{where}: ' if where else ''}{reason}"
+            ) from None
     return Definition(
         name=name,
         op_type=problem,

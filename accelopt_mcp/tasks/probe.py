@@ -37,6 +37,8 @@ class _Described(BaseModel):
 class _Roofline(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
+    matmul_flops: float | None = None
+    vector_flops: float | None = None
     flops: float | None = None
     bytes_moved: float | None = None
     compute_unit: str | None = Field(default=None, max_length=64)

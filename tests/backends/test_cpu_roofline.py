@@ -149,6 +149,62 @@ def test_a_roofline_that_overstates_the_work_is_flagged_above_peak(
     assert "above this host's measured peak" in evaluation.log
 
 
+def test_accelopt_form_is_held_against_both_measured_compute_peaks(
+    backend: CpuBackend, rmsnorm: Task
+) -> None:
+    """matmul_flops against the measured fp32 matmul peak, vector_flops against the
+    elementwise one, bytes against the memory figure: the percent is the longest of the three
+    times over the latency, and the line names each peak and the one that binds."""
+    declared = rmsnorm.roofline
+    assert declared is not None and declared.flops is not None
+    # Measured now unless an earlier test did (the evaluation then finds them kept).
+    peaks = backend.peaks.peaks(backend.hardware, cores=1, cpus=backend.cpus).for_cores(1)
+    assert peaks is not None
+    # Enough matmul work that it, not the elementwise work, is the longer compute term.
+    matmul_flops = (
+        2 * declared.flops * peaks.matmul_fp32_flops_per_s / peaks.vector_fp32_flops_per_s
+    )
+    split = Roofline(
+        matmul_flops=matmul_flops, vector_flops=declared.flops, bytes_moved=declared.bytes_moved
+    )
+    evaluation = _profile(backend, rmsnorm.model_copy(update={"roofline": split}), RMSNORM_KERNEL)
+    counters = evaluation.hardware_counters
+    assert evaluation.performance is not None
+    seconds = evaluation.performance.latency_ms / 1e3
+    memory_peak, _ = peaks.bandwidth_at(declared.bytes_moved)
+    matmul_pct = 100 * matmul_flops / seconds / peaks.matmul_fp32_flops_per_s
+    vector_pct = 100 * declared.flops / seconds / peaks.vector_fp32_flops_per_s
+    bytes_pct = 100 * declared.bytes_moved / seconds / memory_peak
+    assert matmul_pct == pytest.approx(2 * vector_pct)
+    assert counters["flops_pct_of_peak"] == pytest.approx(matmul_pct, rel=1e-9)
+    assert counters["bandwidth_pct_of_peak"] == pytest.approx(bytes_pct, rel=1e-9)
+    assert counters["roofline_pct_of_peak"] == pytest.approx(max(matmul_pct, bytes_pct), rel=1e-9)
+    assert counters["peak_matmul"] == 1.0
+    assert counters["peak_gflops"] == pytest.approx(peaks.matmul_fp32_flops_per_s / 1e9)
+    line = next(x for x in evaluation.log.splitlines() if x.startswith("roofline: "))
+    assert f"{matmul_pct:.1f}% of the 1-core fp32 matmul peak" in line
+    assert f"{vector_pct:.1f}% of the 1-core elementwise fp32 peak" in line
+    binds = "memory peak" if bytes_pct > matmul_pct else "fp32 matmul peak"
+    assert f"-bound (the 1-core {binds} binds), at" in line
+
+
+def test_an_accelopt_form_roofline_that_overstates_the_work_is_flagged_above_peak(
+    backend: CpuBackend, rmsnorm: Task
+) -> None:
+    declared = rmsnorm.roofline
+    assert declared is not None and declared.flops is not None
+    overstated = Roofline(
+        matmul_flops=0, vector_flops=declared.flops * 1e4, bytes_moved=declared.bytes_moved
+    )
+    task = rmsnorm.model_copy(update={"roofline": overstated})
+    evaluation = _profile(backend, task, RMSNORM_KERNEL)
+    assert evaluation.hardware_counters["roofline_pct_of_peak"] > 100
+    assert evaluation.hardware_counters["memory_bound"] == 0.0
+    assert evaluation.hardware_counters["peak_matmul"] == 0.0
+    assert "above_peak" in evaluation.flags and not evaluation.trusted
+    assert "(the 1-core elementwise fp32 peak binds)" in evaluation.log
+
+
 def test_a_task_without_a_roofline_says_so_and_how_to_declare_one(backend: CpuBackend) -> None:
     task = load_task(MATMUL)
     assert task.roofline is None

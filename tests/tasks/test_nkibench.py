@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from accelopt_mcp.models import Language
+from accelopt_mcp.models import Language, Roofline, Task
 from accelopt_mcp.tasks.flashinfer_format import TaskFileError
 from accelopt_mcp.tasks.nkibench import (
     FORMAT_TAG,
@@ -106,3 +106,31 @@ def test_copied_directory_imports_from_anywhere(tmp_path: Path) -> None:
     (tmp_path / "bench" / "summary.json").write_text(json.dumps(only))
     (entry,) = import_nkibench_dir(tmp_path / "bench")
     assert entry.definition.name == "silu_M512_N1024"
+
+
+def test_roofline_in_accelopt_form_travels_from_the_module_to_the_task(tmp_path: Path) -> None:
+    """roofline() -> {matmul_flops, vector_flops, bytes_moved}: read in the jail, kept as the
+    definition's tag, back as the task's Roofline; a roofline mixing both forms is refused."""
+    body = (
+        "import numpy as np\n\nM = 8\nK = 4\n\n"
+        "def get_inputs():\n"
+        "    return [np.ones((M, K), np.float32), np.ones((K, M), np.float32)]\n\n"
+        "def forward(a, b):\n    return np.exp(a @ b)\n\n"
+        "def roofline():\n    return {ROOF}\n"
+    )
+    task = tmp_path / "mm_exp_M8_K4_numpy_0.py"
+    task.write_text(
+        body.replace(
+            "{ROOF}",
+            "{'matmul_flops': 2 * M * M * K, 'vector_flops': M * M,"
+            " 'bytes_moved': 4 * (2 * M * K + M * M)}",
+        )
+    )
+    definition = definition_from_task(task)
+    tag = "roofline:matmul_flops=512,vector_flops=64,bytes_moved=512"
+    assert tag in definition.tags
+    roofline = Task(definition=definition, workload=default_workload(definition)).roofline
+    assert roofline == Roofline(matmul_flops=512, vector_flops=64, bytes_moved=512)
+    task.write_text(body.replace("{ROOF}", "{'flops': 1, 'vector_flops': 1, 'bytes_moved': 1}"))
+    with pytest.raises(TaskFileError, match=r"roofline\(\) returned .*not both"):
+        definition_from_task(task)
