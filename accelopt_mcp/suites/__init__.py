@@ -1,7 +1,7 @@
 """Benchmark suites: running one (runner.py: one optimization per task case, then the
-percent-of-peak table of table.py), and the suites that ship with the package, in NKIBench layout (tasks/nkibench.py reads
-them: `accelopt import nkibench DIR`), so a fresh install has real tasks to optimize and to
-report percent of peak on without fetching anything.
+percent-of-peak table of table.py), and the suites that ship with the package, in NKIBench
+layout (tasks/nkibench.py reads them: `accelopt import nkibench DIR`), so a fresh install has
+real tasks to optimize and to report percent of peak on without fetching anything.
 
 The task and kernel modules under each suite are data, not part of this package's code: they
 are only ever run in a task's jail, like any task from outside.
