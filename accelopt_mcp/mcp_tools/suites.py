@@ -108,6 +108,10 @@ def start_suite(
         bool, Field(description="Only profile every baseline (no LLM): the first column.")
     ] = False,
     parallel: Annotated[int, Field(ge=1, le=16, description="Tasks optimized at once.")] = 1,
+    benchmark: Annotated[
+        dict[str, Any] | None,
+        Field(description="Profiling settings: seeds, iterations, timeout_seconds, ..."),
+    ] = None,
     cluster: ClusterArg = None,
     *,
     given: Mapping[str, Any],
@@ -124,7 +128,7 @@ def start_suite(
         root = state_of(ctx).roots.file_or_dir(directory, "directory")
     if preset not in PRESETS:
         preset = str(state_of(ctx).roots.file(preset, "preset", suffixes=(".json",)))
-    config = resolve_optimize_config(preset, {**given, "cluster": cluster})
+    config = resolve_optimize_config(preset, {**given, "benchmark": benchmark, "cluster": cluster})
     record = create_suite(
         state_of(ctx).store(),
         Path(root),

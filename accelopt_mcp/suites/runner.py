@@ -262,15 +262,23 @@ class SuiteDriver:
                 if case.run_id is None:
                     case.run_id = self._started_before(case)
                 if case.run_id is None:
-                    case.run_id = jobs.start(
-                        OptimizeRequest(
-                            kernel_path=case.kernel_path,
-                            task_path=case.task_path,
-                            config=self.config,
-                            suite_case=f"{self.record.id}/{case.key}",
-                        ),
-                        check_llm=self.check_llm,
-                    )
+                    try:
+                        case.run_id = jobs.start(
+                            OptimizeRequest(
+                                kernel_path=case.kernel_path,
+                                task_path=case.task_path,
+                                config=self.config,
+                                suite_case=f"{self.record.id}/{case.key}",
+                            ),
+                            check_llm=self.check_llm,
+                        )
+                    except (ValueError, OSError, RuntimeError, LookupError) as exc:
+                        # This case cannot run (its task, its backend here, its LLM); the
+                        # others still can, and the table says why this one has no best.
+                        case.ended = f"could not start: {exc}"
+                        case.error = str(exc)
+                        self.save()
+                        continue
                     self.say(f"{case.key}: run {case.run_id} started")
                     self.save()
                 elif jobs.resume_if_interrupted(case.run_id):
@@ -287,16 +295,18 @@ class SuiteDriver:
                     if status.state not in FINAL_STATES:
                         continue
                     del waiting[run_id]
-                    self.finish_case(case, status.state)
+                    self.finish_case(case, status.state, status.elapsed_s)
                     self.save()
                     self.say(f"{case.key}: {case.ended}, best {_short(case.best)}")
                 if waiting:
                     time.sleep(_POLL_S)
 
-    def finish_case(self, case: SuiteCase, state: str) -> None:
+    def finish_case(self, case: SuiteCase, state: str, elapsed_s: float | None = None) -> None:
         """A case whose run has ended: its costs, its best, and the best timed beside the
-        baseline."""
+        baseline (elapsed_s: the run's own time, not the time it waited in the queue)."""
         fill_run_figures(self.store, case)
+        if elapsed_s is not None:
+            case.wall_s = elapsed_s
         case.ended = state
         run = self.store.get_run(case.run_id or "")
         if run is None or case.baseline is None or case.baseline.solution_id is None:
@@ -313,17 +323,24 @@ class SuiteDriver:
         baseline = self.store.get_solution(case.baseline.solution_id)
         if best is None or baseline is None:
             return
-        task = self._task(case)
-        comparison = compare_kernels(
-            task,
-            [
-                Baseline(label="baseline", solution=baseline.solution),
-                Baseline(label="best", solution=best.solution),
-            ],
-            backend=self.config.backend,
-            config=self.config.benchmark,
-            cluster=self.config.cluster,
-        )
+        try:
+            comparison = compare_kernels(
+                self._task(case),
+                [
+                    Baseline(label="baseline", solution=baseline.solution),
+                    Baseline(label="best", solution=best.solution),
+                ],
+                backend=self.config.backend,
+                config=self.config.benchmark,
+                cluster=self.config.cluster,
+            )
+        except (ValueError, OSError, RuntimeError) as exc:
+            # The speedup then comes from the two medians, marked not timed beside.
+            case.error = f"the best could not be timed beside the baseline: {exc}"
+            comparison = None
+        if comparison is None:
+            self._speedup_from_medians(case, best_id)
+            return
         measured = {k.label: k.evaluation for k in comparison.kernels}
         if "best" in measured:
             case.best = figures_of(measured["best"], best_id)
@@ -343,10 +360,20 @@ class SuiteDriver:
                     beside=comparison.interleaved,
                 )
             case.speedup = figure
-        if case.speedup is None and case.best is not None and case.best.latency_ms:
-            base_ms = case.baseline.latency_ms
-            if base_ms:
-                case.speedup = SpeedupFigure(speedup=base_ms / case.best.latency_ms)
+        if case.speedup is None:
+            self._speedup_from_medians(case, best_id)
+
+    def _speedup_from_medians(self, case: SuiteCase, best_id: str) -> None:
+        """The best's figures from its stored profile, and the ratio of the two medians (no
+        interval: not timed in the same rounds)."""
+        if case.best is None:
+            for profile in self.store.list_profiles(solution_id=best_id, run_id=case.run_id):
+                if profile.eval_status == "PASSED":
+                    case.best = figures_of(profile.evaluation, best_id)
+                    break
+        base_ms = case.baseline.latency_ms if case.baseline else None
+        if case.best is not None and case.best.latency_ms and base_ms:
+            case.speedup = SpeedupFigure(speedup=base_ms / case.best.latency_ms)
 
     # ------------------------------------------------------------------ helpers
 

@@ -1,0 +1,98 @@
+"""The suite tools: start_suite runs a benchmark in a process of its own, suite_status reads
+its table so far, cancel_suite stops it and nothing further starts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from accelopt_mcp.mcp_tools.roots import Roots
+from tests.mcp.conftest import BENCH, NKIBENCH_DIR, served
+from tests.mcp.helpers import fails, ok
+
+pytestmark = pytest.mark.anyio
+
+
+def _suite(tmp_path: Path, names: tuple[str, ...]) -> Path:
+    root = tmp_path / "suite"
+    shutil.copytree(NKIBENCH_DIR, root)
+    summary = json.loads((root / "summary.json").read_text())
+    (root / "summary.json").write_text(json.dumps({k: summary[k] for k in names}))
+    return root
+
+
+async def _until(client: Client, suite_id: str, done: Any, timeout_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = await ok(client, "suite_status", {"suite_id": suite_id[:8]})
+        if done(status) or time.monotonic() > deadline:
+            return status
+        await anyio.sleep(0.5)
+
+
+async def test_a_baseline_suite_runs_in_the_background_and_reports_its_table(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    root = _suite(tmp_path, ("rmsnorm", "silu"))
+    async with served(sqlite_url, tmp_path, roots=Roots.of([tmp_path])) as client:
+        started = await ok(
+            client,
+            "start_suite",
+            {"directory": str(root), "baseline_only": True, "benchmark": BENCH},
+        )
+        assert started["status"] == "running" and len(started["tasks"]) == 2
+        status = await _until(client, started["suite_id"], lambda s: s["status"] != "running", 180)
+        assert status["status"] == "completed", status
+        rows = {t["key"]: t for t in status["tasks"]}
+        assert rows["rmsnorm/0"]["baseline"]["status"] == "PASSED"
+        assert 0 < rows["rmsnorm/0"]["baseline"]["percent_of_peak"] <= 100
+        assert status["geomean"]["cases"] == 1  # silu declares no roofline
+        assert status["about"]["hardware"].startswith("cpu")
+
+
+async def test_a_folder_outside_the_roots_and_two_sources_are_refused(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    inside = tmp_path / "inside"
+    inside.mkdir()
+    root = _suite(tmp_path, ("silu",))
+    async with served(sqlite_url, tmp_path, roots=Roots.of([inside])) as client:
+        await fails(client, "start_suite", {"directory": str(root)}, "outside")
+        await fails(
+            client,
+            "start_suite",
+            {"directory": str(root), "builtin": "cpu-nkibench"},
+            "not both",
+        )
+        await fails(client, "start_suite", {"builtin": "nope"}, "known: cpu-nkibench")
+        await fails(client, "suite_status", {"suite_id": "0" * 8}, "no suite")
+
+
+async def test_a_cancelled_suite_starts_nothing_more(sqlite_url: str, tmp_path: Path) -> None:
+    root = _suite(tmp_path, ("rmsnorm", "softmax", "silu", "matmul_bias", "layernorm"))
+    async with served(sqlite_url, tmp_path, roots=Roots.of([tmp_path])) as client:
+        started = await ok(
+            client,
+            "start_suite",
+            {"directory": str(root), "baseline_only": True, "benchmark": BENCH},
+        )
+        cancelled = await ok(client, "cancel_suite", {"suite_id": started["suite_id"]})
+        assert cancelled["status"] == "cancelled"
+        status = await _until(
+            client,
+            started["suite_id"],
+            lambda s: all(t["ended"] for t in s["tasks"]),
+            120,
+        )
+        assert status["status"] == "cancelled"
+        ended = [t["ended"] for t in status["tasks"]]
+        # The baseline being profiled when the cancel came may finish; the rest never start.
+        assert ended.count("cancelled before it ran") >= 3, ended
+        await fails(client, "resume_suite", {"suite_id": started["suite_id"]}, "cancelled")
