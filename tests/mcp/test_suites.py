@@ -41,6 +41,13 @@ async def test_a_baseline_suite_runs_in_the_background_and_reports_its_table(
     sqlite_url: str, tmp_path: Path
 ) -> None:
     root = _suite(tmp_path, ("rmsnorm", "silu"))
+    # silu claims a thousand times the work it does: its percent of peak cannot be right.
+    silu = root / "reference/silu_M512_N1024_numpy_0.py"
+    silu.write_text(
+        silu.read_text()
+        + "\n\ndef roofline():\n"
+        + "    return {'vector_flops': 4000 * M * N, 'bytes_moved': 8000 * M * N}\n"
+    )
     async with served(sqlite_url, tmp_path, roots=Roots.of([tmp_path])) as client:
         started = await ok(
             client,
@@ -53,7 +60,13 @@ async def test_a_baseline_suite_runs_in_the_background_and_reports_its_table(
         rows = {t["key"]: t for t in status["tasks"]}
         assert rows["rmsnorm/0"]["baseline"]["status"] == "PASSED"
         assert 0 < rows["rmsnorm/0"]["baseline"]["percent_of_peak"] <= 100
-        assert status["geomean"]["cases"] == 1  # silu declares no roofline
+        assert rows["silu/0"]["baseline"]["percent_of_peak"] > 100
+        means = status["geomean"]
+        assert means["cases"] == 1
+        assert means["baseline_percent_of_peak"] == rows["rmsnorm/0"]["baseline"]["percent_of_peak"]
+        [excluded] = means["excluded"]
+        assert excluded["key"] == "silu/0" and "above 100%" in excluded["reason"]
+        assert rows["silu/0"]["excluded"] == excluded["reason"]
         assert status["about"]["hardware"].startswith("cpu")
 
 
