@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,7 +18,6 @@ from pydantic import Field
 from accelopt_mcp.engine.config import resolve_optimize_config
 from accelopt_mcp.engine.presets import PRESETS
 from accelopt_mcp.engine.runs import default_output_dir
-from accelopt_mcp.mcp_tools.run_params import with_run_params
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
 from accelopt_mcp.mcp_tools.views import ClusterArg, View
 from accelopt_mcp.store import STORE_ENV
@@ -91,34 +89,28 @@ def _start_driver(ctx: ToolContext, suite_id: str) -> None:
         )
 
 
-@with_run_params(before="baseline_only")
 def start_suite(
     ctx: ToolContext,
     directory: Annotated[
-        str | None,
-        Field(description="An NKIBench-layout directory or a FlashInfer-Trace set."),
+        str | None, Field(description="NKIBench-layout folder or FlashInfer-Trace set.")
     ] = None,
-    builtin: Annotated[
-        str | None, Field(description="Or a suite shipped with accelopt: cpu-nkibench.")
-    ] = None,
+    builtin: Annotated[str | None, Field(description="Or a shipped suite: cpu-nkibench.")] = None,
     preset: Annotated[
-        str, Field(description=f"Run settings: {', '.join(PRESETS)}; the fields below override.")
+        str, Field(description=f"Run settings: {', '.join(PRESETS)} or a JSON file.")
     ] = "quick",
-    baseline_only: Annotated[
-        bool, Field(description="Only profile every baseline (no LLM): the first column.")
-    ] = False,
+    models_config: Annotated[
+        str | None, Field(description="LLM models: a config name or models .json.")
+    ] = None,
+    baseline_only: Annotated[bool, Field(description="Profile baselines only, no LLM.")] = False,
     parallel: Annotated[int, Field(ge=1, le=16, description="Tasks optimized at once.")] = 1,
     benchmark: Annotated[
-        dict[str, Any] | None,
-        Field(description="Profiling settings: seeds, iterations, timeout_seconds, ..."),
+        dict[str, Any] | None, Field(description="Profiling settings (seeds, iterations, ...).")
     ] = None,
     cluster: ClusterArg = None,
-    *,
-    given: Mapping[str, Any],
 ) -> SuiteView:
-    """Run a whole benchmark in the background: each task's baseline profiled, then one
-    AccelOpt optimization per task (each a job), then the table of percent of peak before and
-    after with the geometric means. Returns at once; follow it with suite_status."""
+    """Run a benchmark in the background: every task's baseline profiled, one optimization
+    job per task, then percent of peak before and after with geometric means. Returns at
+    once; poll suite_status."""
     if (directory is None) == (builtin is None):
         raise ValueError("give directory or builtin (e.g. builtin='cpu-nkibench'), not both")
     if builtin is not None:
@@ -128,7 +120,11 @@ def start_suite(
         root = state_of(ctx).roots.file_or_dir(directory, "directory")
     if preset not in PRESETS:
         preset = str(state_of(ctx).roots.file(preset, "preset", suffixes=(".json",)))
-    config = resolve_optimize_config(preset, {**given, "benchmark": benchmark, "cluster": cluster})
+    if models_config is not None and (os.sep in models_config or "." in models_config):
+        models_config = str(state_of(ctx).roots.file(models_config, "models_config"))
+    config = resolve_optimize_config(
+        preset, {"models_config": models_config, "benchmark": benchmark, "cluster": cluster}
+    )
     record = create_suite(
         state_of(ctx).store(),
         Path(root),
@@ -144,15 +140,14 @@ def start_suite(
 
 
 def suite_status(ctx: ToolContext, suite_id: SuiteId) -> SuiteView:
-    """A suite's table so far: per task the baseline's and the best kernel's percent of peak,
-    the speedup over the baseline with its interval, cost, and how each run ended; the
-    geometric means over the tasks whose figures can be believed."""
+    """A suite's table so far: per task baseline and best percent of peak, speedup with its
+    interval, cost, how it ended; geometric means."""
     return _view(_record(ctx, suite_id))
 
 
 def resume_suite(ctx: ToolContext, suite_id: SuiteId) -> SuiteView:
-    """Go on with a suite whose driver stopped (status interrupted, or running with no
-    driver after a crash): runs it started are found, the rest started."""
+    """Go on with a suite whose driver stopped (a crash): its runs are found, the rest
+    started."""
     record = _record(ctx, suite_id)
     if record.status in ("completed", "cancelled"):
         raise ValueError(f"suite {record.id} is {record.status}; start a new one")
@@ -161,8 +156,7 @@ def resume_suite(ctx: ToolContext, suite_id: SuiteId) -> SuiteView:
 
 
 def cancel_suite(ctx: ToolContext, suite_id: SuiteId) -> SuiteView:
-    """Stop a suite: its running optimization jobs are cancelled (what they found stays in
-    the database) and no further task starts."""
+    """Stop a suite: its running jobs are cancelled (results stay stored), no task starts."""
     state = state_of(ctx)
     record = _record(ctx, suite_id)
     record = state.store().put_suite(record.model_copy(update={"status": "cancelled"}))

@@ -195,12 +195,11 @@ class SuiteDriver:
     def run(self) -> SuiteRecord:
         """Every step from where the suite stands; the record as it ends ('completed', or
         'cancelled' with the cases not run marked so)."""
-        if self.cancelled():
-            return self.record
-        self.save("running")
-        self.profile_baselines()
-        if not self.spec.baseline_only:
-            self.optimize()
+        if not self.cancelled():
+            self.save("running")
+            self.profile_baselines()
+            if not self.spec.baseline_only:
+                self.optimize()
         if self.cancelled():
             for case in self.spec.cases:
                 case.ended = case.ended or "cancelled before it ran"
