@@ -17,9 +17,9 @@ from pydantic import Field
 
 from accelopt_mcp.engine.config import resolve_optimize_config
 from accelopt_mcp.engine.presets import PRESETS
-from accelopt_mcp.engine.runs import default_output_dir
+from accelopt_mcp.engine.runs import default_output_dir, local_worker_gone
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
-from accelopt_mcp.mcp_tools.views import ClusterArg, View
+from accelopt_mcp.mcp_tools.views import View
 from accelopt_mcp.store import STORE_ENV
 from accelopt_mcp.store.base import SuiteRecord
 from accelopt_mcp.suites import builtin_suite
@@ -38,8 +38,8 @@ class SuiteView(View):
     suite_id: str
     name: str
     status: str
-    """running, completed, cancelled or interrupted (its driver stopped: start_suite again
-    is not needed, suite_resume goes on)."""
+    """running, completed, cancelled, or interrupted (its driver stopped: `accelopt suite
+    resume` goes on; suite_status starts a new driver for a running suite whose one died)."""
     tasks: list[dict[str, Any]]
     """Per task case: baseline and best (latency_ms, percent_of_peak), speedup over the
     baseline with its interval, LLM calls, tokens, cost, wall time, how it ended, and why it
@@ -106,7 +106,6 @@ def start_suite(
     benchmark: Annotated[
         dict[str, Any] | None, Field(description="Profiling settings (seeds, iterations, ...).")
     ] = None,
-    cluster: ClusterArg = None,
 ) -> SuiteView:
     """Run a benchmark in the background: every task's baseline profiled, one optimization
     job per task, then percent of peak before and after with geometric means. Returns at
@@ -123,7 +122,7 @@ def start_suite(
     if models_config is not None and (os.sep in models_config or "." in models_config):
         models_config = str(state_of(ctx).roots.file(models_config, "models_config"))
     config = resolve_optimize_config(
-        preset, {"models_config": models_config, "benchmark": benchmark, "cluster": cluster}
+        preset, {"models_config": models_config, "benchmark": benchmark}
     )
     record = create_suite(
         state_of(ctx).store(),
@@ -142,17 +141,14 @@ def start_suite(
 def suite_status(ctx: ToolContext, suite_id: SuiteId) -> SuiteView:
     """A suite's table so far: per task baseline and best percent of peak, speedup with its
     interval, cost, how it ended; geometric means."""
-    return _view(_record(ctx, suite_id))
-
-
-def resume_suite(ctx: ToolContext, suite_id: SuiteId) -> SuiteView:
-    """Go on with a suite whose driver stopped (a crash): its runs are found, the rest
-    started."""
     record = _record(ctx, suite_id)
-    if record.status in ("completed", "cancelled"):
-        raise ValueError(f"suite {record.id} is {record.status}; start a new one")
-    _start_driver(ctx, record.id)
-    return _view(record, "suite_status for the table so far")
+    driver = spec_of(record).driver
+    if record.status == "running" and driver is not None and local_worker_gone(driver):
+        # Its driver died with the server (or was killed): start another, which finds the
+        # runs it had started and goes on.
+        _start_driver(ctx, record.id)
+        return _view(record, "its driver had stopped and was started again")
+    return _view(record)
 
 
 def cancel_suite(ctx: ToolContext, suite_id: SuiteId) -> SuiteView:
@@ -172,9 +168,6 @@ TOOLS = [
         start_suite, annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False)
     ),
     Tool.from_function(suite_status, annotations=READ_ONLY),
-    Tool.from_function(
-        resume_suite, annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False)
-    ),
     Tool.from_function(
         cancel_suite, annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True)
     ),

@@ -3,7 +3,7 @@ preset, ending in the percent-of-peak table (suites/table.py).
 
 A suite is a stored record (store.base.SuiteRecord) that says what was run, with what and on
 what, and holds every case's state; each step writes it, so a suite survives a crash of the
-process that drives it and `resume_suite` goes on from there:
+process that drives it and `accelopt suite resume` goes on from there:
 
 1. baselines: each case's baseline kernel is profiled and stored (its percent of peak);
 2. runs: each case becomes an optimization job (engine/jobs.py), which runs in a process of
@@ -15,6 +15,7 @@ process that drives it and `resume_suite` goes on from there:
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 import uuid
@@ -30,6 +31,7 @@ from accelopt_mcp.backends.registry import backend_info
 from accelopt_mcp.comparing import compare_kernels
 from accelopt_mcp.engine.config import OptimizeConfig
 from accelopt_mcp.engine.jobs import FINAL_STATES, JobManager, OptimizeRequest
+from accelopt_mcp.engine.runs import worker_id_of
 from accelopt_mcp.models import Evaluation, Task
 from accelopt_mcp.profiling import profile_kernel
 from accelopt_mcp.store.base import KernelStore, SuiteRecord
@@ -61,6 +63,8 @@ class SuiteSpec(BaseModel):
     about: dict[str, str] = Field(default_factory=dict)
     """What the table was measured on and with: hardware, peaks, models, code version."""
     cases: list[SuiteCase] = Field(default_factory=list)
+    driver: str | None = None
+    """The process driving it now or last (host|pid|start token, as a run's worker_id)."""
 
     def config(self) -> OptimizeConfig:
         return OptimizeConfig.model_validate(self.settings)
@@ -196,6 +200,7 @@ class SuiteDriver:
         """Every step from where the suite stands; the record as it ends ('completed', or
         'cancelled' with the cases not run marked so)."""
         if not self.cancelled():
+            self.spec.driver = worker_id_of(os.getpid())
             self.save("running")
             self.profile_baselines()
             if not self.spec.baseline_only:

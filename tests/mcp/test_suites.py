@@ -4,7 +4,9 @@ its table so far, cancel_suite stops it and nothing further starts."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,9 @@ import anyio
 import pytest
 from mcp import Client
 
+from accelopt_mcp.engine.runs import local_worker_gone, local_worker_pid
 from accelopt_mcp.mcp_tools.roots import Roots
+from accelopt_mcp.store.sqlite import SqliteStore
 from tests.mcp.conftest import BENCH, NKIBENCH_DIR, served
 from tests.mcp.helpers import fails, ok
 
@@ -108,4 +112,31 @@ async def test_a_cancelled_suite_starts_nothing_more(sqlite_url: str, tmp_path: 
         ended = [t["ended"] for t in status["tasks"]]
         # The baseline being profiled when the cancel came may finish; the rest never start.
         assert ended.count("cancelled before it ran") >= 3, ended
-        await fails(client, "resume_suite", {"suite_id": started["suite_id"]}, "cancelled")
+
+
+async def test_a_suite_whose_driver_died_gets_a_new_one(sqlite_url: str, tmp_path: Path) -> None:
+    root = _suite(tmp_path, ("rmsnorm", "silu"))
+    async with served(sqlite_url, tmp_path, roots=Roots.of([tmp_path])) as client:
+        started = await ok(
+            client,
+            "start_suite",
+            {"directory": str(root), "baseline_only": True, "benchmark": BENCH},
+        )
+        with SqliteStore(sqlite_url) as store:
+            driver = None
+            deadline = time.monotonic() + 60
+            while driver is None and time.monotonic() < deadline:
+                record = store.get_suite(started["suite_id"])
+                driver = record.spec.get("driver") if record else None
+                await anyio.sleep(0.1)
+        assert driver is not None
+        pid = local_worker_pid(driver)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        while not local_worker_gone(driver):
+            await anyio.sleep(0.05)
+        restarted = await ok(client, "suite_status", {"suite_id": started["suite_id"]})
+        assert restarted["next"] == "its driver had stopped and was started again"
+        status = await _until(client, started["suite_id"], lambda s: s["status"] != "running", 180)
+        assert status["status"] == "completed", status
+        assert all(t["baseline"]["status"] == "PASSED" for t in status["tasks"])

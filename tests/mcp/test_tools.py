@@ -53,7 +53,6 @@ EXPECTED_TOOLS = {
     "start_optimization",
     "start_suite",
     "suite_status",
-    "resume_suite",
     "cancel_suite",
     "job_status",
     "job_result",
