@@ -27,9 +27,7 @@ from accelopt_mcp.suites.report import suite_json
 from accelopt_mcp.suites.runner import create_suite, spec_of
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
-SuiteId = Annotated[
-    str, Field(description="The id start_suite returned (or its 8+ first characters).")
-]
+SuiteId = Annotated[str, Field(description="start_suite's id (or its 8+ first characters).")]
 
 
 class SuiteView(View):
@@ -92,24 +90,19 @@ def _start_driver(ctx: ToolContext, suite_id: str) -> None:
 def start_suite(
     ctx: ToolContext,
     directory: Annotated[
-        str | None, Field(description="NKIBench-layout folder or FlashInfer-Trace set.")
+        str | None, Field(description="NKIBench folder or FlashInfer-Trace set.")
     ] = None,
     builtin: Annotated[str | None, Field(description="Or a shipped suite: cpu-nkibench.")] = None,
     preset: Annotated[
         str, Field(description=f"Run settings: {', '.join(PRESETS)} or a JSON file.")
     ] = "quick",
-    models_config: Annotated[
-        str | None, Field(description="LLM models: a config name or models .json.")
-    ] = None,
+    models_config: Annotated[str | None, Field(description="Models config: name or .json.")] = None,
     baseline_only: Annotated[bool, Field(description="Profile baselines only, no LLM.")] = False,
-    parallel: Annotated[int, Field(ge=1, le=16, description="Tasks optimized at once.")] = 1,
-    benchmark: Annotated[
-        dict[str, Any] | None, Field(description="Profiling settings (seeds, iterations, ...).")
-    ] = None,
+    parallel: Annotated[int, Field(ge=1, le=16, description="Tasks at once.")] = 1,
+    benchmark: Annotated[dict[str, Any] | None, Field(description="Profiling settings.")] = None,
 ) -> SuiteView:
-    """Run a benchmark in the background: every task's baseline profiled, one optimization
-    job per task, then percent of peak before and after with geometric means. Returns at
-    once; poll suite_status."""
+    """Run a benchmark in the background: baselines, one optimization job per task, then
+    percent of peak before and after. Returns at once; poll suite_status."""
     if (directory is None) == (builtin is None):
         raise ValueError("give directory or builtin (e.g. builtin='cpu-nkibench'), not both")
     if builtin is not None:
@@ -139,8 +132,8 @@ def start_suite(
 
 
 def suite_status(ctx: ToolContext, suite_id: SuiteId) -> SuiteView:
-    """A suite's table so far: per task baseline and best percent of peak, speedup with its
-    interval, cost, how it ended; geometric means."""
+    """A suite's table so far: percent of peak before and after per task, speedups, cost,
+    geometric means."""
     record = _record(ctx, suite_id)
     driver = spec_of(record).driver
     if record.status == "running" and driver is not None and local_worker_gone(driver):
@@ -152,7 +145,7 @@ def suite_status(ctx: ToolContext, suite_id: SuiteId) -> SuiteView:
 
 
 def cancel_suite(ctx: ToolContext, suite_id: SuiteId) -> SuiteView:
-    """Stop a suite: its running jobs are cancelled (results stay stored), no task starts."""
+    """Stop a suite: its running jobs are cancelled, no task starts."""
     state = state_of(ctx)
     record = _record(ctx, suite_id)
     record = state.store().put_suite(record.model_copy(update={"status": "cancelled"}))
