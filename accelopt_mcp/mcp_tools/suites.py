@@ -18,6 +18,8 @@ from pydantic import Field
 from accelopt_mcp.engine.config import resolve_optimize_config
 from accelopt_mcp.engine.presets import PRESETS
 from accelopt_mcp.engine.runs import default_output_dir, local_worker_gone
+from accelopt_mcp.llm import load_role_configs
+from accelopt_mcp.llm.preflight import check_endpoints_now, roles_used
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
 from accelopt_mcp.mcp_tools.views import View
 from accelopt_mcp.store import STORE_ENV
@@ -94,12 +96,10 @@ def start_suite(
     ] = None,
     builtin: Annotated[str | None, Field(description="Or a shipped suite: cpu-nkibench.")] = None,
     preset: Annotated[
-        str, Field(description=f"Run settings: {', '.join(PRESETS)} or a JSON file.")
+        str, Field(description=f"{', '.join(PRESETS)}, or a JSON file of run settings.")
     ] = "quick",
-    models_config: Annotated[str | None, Field(description="Models config: name or .json.")] = None,
     baseline_only: Annotated[bool, Field(description="Profile baselines only, no LLM.")] = False,
     parallel: Annotated[int, Field(ge=1, le=16, description="Tasks at once.")] = 1,
-    benchmark: Annotated[dict[str, Any] | None, Field(description="Profiling settings.")] = None,
 ) -> SuiteView:
     """Run a benchmark in the background: baselines, one optimization job per task, then
     percent of peak before and after. Returns at once; poll suite_status."""
@@ -112,11 +112,12 @@ def start_suite(
         root = state_of(ctx).roots.file_or_dir(directory, "directory")
     if preset not in PRESETS:
         preset = str(state_of(ctx).roots.file(preset, "preset", suffixes=(".json",)))
-    if models_config is not None and (os.sep in models_config or "." in models_config):
-        models_config = str(state_of(ctx).roots.file(models_config, "models_config"))
-    config = resolve_optimize_config(
-        preset, {"models_config": models_config, "benchmark": benchmark}
-    )
+    config = resolve_optimize_config(preset)
+    if not baseline_only:
+        # Refused now, before anything is stored, when a role's LLM cannot serve it: every
+        # task's job would end llm_unavailable.
+        models = Path(config.models_config) if config.models_config else None
+        check_endpoints_now(load_role_configs(models), roles_used(config.summarize))
     record = create_suite(
         state_of(ctx).store(),
         Path(root),

@@ -32,6 +32,13 @@ def _suite(tmp_path: Path, names: tuple[str, ...]) -> Path:
     return root
 
 
+def _preset(tmp_path: Path) -> str:
+    """Run settings with quick profiling, as a preset file (what start_suite takes)."""
+    path = tmp_path / "preset.json"
+    path.write_text(json.dumps({"benchmark": BENCH}))
+    return str(path)
+
+
 async def _until(client: Client, suite_id: str, done: Any, timeout_s: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -56,7 +63,7 @@ async def test_a_baseline_suite_runs_in_the_background_and_reports_its_table(
         started = await ok(
             client,
             "start_suite",
-            {"directory": str(root), "baseline_only": True, "benchmark": BENCH},
+            {"directory": str(root), "baseline_only": True, "preset": _preset(tmp_path)},
         )
         assert started["status"] == "running" and len(started["tasks"]) == 2
         status = await _until(client, started["suite_id"], lambda s: s["status"] != "running", 180)
@@ -98,7 +105,7 @@ async def test_a_cancelled_suite_starts_nothing_more(sqlite_url: str, tmp_path: 
         started = await ok(
             client,
             "start_suite",
-            {"directory": str(root), "baseline_only": True, "benchmark": BENCH},
+            {"directory": str(root), "baseline_only": True, "preset": _preset(tmp_path)},
         )
         cancelled = await ok(client, "cancel_suite", {"suite_id": started["suite_id"]})
         assert cancelled["status"] == "cancelled"
@@ -120,7 +127,7 @@ async def test_a_suite_whose_driver_died_gets_a_new_one(sqlite_url: str, tmp_pat
         started = await ok(
             client,
             "start_suite",
-            {"directory": str(root), "baseline_only": True, "benchmark": BENCH},
+            {"directory": str(root), "baseline_only": True, "preset": _preset(tmp_path)},
         )
         with SqliteStore(sqlite_url) as store:
             driver = None
