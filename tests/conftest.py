@@ -97,6 +97,8 @@ LONGEST_FIRST = (
     "tests/engine/test_resume.py",  # 42 s
     "tests/engine/test_jobs_outage.py",  # 36 s
     "tests/engine/test_store_restart.py",  # 32 s
+    "tests/suites/test_suite_run.py",  # 70 s
+    "tests/mcp/test_suites.py",  # 40 s
 )
 
 

@@ -173,6 +173,7 @@ class SuiteDriver:
         self.say: Say = say or (lambda _line: None)
         self.check_llm = check_llm
         self.output_dir = output_dir
+        self.peaks: dict[str, str] = {}
 
     def save(self, status: str | None = None) -> None:
         """Write the suite as this driver has it. A cancel stored meanwhile (cancel_suite
@@ -245,11 +246,7 @@ class SuiteDriver:
                 case.ended = "baseline only"
             elif case.baseline.status != "PASSED":
                 case.ended = f"baseline {case.baseline.status}"
-            if "peaks" not in self.spec.about:
-                peak = peak_text(outcome.evaluation)
-                if peak:
-                    self.spec.about["peaks"] = peak
-                    self.spec.about["hardware"] = outcome.evaluation.environment.hardware
+            self._note_peaks(outcome.evaluation)
             self.save()
             self.say(f"{case.key}: baseline {_short(case.baseline)}")
 
@@ -381,6 +378,24 @@ class SuiteDriver:
 
     # ------------------------------------------------------------------ helpers
 
+    def _note_peaks(self, evaluation: Evaluation) -> None:
+        """The hardware and the peaks the percents are against, gathered over the cases (each
+        evaluation names the compute peak that binds it: matmul for one, vector for
+        another)."""
+        counters = evaluation.hardware_counters
+        if "peak_gflops" not in counters:
+            return
+        self.spec.about["hardware"] = evaluation.environment.hardware
+        cores = counters.get("peak_cores")
+        engine = "fp32 matmul" if counters.get("peak_matmul", 1.0) >= 0.5 else "elementwise"
+        self.peaks[engine] = f"{engine} {counters['peak_gflops']:.3g} GFLOP/s"
+        if "peak_gbytes_per_s" in counters:
+            self.peaks["memory"] = f"memory {counters['peak_gbytes_per_s']:.3g} GB/s"
+        where = f" ({cores:g} core{'s' if cores != 1 else ''})" if cores else ""
+        order = ("fp32 matmul", "elementwise", "memory")
+        shown = [self.peaks[k] for k in order if k in self.peaks]
+        self.spec.about["peaks"] = ", ".join(shown) + where
+
     def _task(self, case: SuiteCase) -> Task:
         return load_task(Path(case.task_path))
 
@@ -410,18 +425,6 @@ def figures_of(evaluation: Evaluation, solution_id: str | None) -> KernelFigures
         status=str(evaluation.status),
         flags=list(evaluation.flags),
     )
-
-
-def peak_text(evaluation: Evaluation) -> str | None:
-    """The peaks a cpu evaluation's percent is against (its PEAK_NAME_COUNTERS)."""
-    counters = evaluation.hardware_counters
-    gflops = counters.get("peak_gflops")
-    gbytes = counters.get("peak_gbytes_per_s")
-    if gflops is None or gbytes is None:
-        return None
-    cores = counters.get("peak_cores")
-    where = f" ({cores:g} core(s))" if cores else ""
-    return f"compute {gflops:.3g} GFLOP/s, memory {gbytes:.3g} GB/s{where}"
 
 
 def fill_run_figures(store: KernelStore, case: SuiteCase) -> None:
