@@ -92,13 +92,13 @@ LONGEST_FIRST = (
     "tests/test_ray_cluster.py",  # 89 s
     "tests/backends/test_cpu_backend.py",  # 87 s
     "tests/backends/test_attacks.py",  # 73 s
+    "tests/suites/test_suite_run.py",  # 70 s
     "tests/test_cli.py",  # 50 s
     "tests/store/test_reconnect.py",  # 42 s
     "tests/engine/test_resume.py",  # 42 s
+    "tests/mcp/test_suites.py",  # 40 s
     "tests/engine/test_jobs_outage.py",  # 36 s
     "tests/engine/test_store_restart.py",  # 32 s
-    "tests/suites/test_suite_run.py",  # 70 s
-    "tests/mcp/test_suites.py",  # 40 s
 )
 
 
