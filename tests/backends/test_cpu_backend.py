@@ -470,10 +470,12 @@ PING_DELAY_MS = 4.0
 def test_a_kernel_that_answers_pings_slowly_gains_nothing(backend: CpuBackend) -> None:
     # Slow answers to the calibration pings would inflate what is subtracted from every sample,
     # if the candidate's own round trip were what the harness calibrated on. The kernel spins
-    # for SPIN_MS of wall time per call and answers each ping PING_DELAY_MS late: calibrated on
-    # its own pings it would measure about SPIN_MS - PING_DELAY_MS. Contention only lengthens
-    # a spin on the wall clock, so an absolute floor holds on a busy host (a ratio of two
-    # sub-millisecond kernels' speedups did not: both are mostly noise there).
+    # for SPIN_MS of its own CPU time per call and answers each ping PING_DELAY_MS late:
+    # calibrated on its own pings it would measure about SPIN_MS - PING_DELAY_MS. It spins on
+    # its thread's CPU clock, not the wall clock: the time a call waits for a busy core is
+    # taken out of its sample (backends/cpu_candidate_parent.py), so a wall-clock spin read
+    # shorter than SPIN_MS under load (3.4 ms seen) while a CPU-time one holds an absolute
+    # floor on a busy host too (a ratio of two sub-millisecond kernels' speedups did not).
     code = (
         PROTOCOL_FDS
         + f"""
@@ -490,8 +492,8 @@ def _slow_pings(fd, n):
 os.read = _slow_pings
 
 def run(x, scale):
-    end = time.perf_counter() + {SPIN_MS / 1000}
-    while time.perf_counter() < end:
+    end = time.thread_time() + {SPIN_MS / 1000}
+    while time.thread_time() < end:
         pass
     return x * np.float32(scale) + np.float32(1.0)
 """

@@ -3,12 +3,18 @@ taken only over the tasks both have a trusted best figure for."""
 
 from __future__ import annotations
 
+import json
+import uuid
+from pathlib import Path
+
 import pytest
 
 from accelopt_mcp.store.base import SuiteRecord
+from accelopt_mcp.store.sqlite import SqliteStore
 from accelopt_mcp.suites.compare import compare_suites
 from accelopt_mcp.suites.runner import SuiteSpec
 from accelopt_mcp.suites.table import KernelFigures, SpeedupFigure, SuiteCase
+from tests.cli_inprocess import run_accelopt
 
 
 def _record(suite_id: str, best: dict[str, float]) -> SuiteRecord:
@@ -50,3 +56,22 @@ def test_the_means_are_over_the_common_trusted_tasks() -> None:
 def test_nothing_in_common_says_so() -> None:
     found = compare_suites(_record("a" * 8, {"x": 10.0}), _record("b" * 8, {"y": 10.0}))
     assert found.common_tasks == 0 and "nothing to compare" in found.summary
+
+
+def test_the_cli_lists_shows_and_compares_stored_suites(tmp_path: Path) -> None:
+    db = tmp_path / "k.db"
+    with SqliteStore(db) as store:
+        a = store.put_suite(_record(str(uuid.uuid4()), {"matmul": 20.0}))
+        b = store.put_suite(_record(str(uuid.uuid4()), {"matmul": 50.0}))
+    listed = run_accelopt("suite", "list", "--store", db, "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert {s["id"] for s in json.loads(listed.stdout)} == {a.id, b.id}
+    compared = run_accelopt("suite", "compare", a.id[:8], b.id[:8], "--store", db, "--json")
+    assert compared.returncode == 0, compared.stderr
+    found = json.loads(compared.stdout)
+    assert found["a_geomean_percent"] == pytest.approx(20.0)
+    assert found["b_geomean_percent"] == pytest.approx(50.0)
+    shown = run_accelopt("suite", "compare", a.id[:8], b.id[:8], "--store", db)
+    assert "(B - A: +30.0 points)" in shown.stdout
+    missing = run_accelopt("suite", "show", "deadbeef", "--store", db)
+    assert missing.returncode == 2 and "no suite 'deadbeef'" in missing.stderr
