@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from accelopt_mcp.models import LlmCallIn, Solution
-from accelopt_mcp.store.base import ExperienceIn, KernelStore, RunRecord, RunUpdate
+from accelopt_mcp.store.base import ExperienceIn, KernelStore, RunRecord, RunUpdate, SuiteRecord
 from accelopt_mcp.store.postgres import PostgresStore
 from accelopt_mcp.store.sqlite import SqliteStore
 from accelopt_mcp.transfer.traceset import TraceSetError, export_traceset, import_traceset
@@ -108,10 +108,21 @@ def test_export_then_import_moves_everything_between_stores(
     sqlite_store: SqliteStore, pg_store: PostgresStore, tmp_path: Path
 ) -> None:
     ids = _fill_engine_records(sqlite_store)
+    # A suite whose table names two stored kernels (and one that is no stored kernel).
+    case = {"key": "rmsnorm/0", "task": "rmsnorm", "task_path": "t.py", "kernel_path": "k.py"}
+    sqlite_store.put_suite(
+        SuiteRecord(
+            id=str(uuid.uuid4()), name="s", source="x", backend="cpu", status="completed",
+            spec={"cases": [
+                {**case, "baseline": {"solution_id": ids["gen3"], "percent_of_peak": 12.5},
+                 "best": {"solution_id": None, "latency_ms": 1.0}},
+            ]},
+        )
+    )  # fmt: skip
     out = tmp_path / "export"
     exported = export_traceset(sqlite_store, out)
     assert exported.solutions == 5 and exported.runs == 1 and exported.experiences == 3
-    assert exported.llm_calls == 2
+    assert exported.llm_calls == 2 and exported.suites == 1
 
     imported = import_traceset(pg_store, out)
     assert pg_store.stats().counts == sqlite_store.stats().counts
@@ -132,6 +143,10 @@ def test_export_then_import_moves_everything_between_stores(
     assert memory[1].fast_solution_id == dst_leaf.id
     totals = {t.role: t.tokens_in for t in pg_store.llm_totals("run-1")}
     assert totals == {"executor": 40, "planner": 60}
+    [suite] = pg_store.list_suites()
+    [moved] = suite.spec["cases"]
+    assert moved["baseline"] == {"solution_id": dst_leaf.id, "percent_of_peak": 12.5}
+    assert moved["best"] == {"solution_id": None, "latency_ms": 1.0}
 
     # Importing the same directory again adds nothing.
     before = pg_store.stats().counts

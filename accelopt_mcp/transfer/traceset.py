@@ -42,6 +42,7 @@ from accelopt_mcp.store.base import (
     RunRecord,
     RunUpdate,
     StoreError,
+    SuiteRecord,
 )
 
 EXTRA_KEY = "accelopt"
@@ -62,6 +63,7 @@ class TransferCounts(BaseModel):
     experiences: int = 0
     llm_calls: int = 0
     run_entries: int = 0
+    suites: int = 0
 
 
 def _file_name(name: str) -> str:
@@ -241,6 +243,28 @@ def _export_engine_records(
     ]
     _write_jsonl(root / EXTRA_KEY / "run_entries.jsonl", entry_rows)
     counts.run_entries = len(entry_rows)
+
+    # A suite's table names the kernels it measured by id: as (definition, source hash) here,
+    # since ids are the exporting store's own.
+    suite_rows = []
+    for suite in store.list_suites(limit=1_000_000):
+        row = suite.model_dump(mode="json")
+        for figures in _suite_kernels(row):
+            _refer(figures, "solution", key_of.get(figures.pop("solution_id", None) or ""))
+        suite_rows.append(row)
+    _write_jsonl(root / EXTRA_KEY / "suites.jsonl", suite_rows)
+    counts.suites = len(suite_rows)
+
+
+def _suite_kernels(row: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The baseline and best figures of every case of a suite row (each names a solution)."""
+    spec = row.get("spec")
+    cases = spec.get("cases") if isinstance(spec, dict) else None
+    for case in cases if isinstance(cases, list) else []:
+        for role in ("baseline", "best"):
+            figures = case.get(role) if isinstance(case, dict) else None
+            if isinstance(figures, dict):
+                yield figures
 
 
 # --------------------------------------------------------------------------- import
@@ -461,6 +485,15 @@ def _import_engine_records(
                 continue
             store.add_llm_call(call)
             counts.llm_calls += 1
+
+    if (side / "suites.jsonl").exists():
+        for number, row in _read_jsonl(side / "suites.jsonl"):
+            for figures in _suite_kernels(row):
+                figures["solution_id"] = solution_id(figures, "solution")
+            suite = _validate(SuiteRecord, row, f"{side / 'suites.jsonl'}:{number}")
+            if store.get_suite(suite.id) is None:
+                store.put_suite(suite)
+                counts.suites += 1
 
     # A run's checkpoint entries (its attempts, plans) come with the run too.
     if (side / "run_entries.jsonl").exists():
