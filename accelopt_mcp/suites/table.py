@@ -264,7 +264,8 @@ def markdown(
         cells = row_cells(case, baseline_only=baseline_only)
         lines.append("| " + " | ".join(_md(cells.get(c, "")) for c in shown) + " |")
     total = geomean_cells(means, baseline_only=baseline_only)
-    lines.append("| " + " | ".join(f"**{_md(total.get(c, ''))}**" for c in shown) + " |")
+    bold = [f"**{_md(total[c])}**" if total.get(c) else "" for c in shown]
+    lines.append("| " + " | ".join(bold) + " |")
     if means.excluded:
         lines += ["", "Excluded from the geometric means:"]
         lines += [f"- {e.key}: {_md(e.reason)}" for e in means.excluded]

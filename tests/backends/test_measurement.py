@@ -193,8 +193,15 @@ def test_a_copy_of_the_reference_reads_one_on_a_busy_host() -> None:
     finally:
         _stop(spinners)
     assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
-    assert evaluation.performance is not None
-    assert 0.85 < evaluation.performance.speedup_factor < 1.15, evaluation.log
+    performance = evaluation.performance
+    assert performance is not None
+    # An A/A reads 1.00 within its interval (what the project holds every measurement to),
+    # and its estimate stays near 1: unpinned on two busy cores the interval is wide (about
+    # +-12 %), and a point estimate alone read 0.84x [0.80, 1.00] on a run whose interval
+    # held 1 (the bug this guards against read 0.23-0.69x, intervals far below 1).
+    assert performance.speedup_ci_low is not None and performance.speedup_ci_high is not None
+    assert performance.speedup_ci_low <= 1.0 <= performance.speedup_ci_high, evaluation.log
+    assert 0.8 < performance.speedup_factor < 1.25, evaluation.log
 
 
 def _softmax_task() -> Task:
