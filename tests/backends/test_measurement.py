@@ -195,13 +195,15 @@ def test_a_copy_of_the_reference_reads_one_on_a_busy_host() -> None:
     assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
     performance = evaluation.performance
     assert performance is not None
-    # An A/A reads 1.00 within its interval (what the project holds every measurement to),
-    # and its estimate stays near 1: unpinned on two busy cores the interval is wide (about
-    # +-12 %), and a point estimate alone read 0.84x [0.80, 1.00] on a run whose interval
-    # held 1 (the bug this guards against read 0.23-0.69x, intervals far below 1).
-    assert performance.speedup_ci_low is not None and performance.speedup_ci_high is not None
-    assert performance.speedup_ci_low <= 1.0 <= performance.speedup_ci_high, evaluation.log
+    # The estimate stays near 1 (the bug this guards against read 0.23-0.69x). Unpinned on
+    # two busy cores the A/A does not always hold 1 within its interval: 1.073x [1.009, 1.172]
+    # in 1 of 5 runs, 0.84x [0.80, 1.00] and 1.205x [1.03, 1.30] (a third program beside) in
+    # others. Such a figure must then be flagged noisy_timing ("time it again when quieter"),
+    # never reported as a clean measurement. A known weakness, left for the measurement issue.
     assert 0.8 < performance.speedup_factor < 1.25, evaluation.log
+    low, high = performance.speedup_ci_low, performance.speedup_ci_high
+    holds_one = low is not None and high is not None and low <= 1.0 <= high
+    assert holds_one or "noisy_timing" in evaluation.flags, evaluation.log
 
 
 def _softmax_task() -> Task:
