@@ -356,6 +356,7 @@ class SuiteDriver:
             else:  # measured slower than the baseline here: the inverse
                 figure = SpeedupFigure(
                     speedup=1 / pair.speedup if pair.speedup else 0.0,
+                    # 1/inf is 0: an interval with no upper bound has no lower one inverted.
                     ci_low=1 / pair.ci_high if pair.ci_high else 0.0,
                     ci_high=1 / pair.ci_low if pair.ci_low else None,
                     beside=comparison.interleaved,

@@ -14,11 +14,17 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_PERCENT = 100.0
 """A percent of the theoretical peak above this cannot be right: the roofline overstates the
 work or the measurement is wrong."""
+
+
+def _finite(value: float | None) -> float | None:
+    """None for an infinite or NaN bound: a suite is stored as JSON, which has neither (an
+    interval with too few samples has no upper bound, read as infinity elsewhere)."""
+    return value if value is not None and math.isfinite(value) else None
 
 
 class KernelFigures(BaseModel):
@@ -36,6 +42,11 @@ class KernelFigures(BaseModel):
     """The evaluation's status; anything but PASSED has no figures to believe."""
     flags: list[str] = Field(default_factory=list)
 
+    @field_validator("latency_ms", "percent_of_peak", mode="before")
+    @classmethod
+    def _figures_finite(cls, value: float | None) -> float | None:
+        return _finite(value)
+
 
 class SpeedupFigure(BaseModel):
     """The best kernel over the baseline: baseline median / best median."""
@@ -45,6 +56,13 @@ class SpeedupFigure(BaseModel):
     speedup: float
     ci_low: float | None = None
     ci_high: float | None = None
+    """None: no upper bound (too few samples)."""
+
+    @field_validator("ci_low", "ci_high", mode="before")
+    @classmethod
+    def _bounds_finite(cls, value: float | None) -> float | None:
+        return _finite(value)
+
     beside: bool = False
     """True when both were timed in the same interleaved rounds (the interval holds); False:
     from two separate measurements, no interval."""

@@ -17,6 +17,7 @@ from accelopt_mcp.suites.table import (
     geomeans,
     markdown,
     row_cells,
+    speedup_cell,
     untrusted_reason,
 )
 
@@ -105,3 +106,26 @@ def test_the_chart_is_written_and_leaves_out_excluded_rows(tmp_path: Path) -> No
     path = bar_chart("t", cases, tmp_path / "chart.png")
     assert path is not None and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert bar_chart("t", cases[1:], tmp_path / "none.png") is None
+
+
+def test_an_interval_without_an_upper_bound_is_stored_as_none(tmp_path: Path) -> None:
+    # A comparison with too few samples has ci_high = inf; a suite is JSON, which has no inf
+    # (the resumed two-task suite failed on exactly this once).
+    figure = SpeedupFigure(speedup=1.4, ci_low=1.1, ci_high=math.inf, beside=True)
+    assert figure.ci_high is None
+    assert speedup_cell(figure) == "1.40x [1.10, inf]"
+    figures = KernelFigures(latency_ms=math.nan, percent_of_peak=math.inf)
+    assert figures.latency_ms is None and figures.percent_of_peak is None
+    from accelopt_mcp.store.base import SuiteRecord
+    from accelopt_mcp.store.sqlite import SqliteStore
+
+    case = _case("a/0", 10.0, 20.0, None)
+    case.speedup = figure
+    with SqliteStore(tmp_path / "k.db") as store:
+        stored = store.put_suite(
+            SuiteRecord(
+                id="9" * 32, name="s", source="x", backend="cpu", status="completed",
+                spec={"cases": [case.model_dump(mode="json")]},
+            )
+        )  # fmt: skip
+    assert stored.spec["cases"][0]["speedup"]["ci_high"] is None
