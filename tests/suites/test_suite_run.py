@@ -26,8 +26,12 @@ from tests.llm_standin.process import StartStandin
 ACCELOPT = [sys.executable, "-c", "from accelopt_mcp.cli import main; main()"]
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples/cpu/nkibench"
-# Quick timing: the table's figures are what is checked, not their precision.
-BENCH = quick_bench_fields(seeds=[0, 1], processes=1, max_measurement_rounds=1)
+# Quick timing: the table's figures are what is checked, not their precision; but enough
+# samples (two processes of five rounds) that the final comparison has an interval (fewer
+# than stats.MIN_SAMPLES give [0, inf], as one busy run did with one process of three).
+BENCH = quick_bench_fields(seeds=[0, 1], iterations=5, processes=2, max_measurement_rounds=1)
+# The baseline column needs no interval: one process of three rounds per task.
+BASELINE_BENCH = quick_bench_fields(seeds=[0, 1], processes=1, max_measurement_rounds=1)
 
 
 def _two_task_suite(root: Path) -> Path:
@@ -48,7 +52,7 @@ def _two_task_suite(root: Path) -> Path:
 
 def test_the_builtin_suite_baseline_column(tmp_path: Path) -> None:
     preset = tmp_path / "preset.json"
-    preset.write_text(json.dumps({"benchmark": BENCH}))
+    preset.write_text(json.dumps({"benchmark": BASELINE_BENCH}))
     done = run_accelopt(
         "suite", "run", "--builtin", "cpu-nkibench", "--baseline-only", "--preset", preset,
         "--store", tmp_path / "k.db", "--out", tmp_path / "out", "--json",
