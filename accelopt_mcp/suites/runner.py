@@ -302,12 +302,11 @@ class SuiteDriver:
                 if waiting:
                     time.sleep(_POLL_S)
 
-    def finish_case(self, case: SuiteCase, state: str, elapsed_s: float | None = None) -> None:
+    def finish_case(self, case: SuiteCase, state: str, elapsed_s: float) -> None:
         """A case whose run has ended: its costs, its best, and the best timed beside the
         baseline (elapsed_s: the run's own time, not the time it waited in the queue)."""
         fill_run_figures(self.store, case)
-        if elapsed_s is not None:
-            case.wall_s = elapsed_s
+        case.wall_s = elapsed_s
         case.ended = state
         run = self.store.get_run(case.run_id or "")
         if run is None or case.baseline is None or case.baseline.solution_id is None:
@@ -429,7 +428,9 @@ def figures_of(evaluation: Evaluation, solution_id: str | None) -> KernelFigures
 
 
 def fill_run_figures(store: KernelStore, case: SuiteCase) -> None:
-    """The case's LLM calls, tokens, cost and wall time, from its run as stored."""
+    """The case's LLM calls, tokens and cost, from its run as stored (its wall time is the
+    run's own elapsed time, which finish_case takes from the job's status: the row's
+    created..updated span would count the time it waited in the queue)."""
     if case.run_id is None:
         return
     run = store.get_run(case.run_id)
@@ -439,8 +440,6 @@ def fill_run_figures(store: KernelStore, case: SuiteCase) -> None:
     case.tokens_out = run.tokens_out
     case.cost_usd = run.cost_usd
     case.llm_calls = len(store.list_llm_calls(case.run_id))
-    if run.created_at is not None and run.updated_at is not None:
-        case.wall_s = (run.updated_at - run.created_at).total_seconds()
 
 
 def _short(figures: KernelFigures | None) -> str:
