@@ -22,6 +22,7 @@ from accelopt_mcp.models.comparison import ComparedKernel, KernelComparison, Pai
 from accelopt_mcp.models.conditions import MeasuringConditions, measuring_conditions_of
 from accelopt_mcp.models.definition import Axis, AxisConst, AxisVar, Definition, DType, TensorSpec
 from accelopt_mcp.models.evaluation import (
+    BreakdownEntry,
     Comparison,
     Correctness,
     Environment,
@@ -51,6 +52,7 @@ __all__ = [
     "AxisVar",
     "BenchmarkConfig",
     "Binding",
+    "BreakdownEntry",
     "BuildSpec",
     "ComparedKernel",
     "Comparison",

@@ -206,6 +206,22 @@ class LatencyStats(Record):
         return (self.ci_high_ms - self.ci_low_ms) / 2 / self.median_ms
 
 
+class BreakdownEntry(Record):
+    """One part of a single call of a kernel and the time it took: where the time goes, for
+    whoever decides what to rewrite next. Taken outside the timed rounds (its own overhead never
+    reaches a latency), so its times are indicative: they need not add up to the latency."""
+
+    what: NonEmptyString
+    """The part: a NumPy operation (`np.matmul`), a source line (`L12: y = np.exp(x - m)`), a
+    device kernel's name, or an engine's busy time, as the backend names it."""
+    ms: float = Field(ge=0.0)
+    """Time spent in this part during one call, in milliseconds (all of its calls together)."""
+    share: float = Field(default=0.0, ge=0.0, le=1.0)
+    """Fraction of the call's measured time spent here (0 when the backend cannot say)."""
+    calls: int = Field(default=1, ge=0)
+    """How many times the part ran during the call (0 when the backend cannot say)."""
+
+
 class Evaluation(Record):
     status: EvaluationStatus
     environment: Environment
@@ -227,6 +243,10 @@ class Evaluation(Record):
     comparisons: list[Comparison] = Field(default_factory=list)
     """Baselines timed in the same interleaved rounds as this solution (its parent in a run),
     each with a speedup interval and a verdict."""
+    breakdown: list[BreakdownEntry] = Field(default_factory=list)
+    """Where one call of the kernel spends its time, largest first (cpu: per NumPy operation
+    or source line; nki: the profiler's summary; flashinfer: per device kernel). Empty when it
+    was not asked for or the backend offers none. Taken outside the timed rounds."""
     flags: list[str] = Field(default_factory=list)
     """Warnings a result carries, e.g. 'above_peak' (not in flashinfer-bench); any flag outside
     INFORMATIONAL_FLAGS makes it untrusted (`trusted`)."""
