@@ -22,6 +22,8 @@ from accelopt_mcp.backends.placement import local_backend, local_options_only
 from accelopt_mcp.backends.registry import backend_class, backend_info
 from accelopt_mcp.backends.roofline import (
     NO_ROOFLINE,
+    PEAK_NAME_COUNTERS,
+    PERCENT_COUNTERS,
     compute_peak_name,
     memory_peak_name,
     peak_against,
@@ -368,3 +370,50 @@ def compare_kernels(
             ]
         }
     )
+
+
+# --------------------------------------------------------------------------- decision figures
+
+ROOFLINE_FIGURES: frozenset[str] = frozenset(
+    {*PERCENT_COUNTERS, *PEAK_NAME_COUNTERS, "gflops", "gbytes_per_s"}
+)
+"""Counters that roofline_text and the ideal time already say: listed again as bare numbers
+they only repeat the percent of peak."""
+ACCURACY_FIGURES = ("l2_rel_error", "max_absolute_error", "max_relative_error")
+"""How far the outputs were from the reference's, as counters (the tolerance is checked on the
+first: the L2-relative error)."""
+
+
+def ideal_time_ms(evaluation: Evaluation) -> float | None:
+    """The roofline's time for one call: the latency times the fraction of the roofline it
+    reaches (roofline.percent_of_peak: that fraction is the ideal time over the measured one);
+    None without a latency or a percent of peak."""
+    percent = evaluation.hardware_counters.get("roofline_pct_of_peak")
+    if evaluation.performance is None or percent is None or not math.isfinite(percent):
+        return None
+    return evaluation.performance.latency_ms * percent / 100.0
+
+
+def ms_text(value: float) -> str:
+    """A time in ms to three significant digits: '0.0421 ms', '24.1 ms', '1060 ms'."""
+    return f"{_figure(value)} ms"
+
+
+def breakdown_lines(evaluation: Evaluation, top: int = 8) -> list[str]:
+    """The largest `top` parts of one call (Evaluation.breakdown, largest first), one line
+    each: '- np.exp: 12.1 ms (51%, 256 calls)'; a last line for the rest when some are left
+    out. Empty when the evaluation has no breakdown."""
+    entries = sorted(evaluation.breakdown, key=lambda e: e.ms, reverse=True)
+    lines = []
+    for entry in entries[:top]:
+        extra = []
+        if entry.share > 0:
+            extra.append(f"{entry.share:.0%}")
+        if entry.calls > 1:
+            extra.append(f"{entry.calls} calls")
+        what = " ".join(entry.what.split())
+        lines.append(f"- {what}: {ms_text(entry.ms)}" + (f" ({', '.join(extra)})" if extra else ""))
+    rest = entries[top:]
+    if rest:
+        lines.append(f"- {len(rest)} smaller part(s): {ms_text(sum(e.ms for e in rest))} in all")
+    return lines

@@ -68,7 +68,13 @@ class Attempts:
                 await self._profile_and_repair(job, _Candidate(pending, solution), ours=ours)
                 return
         messages = executor_messages(
-            ctx.family, ctx.task, parent, job.plan, hardware=kernel.hardware, profile=kernel.profile
+            ctx.family,
+            ctx.task,
+            parent,
+            job.plan,
+            hardware=kernel.hardware,
+            profile=kernel.profile,
+            contract=ctx.contract,
         )
         try:
             outcome = await implement_plan(
@@ -203,6 +209,7 @@ class Attempts:
             evaluation.log,
             hardware=kernel.hardware,
             profile=kernel.profile,
+            contract=ctx.contract,
         )
         try:
             outcome = await implement_plan(

@@ -28,6 +28,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from accelopt_mcp.backends import host_facts as hf
 from accelopt_mcp.backends.placement import open_pool
 from accelopt_mcp.backends.pool import EvaluationPool
 from accelopt_mcp.backends.registry import backend_class
@@ -46,7 +47,9 @@ from accelopt_mcp.engine.claim import (
 )
 from accelopt_mcp.engine.config import RunSettingsError
 from accelopt_mcp.engine.context import RunContext, make_budget
+from accelopt_mcp.engine.contract import contract_lines
 from accelopt_mcp.engine.events import EventSink
+from accelopt_mcp.engine.hardware_block import describe_hardware, uses_torch
 from accelopt_mcp.engine.iterations import Iterations
 from accelopt_mcp.engine.live_run import LiveRun
 from accelopt_mcp.engine.llm_health import LlmHealth
@@ -255,6 +258,9 @@ class BeamSearch:
                 configs, ledger=self._ledger, run_id=self.run_id, budget=budget
             ) as client:
                 memory = await self._start(spec, state, writer, budget, profiles)
+                hardware_text, contract = await self._prompt_texts(
+                    spec, state, writer, budget, profiles, opened.measuring_conditions()
+                )
                 ctx = RunContext(
                     run_id=self.run_id,
                     spec=spec,
@@ -276,6 +282,8 @@ class BeamSearch:
                         devices=opened.size,
                         devices_where=opened.where,
                     ),
+                    hardware=hardware_text,
+                    contract=contract,
                 )
                 ctx.events.emit("run_started", checkpoint.completed_iteration, "run started")
                 health = LlmHealth(cfg.max_consecutive_llm_failures)
@@ -356,6 +364,37 @@ class BeamSearch:
         )
         state.best = checkpoint.best_so_far()
         return memory
+
+    async def _prompt_texts(
+        self,
+        spec: RunSpec,
+        state: LiveRun,
+        writer: CheckpointWriter,
+        budget: Budget,
+        profiles: ProfileCache,
+        conditions: dict[str, int | None],
+    ) -> tuple[str, str]:
+        """The run's hardware block and contract, built once (from the initial kernel's
+        evaluation, with the cores the pool gives each evaluation) and kept in the checkpoint:
+        every prompt of the run, resumed or not, shows the same two texts."""
+        checkpoint = state.checkpoint
+        if checkpoint.prompt_hardware is None or checkpoint.prompt_contract is None:
+            cfg = spec.optimize
+            family = family_for(cfg.backend)
+            initial = checkpoint.initial
+            evaluation = await profiles.stored_evaluation(initial.solution_id) if initial else None
+            environment = evaluation.environment if evaluation is not None else None
+            cores = conditions.get("cores")
+            if family == "cpu" and environment is not None and cores is not None:
+                # The pool's cores are what every evaluation of the run gets.
+                libs = {**environment.libs, hf.CORES_KEY: str(cores)}
+                environment = environment.model_copy(update={"libs": libs})
+            checkpoint.prompt_hardware = describe_hardware(family, environment)
+            checkpoint.prompt_contract = "\n".join(
+                contract_lines(family, cfg.benchmark, cores=cores, uses_torch=uses_torch(spec.task))
+            )
+            await writer.save(budget)
+        return checkpoint.prompt_hardware, checkpoint.prompt_contract
 
     async def _finish(self, ctx: RunContext, state: LiveRun) -> RunRecord:
         checkpoint = state.checkpoint

@@ -96,6 +96,13 @@ class Checkpoint(BaseModel):
     """Beam decisions that were ties (selection.next_beam), oldest first; a finished iteration
     adds its own with its beam, in the same write."""
     hardware: str | None = None
+    prompt_hardware: str | None = None
+    """The hardware block every prompt of the run shows (hardware_block.describe_hardware of
+    the initial kernel's evaluation, with the pool's cores), built once when the run starts:
+    every role, every iteration and every resume show this one text."""
+    prompt_contract: str | None = None
+    """The contract every prompt of the run shows (contract.contract_lines with the run's
+    benchmark settings and the pool's cores), built with prompt_hardware."""
     worker_pid: int | None = None
     worker_host: str | None = None
     stop_reason: str | None = None

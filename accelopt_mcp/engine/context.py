@@ -29,6 +29,10 @@ class RunContext:
     memory: OptimizationMemory
     checkpoints: CheckpointWriter
     events: RunEvents
+    hardware: str
+    """The hardware block of every prompt of the run (Checkpoint.prompt_hardware)."""
+    contract: str
+    """The contract of every prompt of the run (Checkpoint.prompt_contract)."""
 
     @property
     def cfg(self) -> OptimizeConfig:

@@ -10,10 +10,10 @@ from typing import Any
 
 from accelopt_mcp.engine.context import RunContext
 from accelopt_mcp.engine.lesson_filter import lesson_refusal
-from accelopt_mcp.engine.prompts import summarizer_messages
+from accelopt_mcp.engine.prompts import summarizer_memory, summarizer_messages
 from accelopt_mcp.engine.run_control import RunControl
 from accelopt_mcp.engine.selection import AttemptRecord, Pair
-from accelopt_mcp.engine.summarizer import NothingChanged, summarize_pair
+from accelopt_mcp.engine.summarizer import NothingChanged, Summary, summarize_pair
 from accelopt_mcp.llm import BudgetExceeded, LlmCallFailed, MalformedReply
 from accelopt_mcp.models import Evaluation, MeasuringConditions, measuring_conditions_of
 from accelopt_mcp.store.base import ExperienceIn, ExperienceRecord
@@ -164,6 +164,9 @@ async def _summarize_one(ctx: RunContext, control: RunControl, iteration: int, p
     slow_profile = await ctx.profiles.stored_evaluation(slow_id)
     fast_profile = await ctx.profiles.stored_evaluation(fast_id)
     conditions = pair_conditions(fast_profile if pair.positive else slow_profile, ctx.profiles.perf)
+    # The namespace's memory as it stands (this run's items so far included): the lesson may
+    # refine one of them, or be one of them already.
+    shown = summarizer_memory(await asyncio.to_thread(ctx.memory.working_set))
     messages = summarizer_messages(
         ctx.family,
         ctx.task,
@@ -177,6 +180,8 @@ async def _summarize_one(ctx: RunContext, control: RunControl, iteration: int, p
         slow_profile=slow_profile,
         fast_profile=fast_profile,
         conditions=conditions,
+        memory=shown,
+        contract=ctx.contract,
     )
     try:
         summary = await summarize_pair(
@@ -191,7 +196,15 @@ async def _summarize_one(ctx: RunContext, control: RunControl, iteration: int, p
         log.warning("run %s: summarizer failed for %s: %s", ctx.run_id, attempt.key, exc)
         return 0
     if isinstance(summary, NothingChanged):
+        if summary.known is not None and summary.known <= len(shown):
+            ctx.events.emit(
+                "experience_refused",
+                iteration,
+                f"lesson for {slow_id[:8]} -> {fast_id[:8]} is memory item "
+                f"{shown[summary.known - 1].id[:8]} already; not stored again",
+            )
         return 0
+    replaced = _refined_item(summary, shown)
     lesson = "\n".join((summary.title, summary.strategy, summary.pseudocode))
     refusal = lesson_refusal(lesson, slow.entry_source.content, fast.entry_source.content)
     if refusal is not None:
@@ -223,5 +236,24 @@ async def _summarize_one(ctx: RunContext, control: RunControl, iteration: int, p
             conditions=conditions,
         ),
     )
+    if replaced is not None:
+        # The new item holds what both said: the old one leaves the working memory (its row
+        # stays as history, as an item removed by hand does), so no planner sees both.
+        await asyncio.to_thread(ctx.memory.remove, replaced.id)
+        ctx.events.emit(
+            "experience_added",
+            iteration,
+            f"memory item: {summary.title} (replaces {replaced.id[:8]}: {replaced.title})",
+        )
+        return 1
     ctx.events.emit("experience_added", iteration, f"memory item: {summary.title}")
     return 1
+
+
+def _refined_item(summary: Summary, shown: list[ExperienceRecord]) -> ExperienceRecord | None:
+    """The memory item the summary says it refines ("refines": N, numbered as the prompt
+    listed `shown`), or None: none named, or a number the prompt did not list."""
+    number = summary.refines
+    if number is None or not 1 <= number <= len(shown):
+        return None
+    return shown[number - 1]

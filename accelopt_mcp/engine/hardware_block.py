@@ -1,5 +1,7 @@
 """The hardware block of the planner's and executor's prompts: what the kernel runs on, as the
-evaluation recorded it, and what it may import.
+evaluation recorded it (what a kernel may import and how many threads it gets is the
+contract's: engine/contract.py). A run builds it once, from its initial kernel's evaluation,
+and keeps it in its checkpoint (beam.py), so that every role and every resume shows one text.
 
 The facts come from the stored evaluation's `Environment` (of the kernel being optimized, or
 the initial kernel): the hardware string, library versions and, for cpu evaluations, the host
@@ -40,7 +42,8 @@ def _local_facts(environment: Environment | None) -> hf.HostFacts | None:
     return facts if model is not None and model == facts.model else None
 
 
-def _uses_torch(task: Task | None) -> bool:
+def uses_torch(task: Task | None) -> bool:
+    """Whether the task's reference imports torch (then a cpu kernel may too)."""
     return task is not None and source_imports_any(task.definition.reference, ("torch",))
 
 
@@ -60,7 +63,7 @@ def _libraries_line(
     return ["- Libraries: " + ", ".join(versions)] if versions else []
 
 
-def _cpu_block(environment: Environment | None, task: Task | None) -> list[str]:
+def _cpu_block(environment: Environment | None) -> list[str]:
     libs = dict(environment.libs) if environment is not None else {}
     local = _local_facts(environment)
     model = (_cpu_model(environment.hardware) if environment else None) or (
@@ -75,28 +78,16 @@ def _cpu_block(environment: Environment | None, task: Task | None) -> list[str]:
     elif environment is not None:
         lines.append(f"- Hardware: {environment.hardware}")
     cores = libs.get(hf.CORES_KEY)
-    if cores == "1":
-        lines.append(
-            "- Cores: each evaluation is pinned to ONE core (thread counts set to 1): threads, "
-            "multiprocessing and multithreaded BLAS cannot help; make the single-core work "
-            "cheaper (vectorization, fewer passes over memory, less temporary data)."
-        )
-    elif cores is not None and cores.isdigit():
-        lines.append(
-            f"- Cores: each evaluation is pinned to {cores} cores (thread counts set to {cores}): "
-            "a multithreaded BLAS call can use them; Python threads are held back by the GIL."
-        )
+    blas = libs.get(hf.BLAS_KEY) or (local.blas if local else None)
+    if cores is not None and cores.isdigit():
+        count = int(cores)
+        lines.append(f"- Cores: {count} per evaluation (pinned); BLAS threads: {count}")
     else:
-        lines.append(
-            "- Cores: each evaluation is pinned to its own core group, normally a single core: "
-            "do not count on threads or multiprocessing."
-        )
+        lines.append("- Cores: its own pinned core group per evaluation (size not recorded)")
     isa = libs.get(hf.ISA_KEY) or (" ".join(local.isa) if local and local.isa else None)
-    if isa:
-        lines.append(
-            f"- Vector ISA extensions: {isa} (NumPy's ufunc loops and the BLAS choose their SIMD "
-            "code paths from these at run time)."
-        )
+    vector = vector_summary(isa.split()) if isa else None
+    if vector:
+        lines.append(f"- Vector units: {vector}")
     caches = {name: libs[key] for name, key in hf.CACHE_KEYS.items() if key in libs}
     if not caches and local is not None:
         caches = dict(local.caches)
@@ -109,21 +100,47 @@ def _cpu_block(environment: Environment | None, task: Task | None) -> list[str]:
         lines.append(peaks)
     python = libs.get("python") or (local.python if local else None)
     numpy = libs.get("numpy") or (local.numpy if local else None)
-    blas = libs.get(hf.BLAS_KEY) or (local.blas if local else None)
     versions = []
     if python:
         versions.append(f"Python {python}")
     if numpy:
         versions.append(f"NumPy {numpy}" + (f" (BLAS: {blas})" if blas else ""))
     lines += _libraries_line(libs, first=versions, shown={"numpy"})
-    allowed = "numpy and the Python standard library"
-    if _uses_torch(task):
-        allowed = "numpy, torch (CPU build; the reference uses it) and the Python standard library"
-    lines.append(
-        f"- The kernel may import only {allowed}: it runs in a sandbox with nothing else "
-        "installed, no network and no files outside its work directory."
-    )
     return lines
+
+
+def vector_summary(isa: list[str]) -> str | None:
+    """What of an ISA extension list decides how fast NumPy's loops and the BLAS run: the
+    widest vector width, FMA and the wide-vector extras that matter for float work; None when
+    the list names no known vector extension. 'AVX-512 (512-bit; FMA, BF16, VNNI)'."""
+    flags = {flag.lower() for flag in isa}
+    if "avx512f" in flags:
+        width = "AVX-512 (512-bit vectors, 16 float32 per instruction"
+    elif "avx2" in flags:
+        width = "AVX2 (256-bit vectors, 8 float32 per instruction"
+    elif "avx" in flags:
+        width = "AVX (256-bit vectors, 8 float32 per instruction"
+    elif {"sve", "sve2"} & flags:
+        width = "SVE (scalable vectors"
+    elif {"asimd", "neon"} & flags:
+        width = "NEON (128-bit vectors, 4 float32 per instruction"
+    elif {"sse2", "sse4_2", "sse4_1"} & flags:
+        width = "SSE (128-bit vectors, 4 float32 per instruction"
+    else:
+        return None
+    extras = [
+        name
+        for flag, name in (
+            ("fma", "FMA"),
+            ("asimd", "FMA"),
+            ("avx512_bf16", "BF16"),
+            ("avx512_fp16", "FP16"),
+            ("avx512_vnni", "VNNI"),
+            ("amx_tile", "AMX"),
+        )
+        if flag in flags
+    ]
+    return width + "".join(f", {e}" for e in dict.fromkeys(extras)) + ")"
 
 
 def _rate(value: float, unit: str) -> str:
@@ -208,10 +225,6 @@ def _nki_block(environment: Environment | None) -> list[str]:
         "psum_fmax"
     )
     lines += _libraries_line(dict(environment.libs) if environment is not None else {})
-    lines.append(
-        "- The kernel may import only neuronxcc.nki (nki, nki.language, nki.isa), numpy and "
-        "the Python standard library."
-    )
     return lines
 
 
@@ -225,21 +238,15 @@ def _gpu_block(environment: Environment | None) -> list[str]:
         if peak:
             lines.append(peak)
         lines += _libraries_line(dict(environment.libs))
-    lines.append(
-        "- The kernel may import torch, triton and the Python standard library; CUDA/C++ "
-        "sources are built through the solution's build spec."
-    )
+    lines.append("- CUDA/C++ sources are built through the solution's build spec.")
     return lines
 
 
-def describe_hardware(
-    family: str, environment: Environment | None, *, task: Task | None = None
-) -> str:
+def describe_hardware(family: str, environment: Environment | None) -> str:
     """The hardware block for a prompt family ('cpu', 'nki', 'gpu') from an evaluation's
-    environment (None: nothing recorded; the cpu family then describes this host). task: lets
-    the cpu block say whether torch may be imported (its reference imports it)."""
+    environment (None: nothing recorded; the cpu family then describes this host)."""
     if family == "cpu":
-        lines = _cpu_block(environment, task)
+        lines = _cpu_block(environment)
     elif family == "nki":
         lines = _nki_block(environment)
     elif family == "gpu":

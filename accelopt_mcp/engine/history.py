@@ -14,7 +14,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from accelopt_mcp.comparing import interval_text
-from accelopt_mcp.engine.selection import LLM_FAILED, NO_CODE, NO_PLAN, AttemptRecord
+from accelopt_mcp.engine.selection import (
+    LLM_FAILED,
+    NO_CODE,
+    NO_PLAN,
+    AttemptRecord,
+    TieDecision,
+)
 from accelopt_mcp.models.evaluation import untrusted_flags
 from accelopt_mcp.stats import verdict
 
@@ -164,6 +170,8 @@ def lineage_history(
     max_plans: int = 12,
     max_chars: int = 4000,
     before_iteration: int | None = None,
+    ties: Iterable[TieDecision] = (),
+    max_ties: int = 4,
 ) -> str:
     """The plans tried on `solution_id` and its ancestors, each with what its attempts gave,
     most relevant first: plans on the kernel itself (newest first), then on its parent (the
@@ -173,7 +181,10 @@ def lineage_history(
     slots: the run's attempt records; plans: "iteration/beam_index" -> plan texts (None: the
     planner failed; such samples are left out). before_iteration: only attempts of earlier
     iterations (an iteration's own plans, still running, are not history yet; a resumed
-    iteration then sees the same history). NO_HISTORY when nothing was tried."""
+    iteration then sees the same history). ties: the run's beam decisions that were ties
+    (Checkpoint.ties); those of earlier iterations that involve a kernel of this lineage
+    follow the plans, newest first, at most `max_ties`, each with its head-to-head verdict.
+    NO_HISTORY when nothing was tried."""
     records = [s for s in slots if before_iteration is None or s.iteration < before_iteration]
     chain = lineage(solution_id, records)
     generation = {kernel: index for index, kernel in enumerate(chain)}
@@ -208,8 +219,9 @@ def lineage_history(
             e.plan_index,
         ),
     )
+    settled = _tie_lines(ties, chain, before_iteration, max_ties)
     if not ordered:
-        return NO_HISTORY
+        return "\n".join(settled) if settled else NO_HISTORY
     blocks: list[str] = []
     used = 0
     for entry in ordered:
@@ -229,4 +241,25 @@ def lineage_history(
     left = len(ordered) - len(blocks)
     if left:
         blocks.append(f"({left} older plan(s) on this lineage not shown)")
-    return "\n".join(blocks)
+    return "\n".join(blocks + settled)
+
+
+def _tie_lines(
+    ties: Iterable[TieDecision], chain: list[str], before_iteration: int | None, limit: int
+) -> list[str]:
+    """'Head-to-head re-measures' lines: the ties of earlier iterations that involve a kernel
+    of the lineage (`chain`), newest first (TieDecision.describe: who, what overlapped, the
+    verdict, who was kept)."""
+    members = set(chain)
+    found = [
+        tie
+        for tie in ties
+        if (before_iteration is None or tie.iteration < before_iteration)
+        and (tie.placed in members or tie.challenger in members)
+    ]
+    if not found:
+        return []
+    found.sort(key=lambda tie: -tie.iteration)
+    lines = ["Head-to-head re-measures of ties on this lineage (newest first):"]
+    lines += [f"- {tie.describe()}" for tie in found[:limit]]
+    return lines

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 from accelopt_mcp.engine.attempts import Attempts, Job
 from accelopt_mcp.engine.checkpoint import FINAL_SLOT_STATES
-from accelopt_mcp.engine.hardware_block import describe_hardware
 from accelopt_mcp.engine.history import lineage_history
 from accelopt_mcp.engine.loop_parts import BeamKernel, LoopScope, Slot
 from accelopt_mcp.engine.planner import propose_plan, propose_plans
@@ -69,9 +68,7 @@ class Planning:
             entry=entry,
             solution=parent,
             profile=profile,
-            hardware=describe_hardware(
-                ctx.family, profile.environment if profile else None, task=ctx.task
-            ),
+            hardware=ctx.hardware,
         )
         plans = checkpoint.plans.setdefault(kernel.plans_key, [None] * cfg.plans)
         missing = [p for p in needed if plans[p] is None]
@@ -83,6 +80,7 @@ class Planning:
                 checkpoint.slots.values(),
                 checkpoint.plans,
                 before_iteration=iteration,
+                ties=checkpoint.ties,
             ),
         )
         if missing and cfg.plan_mode == "distinct":
@@ -179,7 +177,20 @@ class Planning:
             hardware=kernel.hardware,
             history=view.history,
             n_plans=n_plans,
+            contract=ctx.contract,
+            round_plans=self._round_plans(kernel),
         )
+
+    def _round_plans(self, kernel: BeamKernel) -> list[str]:
+        """The plans already given to the iteration's other beam kernels (in beam order), as
+        the checkpoint holds them when the call is made: the planner can take another route."""
+        plans = self.scope.state.checkpoint.plans
+        given = []
+        for b in range(self.scope.ctx.cfg.beam):
+            if b == kernel.b:
+                continue
+            given += [plan for plan in plans.get(f"{kernel.iteration}/{b}", []) if plan]
+        return given
 
     def _planner_failed(self, exc: LlmCallFailed | MalformedReply) -> str:
         """Count a planner call that gave no plan; the status of the samples left without

@@ -24,19 +24,27 @@ import re
 from functools import cache
 from importlib import resources
 
+from accelopt_mcp.backends import host_facts as hf
 from accelopt_mcp.backends.registry import backend_info
 from accelopt_mcp.comparing import (
+    ACCURACY_FIGURES,
+    ROOFLINE_FIGURES,
+    breakdown_lines,
     comparison_text,
+    ideal_time_ms,
     interval_text,
     latency_text,
     level_text,
+    ms_text,
     reference_speedup_text,
     roofline_text,
     shown_counters,
     speedup_text,
 )
-from accelopt_mcp.engine.hardware_block import describe_hardware
+from accelopt_mcp.engine.contract import contract_lines
+from accelopt_mcp.engine.hardware_block import describe_hardware, uses_torch
 from accelopt_mcp.engine.history import tidy_log
+from accelopt_mcp.engine.summarizer import PSEUDOCODE_CHARS, STRATEGY_CHARS, TITLE_CHARS
 from accelopt_mcp.engine.untrusted import Fence
 from accelopt_mcp.llm import ChatMessage
 from accelopt_mcp.models import Evaluation, MeasuringConditions, Solution, Task
@@ -53,6 +61,16 @@ REPAIRABLE_STATUSES = frozenset(
 """Failure classes an executor can be asked to repair: its kernel ran into an error it can
 read. (A TIMEOUT or NO_CODE reply may be repaired too; repair_messages words any status.)"""
 NO_HISTORY_GIVEN = "(not available for this call)"
+NO_ROUND_PLANS = "(none yet)"
+ROUND_PLAN_CHARS = 600
+"""How much of each plan given to another beam kernel the planner is shown."""
+SUMMARIZER_MEMORY_ITEMS = 16
+"""The most memory items a summarizer is shown (the newest), to refine one or see it is known."""
+_STRATEGY_WHAT = {
+    "cpu": "why the fast version is faster",
+    "nki": "the mechanism behind the speedup (memory traffic, engine use, tiling, ...)",
+    "gpu": "the mechanism behind the speedup",
+}
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
 
@@ -87,11 +105,29 @@ def _fence(solution: Solution) -> str:
     return {"cuda": "cuda", "cpp": "cpp"}.get(solution.spec.language.value, "python")
 
 
-def _system(family: str, name: str, fence: Fence, values: dict[str, str] | None = None) -> str:
+def _system(family: str, name: str, fence: Fence, values: dict[str, str]) -> str:
     """A role's system prompt with the rule that fenced text is data (untrusted.Fence)."""
-    template = _template(family, name)
-    text = _fill(template, values) if values is not None else template
-    return text.rstrip() + "\n\n" + fence.rule() + "\n"
+    return _fill(_template(family, name), values).rstrip() + "\n\n" + fence.rule() + "\n"
+
+
+def default_contract(family: str, task: Task | None, profile: Evaluation | None) -> str:
+    """The contract (engine/contract.py) with the default benchmark settings and the cores the
+    profile's environment records: for a prompt built outside a run (a run passes its own,
+    with its settings and its pool's cores)."""
+    libs = profile.environment.libs if profile is not None else {}
+    cores = libs.get(hf.CORES_KEY, "")
+    return "\n".join(
+        contract_lines(
+            family,
+            None,
+            cores=int(cores) if cores.isdigit() else None,
+            uses_torch=uses_torch(task),
+        )
+    )
+
+
+def _contract(family: str, task: Task, contract: str | None, profile: Evaluation | None) -> str:
+    return contract.strip() if contract is not None else default_contract(family, task, profile)
 
 
 def describe_task(task: Task) -> str:
@@ -111,29 +147,72 @@ def describe_task(task: Task) -> str:
     return "\n".join(lines)
 
 
-def describe_profile(evaluation: Evaluation | None, rng: random.Random) -> str:
-    """Status, the median with its interval, every speedup with its interval and against what
-    (the reference, the parent), then the counters. Never how the harness took the figures
-    (Evaluation.measurement, or such names among old profiles' counters): they describe the
-    harness, not the kernel, and a planner would chase them."""
+BREAKDOWN_ENTRIES = 8
+"""How many parts of a call's time breakdown a profile block lists (the largest)."""
+
+
+def describe_profile(
+    evaluation: Evaluation | None,
+    rng: random.Random,
+    *,
+    fence: Fence | None = None,
+    breakdown: int = BREAKDOWN_ENTRIES,
+) -> str:
+    """What a decision needs, in a fixed order: the status; the median with its interval; the
+    reference's latency in ms and the speedup over it; every other speedup (the parent) with
+    its interval; the percent of the roofline with the ideal time in ms; where one call's time
+    goes (the largest `breakdown` parts of Evaluation.breakdown, fenced: its names quote the
+    kernel's lines); how far the outputs were from the reference's; then the backend's other
+    counters (nki: neuron-profile's), in an order drawn from `rng`, to three significant
+    digits. Never how the harness took the figures (Evaluation.measurement, or such names among
+    old profiles' counters): they describe the harness, not the kernel, and a planner would
+    chase them. Only the leftover counters are shuffled: the decision figures keep their
+    place, while a fixed order of many like counters would steer every plan at the first."""
     if evaluation is None:
         return "(not profiled)"
     lines = [f"status: {evaluation.status.value}"]
     latency = latency_text(evaluation)
     if latency is not None:
         lines.append(f"latency: {latency}")
+    perf = evaluation.performance
     over_reference = reference_speedup_text(evaluation)
-    if over_reference is not None:
-        lines.append(f"speedup: {over_reference}")
+    if perf is not None and perf.reference_latency_ms > 0:
+        reference = f"reference latency: {ms_text(perf.reference_latency_ms)}"
+        if over_reference is not None:
+            reference += f"; this kernel: {over_reference}"
+        lines.append(reference)
     lines += [f"speedup: {comparison_text(c)}" for c in evaluation.comparisons]
     roofline = roofline_text(evaluation, short=True)
     if roofline is not None:
         # How much room is left: the figure that tells a plan worth making from one that is not.
+        ideal = ideal_time_ms(evaluation)
+        if ideal is not None:
+            roofline += f"; ideal (roofline) time {ms_text(ideal)} per call"
+            counters = evaluation.hardware_counters
+            compute, memory = (
+                counters.get("flops_pct_of_peak"),
+                counters.get("bandwidth_pct_of_peak"),
+            )
+            if compute is not None and memory is not None:
+                roofline += f" (compute at {compute:.3g}%, memory at {memory:.3g}% of peak)"
         lines.append(f"roofline: {roofline}")
-    # The latency is shown above, with its interval.
-    counters = [(k, v) for k, v in shown_counters(evaluation).items() if k != "latency_ms"]
-    rng.shuffle(counters)
-    lines += [f"{name}: {value:.6g}" for name, value in counters]
+    parts = breakdown_lines(evaluation, breakdown)
+    if parts:
+        text = "\n".join(parts)
+        lines.append(
+            "where one call's time goes (measured apart from the timed rounds; indicative):\n"
+            + (fence.wrap(text) if fence is not None else text)
+        )
+    counters = dict(shown_counters(evaluation))
+    accuracy = [f"{name} {counters.pop(name):.3g}" for name in ACCURACY_FIGURES if name in counters]
+    if accuracy:
+        lines.append("accuracy: " + ", ".join(accuracy))
+    # The latency is shown above, with its interval; the roofline figures in one line.
+    others = [
+        (k, v) for k, v in counters.items() if k != "latency_ms" and k not in ROOFLINE_FIGURES
+    ]
+    rng.shuffle(others)
+    lines += [f"{name}: {value:.3g}" for name, value in others]
     if evaluation.flags:
         lines.append("flags: " + ", ".join(evaluation.flags))
     return "\n".join(lines)
@@ -157,12 +236,12 @@ def describe_memory(items: list[ExperienceRecord]) -> str:
     return "\n".join(blocks)
 
 
-def _hardware(family: str, task: Task, hardware: str | None, profile: Evaluation | None) -> str:
-    """The given hardware block, or one from the profile's environment (this host's facts for
-    the cpu family when the profile is missing)."""
+def _hardware(family: str, hardware: str | None, profile: Evaluation | None) -> str:
+    """The given hardware block (a run's one text), or one from the profile's environment
+    (this host's facts for the cpu family when the profile is missing)."""
     if hardware is not None:
         return hardware.strip() or "(not recorded)"
-    return describe_hardware(family, profile.environment if profile else None, task=task)
+    return describe_hardware(family, profile.environment if profile else None)
 
 
 def _plan_request(n_plans: int) -> tuple[str, str]:
@@ -189,12 +268,17 @@ def planner_messages(
     hardware: str | None = None,
     history: str | None = None,
     n_plans: int = 1,
+    contract: str | None = None,
+    round_plans: list[str] | None = None,
 ) -> list[ChatMessage]:
     """The planner's prompt for one kernel. n_plans: 1 asks for one plan in prose (the
     "independent" mode: N such calls); more asks for that many distinct plans in one JSON
     list (the "distinct" mode; parse with planner.parse_plan_list). hardware: the hardware
-    block (describe_hardware); None: built from the profile's environment. history: the
-    lineage's plans and outcomes (history.lineage_history); None: not available."""
+    block (describe_hardware; a run passes its one text); None: built from the profile's
+    environment. history: the lineage's plans and outcomes (history.lineage_history); None:
+    not available. contract: the run's contract (contract.contract_lines); None: the
+    default settings'. round_plans: the plans already given to the other beam kernels this
+    iteration; None: not available."""
     if n_plans < 1:
         raise ValueError(f"n_plans must be at least 1, got {n_plans}")
     reply_format, ask = _plan_request(n_plans)
@@ -205,19 +289,41 @@ def planner_messages(
         _template(family, "planner_user"),
         {
             "task": describe_task(task),
-            "hardware": _hardware(family, task, hardware, profile),
+            "hardware": _hardware(family, hardware, profile),
             "kernel": fence.wrap(kernel.entry_source.content.rstrip(), _fence(kernel)),
-            "profile": describe_profile(profile, rng),
+            "profile": describe_profile(profile, rng, fence=fence),
             "history": fence.wrap(history_text) if history_text else NO_HISTORY_GIVEN,
+            "round": describe_round_plans(round_plans),
             "memory": describe_memory(memory),
             "ask": ask,
         },
     )
-    system = _system(family, "planner_system", fence, {"reply_format": reply_format})
+    system = _system(
+        family,
+        "planner_system",
+        fence,
+        {"reply_format": reply_format, "contract": _contract(family, task, contract, profile)},
+    )
     return [
         ChatMessage(role="system", content=system),
         ChatMessage(role="user", content=user),
     ]
+
+
+def describe_round_plans(plans: list[str] | None) -> str:
+    """The plans given to the other beam kernels this iteration, numbered, each on one line
+    and cut to ROUND_PLAN_CHARS."""
+    if plans is None:
+        return NO_HISTORY_GIVEN
+    if not plans:
+        return NO_ROUND_PLANS
+    lines = []
+    for number, plan in enumerate(plans, 1):
+        flat = " ".join(plan.split())
+        if len(flat) > ROUND_PLAN_CHARS:
+            flat = flat[: ROUND_PLAN_CHARS - 3] + "..."
+        lines.append(f"{number}. {flat}")
+    return "\n".join(lines)
 
 
 def more_plans_message(plans: list[str], missing: int) -> ChatMessage:
@@ -241,20 +347,24 @@ def executor_messages(
     *,
     hardware: str | None = None,
     profile: Evaluation | None = None,
+    contract: str | None = None,
 ) -> list[ChatMessage]:
     """The executor's prompt: implement `plan` on `kernel`. profile: the kernel's own stored
     evaluation (counters in a fixed order: the executor is not steered by their order);
-    hardware: as for planner_messages."""
+    hardware, contract: as for planner_messages. The executor sees the plan alone of what
+    the planner saw (no lessons, no history): the planner's prompt says so."""
+    fence = Fence()
     return _executor_chat(
         family,
         "executor_user",
-        Fence(),
+        fence,
         task,
         kernel,
         plan,
         hardware,
         profile,
-        {"profile": describe_profile(profile, random.Random(0))},
+        contract,
+        {"profile": describe_profile(profile, random.Random(0), fence=fence)},
     )
 
 
@@ -267,6 +377,7 @@ def _executor_chat(
     plan: str,
     hardware: str | None,
     profile: Evaluation | None,
+    contract: str | None,
     values: dict[str, str],
 ) -> list[ChatMessage]:
     """The executor's system prompt, and its user prompt `name` filled with what every
@@ -276,7 +387,7 @@ def _executor_chat(
         _template(family, name),
         {
             "task": describe_task(task),
-            "hardware": _hardware(family, task, hardware, profile),
+            "hardware": _hardware(family, hardware, profile),
             "kernel": fence.wrap(kernel.entry_source.content.rstrip(), _fence(kernel)),
             "entry": kernel.entry_symbol,
             "plan": plan.strip(),
@@ -284,7 +395,15 @@ def _executor_chat(
         },
     )
     return [
-        ChatMessage(role="system", content=_system(family, "executor_system", fence)),
+        ChatMessage(
+            role="system",
+            content=_system(
+                family,
+                "executor_system",
+                fence,
+                {"contract": _contract(family, task, contract, profile)},
+            ),
+        ),
         ChatMessage(role="user", content=user),
     ]
 
@@ -321,6 +440,7 @@ def repair_messages(
     *,
     hardware: str | None = None,
     profile: Evaluation | None = None,
+    contract: str | None = None,
 ) -> list[ChatMessage]:
     """The executor asked to repair its failed attempt: the kernel the plan was applied to,
     the plan, its own failed kernel, the failure class (see REPAIRABLE_STATUSES) and the end
@@ -339,6 +459,7 @@ def repair_messages(
         plan,
         hardware,
         profile,
+        contract,
         {
             "failed": fence.wrap(failed_source.rstrip() or "(empty)", _fence(parent_kernel)),
             "status": status,
@@ -419,6 +540,8 @@ def summarizer_messages(
     slow_profile: Evaluation | None = None,
     fast_profile: Evaluation | None = None,
     conditions: MeasuringConditions | None = None,
+    memory: list[ExperienceRecord] | None = None,
+    contract: str | None = None,
 ) -> list[ChatMessage]:
     """`speedup`: how many times faster `fast` is than `slow` (slow median / fast median);
     `interval`: its confidence interval at `confidence`, when the pair was timed with one.
@@ -426,7 +549,10 @@ def summarizer_messages(
     (the plan was applied to the slow one), else it is the slow one (the plan made its parent,
     the fast kernel, slower). slow_profile/fast_profile: their stored evaluations.
     conditions: what the pair's measurement was taken under (measuring_conditions_of the
-    attempt's evaluation), told to the summarizer with the noise."""
+    attempt's evaluation), told to the summarizer with the noise. memory: the lessons already
+    in the namespace's memory, numbered as the reply's "refines"/"already_known" count them
+    (summarizer_memory: at most SUMMARIZER_MEMORY_ITEMS); None: not shown. contract: as for
+    planner_messages."""
     low, high = interval if interval is not None else (None, None)
     figure = speedup_text(speedup, low, high, "the slow kernel")
     if interval is not None:
@@ -448,16 +574,41 @@ def summarizer_messages(
             "task": describe_task(task),
             "plan": plan_text,
             "slow": fence.wrap(slow.entry_source.content.rstrip(), _fence(slow)),
-            "slow_profile": describe_profile(slow_profile, rng),
+            "slow_profile": describe_profile(slow_profile, rng, fence=fence),
             "fast": fence.wrap(fast.entry_source.content.rstrip(), _fence(fast)),
-            "fast_profile": describe_profile(fast_profile, rng),
+            "fast_profile": describe_profile(fast_profile, rng, fence=fence),
             "speedup": figure,
             "noise": describe_noise(
                 speedup, interval, confidence, slow_profile, fast_profile, conditions
             ),
+            "memory": NO_HISTORY_GIVEN if memory is None else describe_memory(memory),
+        },
+    )
+    reply_format = _fill(
+        _template(COMMON, "summary_format"),
+        {
+            "title_chars": str(TITLE_CHARS),
+            "strategy_chars": str(STRATEGY_CHARS),
+            "pseudocode_chars": str(PSEUDOCODE_CHARS),
+            "strategy_what": _STRATEGY_WHAT[family],
+        },
+    ).strip()
+    system = _system(
+        family,
+        "summarizer_system",
+        fence,
+        {
+            "contract": _contract(family, task, contract, slow_profile or fast_profile),
+            "reply_format": reply_format,
         },
     )
     return [
-        ChatMessage(role="system", content=_system(family, "summarizer_system", fence)),
+        ChatMessage(role="system", content=system),
         ChatMessage(role="user", content=user),
     ]
+
+
+def summarizer_memory(items: list[ExperienceRecord]) -> list[ExperienceRecord]:
+    """What a summarizer is shown of the memory: its newest SUMMARIZER_MEMORY_ITEMS items,
+    oldest first (as describe_memory numbers them)."""
+    return items[-SUMMARIZER_MEMORY_ITEMS:]
