@@ -118,9 +118,11 @@ def test_percent_of_peak_is_latency_times_the_stored_peaks(
     assert short is not None and short in figures_text(evaluation)
     named = "memory peak" if counters["memory_bound"] else "elementwise fp32 peak"
     assert f", against the 1-core {named} of " in short
-    assert f"roofline_pct_of_peak: {counters['roofline_pct_of_peak']:.6g}" in describe_profile(
-        evaluation, random.Random(0)
-    )
+    # The planner reads the percent once, in the roofline line with the ideal time in ms.
+    block = describe_profile(evaluation, random.Random(0))
+    ideal = evaluation.performance.latency_ms * counters["roofline_pct_of_peak"] / 100  # type: ignore[union-attr]
+    assert f"roofline: {short}; ideal (roofline) time {ideal:.3g} ms per call" in block
+    assert "roofline_pct_of_peak" not in block and "peak_gflops" not in block
 
     # The second profile finds the figures kept: nothing is measured or stored again.
     _profile(backend, rmsnorm, RMSNORM_KERNEL)
