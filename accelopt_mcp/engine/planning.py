@@ -33,18 +33,50 @@ class _PlannerView:
     history: str
 
 
+class _PlansDue:
+    """Counts a beam kernel's planner calls still out ("independent" mode); sets `event` when
+    the last one is back, so the next kernel's planner sees these plans."""
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+        self.event: asyncio.Event | None = None
+
+    def one_done(self) -> None:
+        self.left -= 1
+        if self.left <= 0 and self.event is not None:
+            self.event.set()
+
+
 class Planning:
     """The plan samples of a started run's beam kernels, each followed by its attempts."""
 
     def __init__(self, scope: LoopScope, attempts: Attempts) -> None:
         self.scope = scope
         self.attempts = attempts
+        self._planned: dict[tuple[int, int], asyncio.Event] = {}
+
+    def _planned_event(self, iteration: int, b: int) -> asyncio.Event:
+        """Set once beam kernel b of `iteration` has every plan it will get this time."""
+        return self._planned.setdefault((iteration, b), asyncio.Event())
 
     async def beam_kernel(
         self, iteration: int, b: int, entry: BeamEntry, memory: list[ExperienceRecord]
     ) -> None:
         """Everything an iteration does for one beam kernel: its N plans (those the checkpoint
-        does not have), then the K attempts of each plan that have not finished yet."""
+        does not have), then the K attempts of each plan that have not finished yet.
+
+        Its planner calls wait until the beam kernels before it have their plans, so that
+        each planner is shown the plans given to the others (planner_messages round_plans);
+        the earlier kernels' attempts run meanwhile."""
+        try:
+            await self._beam_kernel(iteration, b, entry, memory)
+        finally:
+            # However it ended (no work, a stop, an error), no later kernel waits on it.
+            self._planned_event(iteration, b).set()
+
+    async def _beam_kernel(
+        self, iteration: int, b: int, entry: BeamEntry, memory: list[ExperienceRecord]
+    ) -> None:
         scope = self.scope
         ctx, checkpoint = scope.ctx, scope.state.checkpoint
         cfg = ctx.cfg
@@ -83,12 +115,22 @@ class Planning:
                 ties=checkpoint.ties,
             ),
         )
+        if missing:
+            for earlier in range(b):
+                await self._planned_event(iteration, earlier).wait()
         if missing and cfg.plan_mode == "distinct":
-            if not await self._distinct_plans(view, missing):
+            planned = await self._distinct_plans(view, missing)
+            self._planned_event(iteration, b).set()
+            if not planned:
                 return
             needed = {p: attempts for p, attempts in needed.items() if plans[p] is not None}
+        due = _PlansDue(len(missing) if cfg.plan_mode == "independent" else 0)
+        if due.left == 0:
+            self._planned_event(iteration, b).set()
+        else:
+            due.event = self._planned_event(iteration, b)
         await asyncio.gather(
-            *(self._plan_chain(view, p, attempts) for p, attempts in needed.items())
+            *(self._plan_chain(view, p, attempts, due) for p, attempts in needed.items())
         )
 
     async def _distinct_plans(self, view: _PlannerView, missing: list[int]) -> bool:
@@ -132,34 +174,49 @@ class Planning:
                     await self.attempts.record(slot.record(kernel.entry, status, error=reason))
         return True
 
-    async def _plan_chain(self, view: _PlannerView, p: int, attempts: list[int]) -> None:
+    async def _plan_chain(
+        self, view: _PlannerView, p: int, attempts: list[int], due: _PlansDue
+    ) -> None:
         """One plan sample: its plan (in "independent" mode, one planner call of its own
         unless the checkpoint has it), then its unfinished attempts."""
         scope, kernel = self.scope, view.kernel
         plans = scope.state.checkpoint.plans[kernel.plans_key]
         plan = plans[p]
         if plan is None:
-            sample = f"{kernel.plans_key}/{p}"
-            messages = self._planner_messages(view, sample)
             try:
-                plan, _ = await propose_plan(scope.ctx.client, messages, purpose=f"plan {sample}")
-            except BudgetExceeded as exc:
-                scope.control.call_refused(exc)
+                plan = await self._one_plan(view, p, attempts)
+            finally:
+                due.one_done()
+            if plan is None:
                 return
-            except (LlmCallFailed, MalformedReply) as exc:
-                status = LLM_FAILED if isinstance(exc, LlmCallFailed) else NO_PLAN
-                for a in attempts:
-                    await self.attempts.record(
-                        kernel.slot(p, a).record(kernel.entry, status, error=f"planner: {exc}")
-                    )
-                self._planner_failed(exc)
-                return
-            scope.health.succeeded()
-            plans[p] = plan
-            await self._save_plans(kernel)
         await asyncio.gather(
             *(self.attempts.run(Job(kernel.slot(p, a), kernel, plan)) for a in attempts)
         )
+
+    async def _one_plan(self, view: _PlannerView, p: int, attempts: list[int]) -> str | None:
+        """Sample p's plan from its own planner call ("independent" mode), checkpointed; None
+        when there is none (its attempts are recorded as failed, or the budget refused)."""
+        scope, kernel = self.scope, view.kernel
+        plans = scope.state.checkpoint.plans[kernel.plans_key]
+        sample = f"{kernel.plans_key}/{p}"
+        messages = self._planner_messages(view, sample)
+        try:
+            plan, _ = await propose_plan(scope.ctx.client, messages, purpose=f"plan {sample}")
+        except BudgetExceeded as exc:
+            scope.control.call_refused(exc)
+            return None
+        except (LlmCallFailed, MalformedReply) as exc:
+            status = LLM_FAILED if isinstance(exc, LlmCallFailed) else NO_PLAN
+            for a in attempts:
+                await self.attempts.record(
+                    kernel.slot(p, a).record(kernel.entry, status, error=f"planner: {exc}")
+                )
+            self._planner_failed(exc)
+            return None
+        scope.health.succeeded()
+        plans[p] = plan
+        await self._save_plans(kernel)
+        return plan
 
     def _planner_messages(
         self, view: _PlannerView, sample: str, n_plans: int = 1
