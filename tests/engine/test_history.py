@@ -11,7 +11,7 @@ from accelopt_mcp.engine.history import (
     lineage_history,
     short_error,
 )
-from accelopt_mcp.engine.selection import AttemptRecord
+from accelopt_mcp.engine.selection import AttemptRecord, HeadToHead, TieDecision
 
 INITIAL = "init0000aaaa"
 CHILD = "child111bbbb"
@@ -142,3 +142,35 @@ def test_outcome_words_for_flags_missing_intervals_and_no_code() -> None:
     assert short_error("timed out after 4 s during timing\nstderr (tail):\n...") == (
         "timed out after 4 s during timing"
     )
+
+
+def test_head_to_head_verdicts_on_the_lineage_follow_the_plans() -> None:
+    slots, plans = _two_generations()
+    on_lineage = TieDecision(
+        iteration=1,
+        place="first",
+        slot=1,
+        placed=CHILD,
+        challenger="other999dddd",
+        head_to_head=HeadToHead(
+            verdict="faster", faster=CHILD, slower="other999dddd", speedup=1.04,
+            ci_low=1.01, ci_high=1.07,
+        ),
+        kept=CHILD,
+        reason="faster head-to-head",
+    )  # fmt: skip
+    elsewhere = on_lineage.model_copy(
+        update={"placed": "far00000", "challenger": "far11111", "kept": "far00000"}
+    )
+    later = on_lineage.model_copy(update={"iteration": 2})
+    text = lineage_history(
+        CHILD, slots, plans, before_iteration=2, ties=[elsewhere, on_lineage, later]
+    )
+    lines = text.splitlines()
+    assert lines[-2] == "Head-to-head re-measures of ties on this lineage (newest first):"
+    assert lines[-1] == f"- {on_lineage.describe()}"
+    assert "head-to-head: child111 faster 1.040x [1.010, 1.070]" in lines[-1]
+    assert "far00000" not in text  # another lineage's tie
+    # A kernel with no plan tried yet still sees its lineage's ties.
+    only = lineage_history(CHILD, [], {}, ties=[on_lineage])
+    assert only.startswith("Head-to-head re-measures") and only != NO_HISTORY

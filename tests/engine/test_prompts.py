@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 import random
+import re
 
 import numpy as np
 import pytest
 
-from accelopt_mcp.engine.hardware_block import describe_hardware
+from accelopt_mcp.engine.hardware_block import describe_hardware, vector_summary
 from accelopt_mcp.engine.prompts import (
     FAMILIES,
     REPAIRABLE_STATUSES,
+    SUMMARIZER_MEMORY_ITEMS,
     executor_messages,
     family_for,
     more_plans_message,
     planner_messages,
     repair_messages,
+    summarizer_memory,
     summarizer_messages,
 )
 from accelopt_mcp.models import (
+    BreakdownEntry,
     Comparison,
     Correctness,
     Environment,
@@ -368,3 +372,162 @@ def test_the_planner_sees_how_far_the_kernel_is_from_its_roofline(
     assert (
         "roofline: 9.8% of the roofline (memory-bound, against the 1-core memory peak of 21.4 GB/s)"
     ) in user.content
+
+
+# --------------------------------------------------------------------------- profile block
+
+
+def _with_roofline_and_breakdown() -> Evaluation:
+    measured = _measured()
+    measured.hardware_counters.update(
+        {
+            "roofline_pct_of_peak": 12.5,
+            "flops_pct_of_peak": 3.25,
+            "bandwidth_pct_of_peak": 12.5,
+            "memory_bound": 1.0,
+            "gbytes_per_s": 2.1,
+            "peak_cores": 1.0,
+            "peak_matmul": 0.0,
+            "peak_gflops": 19.8,
+            "peak_gbytes_per_s": 21.4,
+            "l2_rel_error": 1.234567e-7,
+            "sbuf_reads": 123456.789,
+            "psum_spills": 0.987654321,
+        }
+    )
+    parts = [("np.exp", 0.2), ("np.divide", 0.1), ("L7: out += 1", 0.05)]
+    parts += [(f"np.op{i}", 0.001 * (10 - i)) for i in range(9)]
+    measured.breakdown = [
+        BreakdownEntry(what=what, ms=ms, share=ms / 0.412, calls=4) for what, ms in parts
+    ]
+    return measured
+
+
+def test_the_profile_block_puts_the_decision_figures_first_in_a_fixed_order(
+    silu_task: Task, silu_baseline: Solution
+) -> None:
+    texts = [
+        planner_messages(
+            "cpu",
+            silu_task,
+            silu_baseline,
+            _with_roofline_and_breakdown(),
+            [],
+            random.Random(seed),
+        )[1].content
+        for seed in range(6)
+    ]
+    block = _section_of(texts[0], "Profile of the current kernel")
+    lines = block.splitlines()
+    assert lines[0] == "status: PASSED"
+    assert lines[1] == "latency: 0.412 ms [0.405, 0.419] (95% CI)"
+    assert lines[2] == (
+        "reference latency: 0.54 ms; this kernel: 1.31x [1.27, 1.35] over the reference"
+    )
+    assert lines[3] == "speedup: 1.09x [1.05, 1.13] over the parent (faster)"
+    # The percent of peak once, with the ideal time in ms (0.412 ms * 12.5%).
+    assert lines[4].startswith("roofline: 12.5% of the roofline (memory-bound, against the 1-core")
+    assert "; ideal (roofline) time 0.0515 ms per call" in lines[4]
+    assert "(compute at 3.25%, memory at 12.5% of peak)" in lines[4]
+    assert block.count("12.5") == 2 and "pct_of_peak" not in block and "peak_g" not in block
+    assert lines[5].startswith("where one call's time goes")
+    # The largest eight parts, fenced (their names quote the kernel's lines), then the rest.
+    assert "- np.exp: 0.2 ms (49%, 4 calls)" in block
+    assert "- L7: out += 1: 0.05 ms (12%, 4 calls)" in block
+    assert "- 4 smaller part(s): 0.014 ms in all" in block
+    assert block.index("UNTRUSTED") < block.index("np.exp") < block.index("np.divide")
+    assert "accuracy: l2_rel_error 1.23e-07" in block
+    # Only the leftover counters are shuffled, each to three significant digits.
+    assert "sbuf_reads: 1.23e+05" in block and "psum_spills: 0.988" in block
+    decisions = [re.sub("UNTRUSTED-[0-9a-f]+", "U", t.split("accuracy:")[0]) for t in texts]
+    assert len(set(decisions)) == 1
+    tails = [
+        [line for line in t.splitlines() if line.startswith(("sbuf_reads", "psum_spills"))]
+        for t in texts
+    ]
+    assert len({tuple(tail) for tail in tails}) == 2
+
+
+def _section_of(content: str, title: str) -> str:
+    return content.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0].strip()
+
+
+def test_the_planner_sees_the_round_and_is_told_the_executor_sees_only_the_plan(
+    silu_task: Task, silu_baseline: Solution
+) -> None:
+    for family in FAMILIES:
+        system, user = planner_messages(
+            family,
+            silu_task,
+            silu_baseline,
+            None,
+            [],
+            random.Random(0),
+            round_plans=["tile\nby 128 rows", "x" * 700],
+        )
+        round_text = _section_of(
+            user.content, "Plans given to the other beam kernels this iteration"
+        )
+        assert round_text.startswith("1. tile by 128 rows\n2. xxx")
+        assert len(round_text.splitlines()[1]) < 620  # cut
+        assert "sees the task" in system.content and "nothing else" in system.content
+        assert "not the lessons" in system.content
+    _, user = planner_messages("cpu", silu_task, silu_baseline, None, [], random.Random(0))
+    assert "(not available for this call)" in _section_of(
+        user.content, "Plans given to the other beam kernels this iteration"
+    )
+
+
+def test_the_summarizer_sees_the_memory_numbered_and_the_caps(
+    silu_task: Task, silu_baseline: Solution
+) -> None:
+    memory = [
+        ExperienceRecord(id="e1", definition_name="silu", title="fuse the exp", strategy="s1"),
+        ExperienceRecord(id="e2", definition_name="silu", title="stay in float32", strategy="s2"),
+    ]
+    for family in FAMILIES:
+        system, user = summarizer_messages(
+            family, silu_task, silu_baseline, silu_baseline, 2.0, memory=memory
+        )
+        shown = _section_of(user.content, "Lessons already in memory")
+        assert shown.startswith("1. fuse the exp") and "2. stay in float32" in shown
+        assert '"refines"' in system.content and '"already_known"' in system.content
+        assert "at most 100 characters" in system.content
+        assert "at most 600 characters" in system.content
+    assert len(summarizer_memory([memory[0]] * 40)) == SUMMARIZER_MEMORY_ITEMS
+
+
+def test_the_hardware_block_keeps_what_decides_speed_of_the_isa_list() -> None:
+    flags = [
+        "sse2",
+        "ssse3",
+        "fma",
+        "sse4_1",
+        "sse4_2",
+        "avx",
+        "f16c",
+        "avx2",
+        "bmi2",
+        "avx512f",
+        "avx512dq",
+        "avx512ifma",
+        "avx512cd",
+        "avx512bw",
+        "avx512vl",
+        "avx512_bf16",
+        "avx512vbmi",
+        "avx512_vbmi2",
+        "avx512_vnni",
+        "avx512_bitalg",
+        "avx512_vpopcntdq",
+    ]
+    assert vector_summary(flags) == (
+        "AVX-512 (512-bit vectors, 16 float32 per instruction, FMA, BF16, VNNI)"
+    )
+    assert vector_summary(["sse2", "avx", "avx2", "fma"]) == (
+        "AVX2 (256-bit vectors, 8 float32 per instruction, FMA)"
+    )
+    assert (
+        vector_summary(["fp", "asimd"]) == "NEON (128-bit vectors, 4 float32 per instruction, FMA)"
+    )
+    assert vector_summary(["bmi2"]) is None

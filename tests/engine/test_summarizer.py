@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from types import SimpleNamespace
 from typing import cast
 
@@ -10,12 +11,20 @@ import pytest
 
 from accelopt_mcp.engine.checkpoint import Checkpoint
 from accelopt_mcp.engine.context import RunContext
-from accelopt_mcp.engine.experience import _plan_of
+from accelopt_mcp.engine.experience import _plan_of, _refined_item
 from accelopt_mcp.engine.selection import AttemptRecord
-from accelopt_mcp.engine.summarizer import NothingChanged, Summary, parse_summary
+from accelopt_mcp.engine.summarizer import (
+    PSEUDOCODE_CHARS,
+    STRATEGY_CHARS,
+    TITLE_CHARS,
+    NothingChanged,
+    Summary,
+    cap_text,
+    parse_summary,
+)
 from accelopt_mcp.llm import MalformedReply
 from accelopt_mcp.models import Solution, Task
-from accelopt_mcp.store.base import KernelStore
+from accelopt_mcp.store.base import ExperienceRecord, KernelStore
 
 
 def test_an_item_is_found_in_prose_and_pseudocode_lines_are_joined() -> None:
@@ -82,3 +91,42 @@ def test_the_plan_of_a_pair_comes_from_the_checkpoint_else_the_stored_kernel(
     assert asyncio.run(_plan_of(ctx, attempt(0, stored_id))) == "plan from checkpoint"
     assert asyncio.run(_plan_of(ctx, attempt(1, stored_id))) == "plan from metadata"
     assert asyncio.run(_plan_of(ctx, attempt(1, None))) is None
+
+
+def test_a_lesson_is_cut_to_its_caps_and_may_name_the_item_it_refines() -> None:
+    reply = json.dumps(
+        {
+            "title": "Vectorize " * 30,
+            "strategy": "word " * 400,
+            "pseudocode": "x" * 2000,
+            "refines": "2",
+        }
+    )
+    summary = parse_summary(reply)
+    assert isinstance(summary, Summary)
+    assert len(summary.title) <= TITLE_CHARS and summary.title.endswith("\u2026")
+    assert len(summary.strategy) <= STRATEGY_CHARS and not summary.strategy.endswith(" \u2026")
+    assert len(summary.pseudocode) <= PSEUDOCODE_CHARS
+    assert summary.refines == 2
+    plain = parse_summary('{"title": "t", "strategy": "s", "refines": null}')
+    assert isinstance(plain, Summary) and plain.refines is None
+    assert cap_text("short", 10) == "short"
+
+
+def test_a_lesson_already_in_memory_is_its_own_answer() -> None:
+    known = parse_summary('{"already_known": 3}')
+    assert isinstance(known, NothingChanged) and known.known == 3
+    # Not a number: no answer of that kind (and no item either).
+    with pytest.raises(MalformedReply):
+        parse_summary('{"already_known": "yes"}')
+
+
+def test_only_a_listed_item_can_be_refined() -> None:
+    shown = [
+        ExperienceRecord(id="e1", definition_name="d", title="one", strategy="s"),
+        ExperienceRecord(id="e2", definition_name="d", title="two", strategy="s"),
+    ]
+    summary = Summary(title="t", strategy="s", refines=2)
+    assert _refined_item(summary, shown) is shown[1]
+    assert _refined_item(summary.model_copy(update={"refines": 3}), shown) is None
+    assert _refined_item(summary.model_copy(update={"refines": None}), shown) is None
