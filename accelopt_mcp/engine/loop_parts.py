@@ -74,7 +74,7 @@ class BeamKernel:
     profile: Evaluation | None
     """Its stored profile on this task and settings (None: not found)."""
     hardware: str
-    """The hardware block of its prompts (hardware_block.describe_hardware)."""
+    """The hardware block of its prompts: the run's one text (Checkpoint.prompt_hardware)."""
 
     @property
     def plans_key(self) -> str:

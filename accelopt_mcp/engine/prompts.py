@@ -1,19 +1,26 @@
 """Fill the prompt templates: what each role sees, as chat messages.
 
 Templates live in prompt_templates/<family>/ (cpu, nki, gpu), with the family-neutral pieces
-of the planner's reply format in prompt_templates/common/. What each role is shown:
+(the planner's and the summarizer's reply formats) in prompt_templates/common/. What each role
+is shown:
 
-- planner: the task, the hardware block (hardware_block.describe_hardware), the kernel, its
-  profile, the plans already tried on its lineage (history.lineage_history) and the memory
-  (each lesson with what it was measured on, where recorded); asked for one plan
-  ("independent" mode) or for N distinct plans in one reply ("distinct").
+- every role: the contract in its system prompt (contract.py: the harness's tolerance rule
+  with the run's numbers, the inputs, what a kernel may do); a run passes its own text.
+- planner: the task, the hardware block (a run's one text, Checkpoint.prompt_hardware), the
+  kernel, its profile (describe_profile), the plans already tried on its lineage with the
+  head-to-head verdicts of its ties (history.lineage_history), the plans given to the other
+  beam kernels this iteration, and the memory (each lesson with what it was measured on,
+  where recorded); asked for one plan ("independent" mode) or for N distinct plans in one
+  reply ("distinct"). Its system prompt says the executor sees the plan alone.
 - executor: the task, the hardware block, the kernel with its profile, and the plan; after a
   failed attempt (repair_messages) also its own kernel, the failure class and the log's end.
 - summarizer: the pair, the plan behind the change, both profiles, the measurement noise and the
-  conditions the pair was measured under (cores, BLAS threads, host load).
+  conditions the pair was measured under (cores, BLAS threads, host load), and the memory as it
+  stands, numbered, so that it can refine an item or say the lesson is known (summarizer.py).
 
-The planner sees the profile counters in a shuffled (seeded) order: language models favour
-whatever is listed first, and a fixed order would steer every plan at the same counter.
+The profile block keeps the figures a decision rests on in a fixed order and shuffles only the
+backend's other counters (seeded): language models favour whatever is listed first, and a
+fixed order of many like counters would steer every plan at the same one.
 """
 
 from __future__ import annotations
