@@ -1,9 +1,11 @@
 """How large each role's prompt is on a representative cpu task (tokens ~ chars / 4).
 
-    python benchmarks/prompt_sizes.py [--evaluation FILE] [--task softmax_M256_N1024]
+    python benchmarks/prompt_sizes.py [--evaluation FILE] [--task rmsnorm_M256_N1024]
+        [--breakdown] [--show ROLE]
 
 The kernel is the task's deliberately slow baseline from examples/cpu/nkibench. Its profile
-is taken once with the cpu backend (quick settings) and kept in FILE, so that two checkouts
+is taken once with the cpu backend (quick settings) and kept in FILE (default: the one
+committed beside this script, taken on a 2-core AMD EPYC host), so that two checkouts
 (before and after a prompt change) render the same evaluation: run it first with one
 package, then with the other, against the same FILE. Memory, history and plans are fixed
 stand-ins of the size a run's third iteration shows (five lessons, four tried plans).
@@ -93,13 +95,35 @@ def _size(messages: list[Any]) -> tuple[int, int, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--evaluation", type=Path, default=Path("/tmp/prompt_sizes_eval.json"))
-    parser.add_argument("--task", default="softmax_M256_N1024")
+    parser.add_argument(
+        "--evaluation",
+        type=Path,
+        default=Path(__file__).with_suffix("").parent / "prompt_sizes_eval.json",
+    )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="attach an 8-part time breakdown to the profile (what a breakdown adds)",
+    )
+    parser.add_argument("--task", default="rmsnorm_M256_N1024")
     parser.add_argument("--show", choices=["planner", "executor", "repair", "summarizer"])
     args = parser.parse_args()
     task = load_task(ROOT / f"reference/{args.task}_numpy_0.py")
     kernel = load_solution(ROOT / f"kernels/{args.task}_0.py", task)
     evaluation = _evaluation(args.evaluation, task, kernel)
+    if args.breakdown:
+        from accelopt_mcp.models import BreakdownEntry
+
+        latency = evaluation.performance.latency_ms if evaluation.performance else 1.0
+        parts = [f"L{n}: row = x[i].astype(np.float64).copy()" for n in range(8)]
+        evaluation = evaluation.model_copy(
+            update={
+                "breakdown": [
+                    BreakdownEntry(what=what, ms=latency / 2**n, share=0.5**n, calls=256)
+                    for n, what in enumerate(parts, 1)
+                ]
+            }
+        )
     memory = _memory()
     rendered = {
         "planner": _call(

@@ -581,9 +581,10 @@ def summarizer_messages(
             "task": describe_task(task),
             "plan": plan_text,
             "slow": fence.wrap(slow.entry_source.content.rstrip(), _fence(slow)),
-            "slow_profile": describe_profile(slow_profile, rng, fence=fence),
+            # Two profiles: the largest parts of each call are enough to say where time moved.
+            "slow_profile": describe_profile(slow_profile, rng, fence=fence, breakdown=4),
             "fast": fence.wrap(fast.entry_source.content.rstrip(), _fence(fast)),
-            "fast_profile": describe_profile(fast_profile, rng, fence=fence),
+            "fast_profile": describe_profile(fast_profile, rng, fence=fence, breakdown=4),
             "speedup": figure,
             "noise": describe_noise(
                 speedup, interval, confidence, slow_profile, fast_profile, conditions
