@@ -195,13 +195,13 @@ def describe_profile(
         ideal = ideal_time_ms(evaluation)
         if ideal is not None:
             roofline += f"; ideal (roofline) time {ms_text(ideal)} per call"
+            # The bound that does not bind, which the percent above does not say.
             counters = evaluation.hardware_counters
-            compute, memory = (
-                counters.get("flops_pct_of_peak"),
-                counters.get("bandwidth_pct_of_peak"),
-            )
-            if compute is not None and memory is not None:
-                roofline += f" (compute at {compute:.3g}%, memory at {memory:.3g}% of peak)"
+            memory_bound = counters.get("memory_bound", 0.0) >= 0.5
+            other = counters.get("flops_pct_of_peak" if memory_bound else "bandwidth_pct_of_peak")
+            if other is not None:
+                side = "compute" if memory_bound else "memory"
+                roofline += f" ({side} at {other:.3g}% of its peak)"
         lines.append(f"roofline: {roofline}")
     parts = breakdown_lines(evaluation, breakdown)
     if parts:

@@ -428,8 +428,8 @@ def test_the_profile_block_puts_the_decision_figures_first_in_a_fixed_order(
     # The percent of peak once, with the ideal time in ms (0.412 ms * 12.5%).
     assert lines[4].startswith("roofline: 12.5% of the roofline (memory-bound, against the 1-core")
     assert "; ideal (roofline) time 0.0515 ms per call" in lines[4]
-    assert "(compute at 3.25%, memory at 12.5% of peak)" in lines[4]
-    assert block.count("12.5") == 2 and "pct_of_peak" not in block and "peak_g" not in block
+    assert "(compute at 3.25% of its peak)" in lines[4]
+    assert block.count("12.5") == 1 and "pct_of_peak" not in block and "peak_g" not in block
     assert lines[5].startswith("where one call's time goes")
     # The largest eight parts, fenced (their names quote the kernel's lines), then the rest.
     assert "- np.exp: 0.2 ms (49%, 4 calls)" in block
@@ -531,3 +531,22 @@ def test_the_hardware_block_keeps_what_decides_speed_of_the_isa_list() -> None:
         vector_summary(["fp", "asimd"]) == "NEON (128-bit vectors, 4 float32 per instruction, FMA)"
     )
     assert vector_summary(["bmi2"]) is None
+
+
+def test_a_device_profile_shows_its_percent_of_peak_once(
+    silu_task: Task, silu_baseline: Solution
+) -> None:
+    from accelopt_mcp.backends.roofline import peak_counters, percent_of_peak
+    from accelopt_mcp.models import Roofline
+
+    report = percent_of_peak(
+        0.5, Roofline(flops=4e9, bytes_moved=1e8, compute_unit="matmul_fp32"), "trn1"
+    )
+    measured = _measured()
+    measured.hardware_counters = {**peak_counters(report), "dma_active_pct": 41.0}
+    _, user = planner_messages("nki", silu_task, silu_baseline, measured, [], random.Random(0))
+    block = _section_of(user.content, "Profile of the current kernel")
+    percent = f"{100 * float(report['roofline_fraction']):.3g}%"
+    assert block.count(percent) == 1, block
+    assert "fraction" not in block and "achieved" not in block
+    assert "dma_active_pct: 41" in block
