@@ -92,8 +92,11 @@ def _gpu_contract(config: BenchmarkConfig) -> list[str]:
     rtol = config.rtol if "rtol" in explicit else FLASHINFER_DEFAULT_TOL
     atol = config.atol if "atol" in explicit else FLASHINFER_DEFAULT_TOL
     return [
-        "- Correct: flashinfer-bench's check per element, |out - ref| <= atol + rtol * |ref| "
-        f"(rtol {rtol:g}, atol {atol:g}), with the reference's shapes and dtypes.",
+        # flashinfer_bench.bench.utils.compute_error_stats: an element is off when both its
+        # absolute error exceeds atol and its relative error exceeds rtol.
+        "- Correct: flashinfer-bench's check per element: each element's absolute error within "
+        f"atol or its relative error within rtol (rtol {rtol:g}, atol {atol:g}), with the "
+        "reference's shapes and dtypes.",
         f"- Inputs: {len(config.seeds)} trials of flashinfer-bench's workload inputs.",
         "- One GPU per evaluation (the only one visible). Imports: torch, triton and the "
         "standard library only; no network.",
