@@ -47,7 +47,8 @@ def _cpu_contract(config: BenchmarkConfig, cores: int | None, uses_torch: bool) 
         # cpu_candidate: inputs are views of the kernel's own arena, rewritten by the harness
         # before every call; the reference runs in another process on its own copy.
         "- The inputs are the kernel's own copy, rewritten before each call: it may overwrite "
-        "them. Return NumPy arrays (a tuple for several outputs).",
+        f"them. Return {'NumPy arrays or torch tensors' if uses_torch else 'NumPy arrays'} (a "
+        "tuple for several outputs).",
         # cpu_candidate: one import per process, then many calls (warm-up, checks, rounds).
         "- Imported once per process, then called many times: module-level constants and "
         "buffers persist between calls (import is not timed); the input values change.",
