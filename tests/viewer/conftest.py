@@ -1,0 +1,245 @@
+"""Fixtures for the viewer's tests: a run made by the engine with the scripted LLM stand-in,
+`accelopt view` as a real subprocess over it, and one headless chromium per module."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import selectors
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from accelopt_mcp.engine.beam import BeamSearch
+from accelopt_mcp.engine.runs import prepare_run
+from accelopt_mcp.store.base import KernelStore
+from accelopt_mcp.store.sqlite import SqliteStore
+from accelopt_mcp.tasks.kernels import load_solution
+from accelopt_mcp.tasks.loader import load_task
+from tests.engine import kernels
+from tests.engine.conftest import (
+    KERNEL_PATH,
+    KEY,
+    KEY_ENV,
+    TASK_PATH,
+    models_config,
+    settings,
+    text,
+)
+from tests.llm_standin.process import standin_starter
+from tests.server_process import end_process
+
+REPO = Path(__file__).resolve().parents[2]
+URL_LINE = re.compile(r"^http://127\.0\.0\.1:(\d+)/\?token=([A-Za-z0-9_-]+)$")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+HOSTILE = "</textarea><script>window.__pwned = 1</script><img src=x onerror=\"window.__pwned=2\">"
+"""Markup a kernel or an LLM could write: shown as text, it must never run."""
+
+
+def artifacts_dir() -> Path:
+    """Where screenshots go: $ACCELOPT_ARTIFACTS, else test-artifacts/ (gitignored; CI keeps
+    it)."""
+    folder = Path(os.environ.get("ACCELOPT_ARTIFACTS") or REPO / "test-artifacts") / "viewer"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def run_script() -> dict[str, Any]:
+    """A planner whose plans carry hostile markup, an executor that passes, fails and passes
+    faster, a summarizer that writes one lesson."""
+    plan = f"Vectorize the row loop. {HOSTILE}"
+    executor = [
+        text(kernels.reply(kernels.FAST)),
+        text(kernels.reply(kernels.SYNTAX_ERROR)),
+        text(kernels.reply(kernels.MEDIUM)),
+        text(kernels.reply(kernels.WRONG)),
+    ]
+    lesson = (
+        '{"title": "one np.exp for all rows", "strategy": "avoid per-row Python work, one '
+        'np.exp for all rows", "pseudocode": "for row: f(row) -> f(all rows)"}'
+    )
+    return {
+        "api_key": KEY,
+        "roles": {
+            "planner": {"replies": [text(plan)], "when_exhausted": "repeat_last"},
+            "executor": {"replies": executor, "when_exhausted": "repeat_last"},
+            "summarizer": {"replies": [text(lesson)], "when_exhausted": "repeat_last"},
+        },
+    }
+
+
+@dataclass
+class MadeRun:
+    db_path: Path
+    run_id: str
+
+
+def make_run(store: KernelStore, folder: Path) -> str:
+    """One small run (2 iterations, beam 1, 1 plan, 2 attempts) by the real engine, against
+    the stand-in; returns its id."""
+    os.environ[KEY_ENV] = KEY
+    task = load_task(TASK_PATH)
+    baseline = load_solution(KERNEL_PATH, task)
+    # The initial kernel carries hostile markup in its source (a comment), as a kernel may.
+    source = baseline.sources[0]
+    hostile = baseline.model_copy(
+        update={
+            "sources": [
+                source.model_copy(update={"content": f"# {HOSTILE}\n{source.content}"}),
+                *baseline.sources[1:],
+            ]
+        }
+    )
+    with standin_starter() as start:
+        standin = start(run_script())
+        config = settings(
+            models_config(standin.base_url, folder / "models.json"),
+            iterations=2,
+            beam=1,
+            plans=1,
+            attempts=2,
+            topk=1,
+            workers=2,
+        )
+        run_id = prepare_run(store, task, hostile, config)
+        asyncio.run(BeamSearch(store, run_id, output_dir=folder / "out").run())
+    return run_id
+
+
+@pytest.fixture(scope="session")
+def made_run(tmp_path_factory: pytest.TempPathFactory) -> MadeRun:
+    """A finished run in a SQLite file, made once per session."""
+    folder = tmp_path_factory.mktemp("viewer-run")
+    path = folder / "kernels.db"
+    with SqliteStore(path) as store:
+        run_id = make_run(store, folder)
+    return MadeRun(path, run_id)
+
+
+class ViewerProcess:
+    """`accelopt view --store DB --port 0 --no-browser` as a subprocess; `url` is its first
+    stdout line."""
+
+    def __init__(self, store_url: str, *, env: dict[str, str] | None = None) -> None:
+        self.store_url = store_url
+        self.env = env
+        self.url = ""
+        self.port = 0
+        self.token = ""
+        self.process: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> ViewerProcess:
+        accelopt = Path(sys.executable).with_name("accelopt")
+        self.process = subprocess.Popen(
+            [str(accelopt), "view", "--store", self.store_url, "--port", "0", "--no-browser"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(self.env or {})},
+        )
+        assert self.process.stdout is not None
+        selector = selectors.DefaultSelector()
+        selector.register(self.process.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and self.process.poll() is None:
+            if selector.select(timeout=0.2):
+                self.url = self.process.stdout.readline().strip()
+                break
+        match = URL_LINE.match(self.url)
+        if match is None:
+            end_process(self.process, timeout_s=5)
+            raise AssertionError(
+                f"accelopt view's first line is not its URL: {self.url!r}; stderr: "
+                f"{self.process.stderr.read() if self.process.stderr else ''}"
+            )
+        self.port, self.token = int(match.group(1)), match.group(2)
+        return self
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None:
+            end_process(self.process, timeout_s=10)
+            for stream in (self.process.stdout, self.process.stderr):
+                if stream is not None:
+                    stream.close()
+
+
+@pytest.fixture(scope="module")
+def viewer(made_run: MadeRun) -> Iterator[ViewerProcess]:
+    with ViewerProcess(str(made_run.db_path)) as process:
+        yield process
+
+
+def chromium_or_skip() -> str:
+    path = shutil.which("chromium")
+    if path is None:
+        pytest.skip("chromium is not installed (scripts/test.sh installs it: apt-get install chromium)")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        pytest.skip("playwright is not installed (pip install -e '.[dev]')")
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless chromium for the module (the system's, as CI installs it)."""
+    executable = chromium_or_skip()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+STORES = pytest.mark.parametrize(
+    "any_store", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+"""The data layer on SQLite and on a real PostgreSQL server."""
+
+
+@pytest.fixture
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KernelStore]:
+    import uuid
+
+    from accelopt_mcp.store.postgres import PostgresStore
+    from tests.pg_server import create_database
+
+    if getattr(request, "param", "sqlite") == "sqlite":
+        opened: KernelStore = SqliteStore(tmp_path / "kernels.db")
+    else:
+        admin = request.getfixturevalue("pg_admin_dsn")
+        opened = PostgresStore(
+            create_database(admin, f"viewer_{uuid.uuid4().hex[:10]}"), init_schema=True
+        )
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.fixture(scope="session")
+def silu() -> tuple[Any, Any]:
+    task = load_task(TASK_PATH)
+    return task, load_solution(KERNEL_PATH, task)
