@@ -8,6 +8,7 @@ SSH (`ssh -L 8766:127.0.0.1:8766 host`), which keeps both encrypted and the port
 from __future__ import annotations
 
 import secrets
+import signal
 import socket
 import sys
 import threading
@@ -57,26 +58,35 @@ def serve(
     port = sock.getsockname()[1]
     token = secrets.token_urlsafe(32)
     url = f"http://{HOST}:{port}/?token={token}"
-    print(url, flush=True)
-    (say or _stderr)(
-        f"accelopt view: serving {store_identity(store)} on {HOST}:{port} (loopback only); "
-        "Ctrl-C stops it"
-    )
+    # Recorded before the URL is printed: whoever reads the URL finds the record too.
     record = record_viewer(store, port)
-    if open_browser:
-        threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
-    # No access log: its lines would hold the token of a first request.
-    config = uvicorn.Config(
-        build_app(store, token=token, port=port),
-        log_level="warning",
-        access_log=False,
-        timeout_keep_alive=30,
-    )
+    # uvicorn stops on SIGTERM, then raises it again under the handler it found: this one,
+    # so that the record is removed (the `finally` below) before the process ends.
+    previous = signal.signal(signal.SIGTERM, _exit_quietly)
     try:
+        print(url, flush=True)
+        (say or _stderr)(
+            f"accelopt view: serving {store_identity(store)} on {HOST}:{port} (loopback only); "
+            "Ctrl-C stops it"
+        )
+        if open_browser:
+            threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
+        # No access log: its lines would hold the token of a first request.
+        config = uvicorn.Config(
+            build_app(store, token=token, port=port),
+            log_level="warning",
+            access_log=False,
+            timeout_keep_alive=30,
+        )
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         forget_viewer(record)
         sock.close()
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_quietly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def _stderr(line: str) -> None:

@@ -142,6 +142,8 @@ class ViewerProcess:
         self.port = 0
         self.token = ""
         self.process: subprocess.Popen[str] | None = None
+        self.stderr_text = ""
+        """What it wrote to stderr, once it has stopped."""
 
     def __enter__(self) -> ViewerProcess:
         accelopt = Path(sys.executable).with_name("accelopt")
@@ -177,6 +179,8 @@ class ViewerProcess:
     def __exit__(self, *exc: object) -> None:
         if self.process is not None:
             end_process(self.process, timeout_s=10)
+            if self.process.stderr is not None:
+                self.stderr_text = self.process.stderr.read()
             for stream in (self.process.stdout, self.process.stderr):
                 if stream is not None:
                     stream.close()

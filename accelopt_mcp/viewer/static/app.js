@@ -20,7 +20,7 @@ let current = { page: null };
 function h(tag, attrs, ...children) {
   const el = document.createElement(tag);
   setAttrs(el, attrs);
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined || child === false) continue;
     el.appendChild(child instanceof Node ? child : document.createTextNode(String(child)));
   }
@@ -30,7 +30,7 @@ function h(tag, attrs, ...children) {
 function s(tag, attrs, ...children) {
   const el = document.createElementNS(SVG, tag);
   setAttrs(el, attrs);
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined) continue;
     el.appendChild(child instanceof Node ? child : document.createTextNode(String(child)));
   }
