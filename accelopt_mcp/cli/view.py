@@ -28,9 +28,7 @@ def view(
     ] = None,
     port: Annotated[
         int,
-        typer.Option(
-            min=0, max=65535, help="Port on 127.0.0.1 (0: any free one)."
-        ),
+        typer.Option(min=0, max=65535, help="Port on 127.0.0.1 (0: any free one)."),
     ] = DEFAULT_PORT,
     no_browser: Annotated[
         bool, typer.Option("--no-browser", help="Do not open a browser; just print the URL.")

@@ -61,9 +61,7 @@ def cookie_name(port: int) -> str:
 
 
 def allowed_hosts(port: int) -> frozenset[bytes]:
-    return frozenset(
-        f"{name}:{port}".encode() for name in ("127.0.0.1", "localhost", "[::1]")
-    )
+    return frozenset(f"{name}:{port}".encode() for name in ("127.0.0.1", "localhost", "[::1]"))
 
 
 class Gate:
@@ -83,7 +81,10 @@ class Gate:
         headers = dict(scope.get("headers") or [])
         if headers.get(b"host", b"") not in self.hosts:
             await _refuse(
-                scope, receive, send, 403,
+                scope,
+                receive,
+                send,
+                403,
                 "this viewer answers only to 127.0.0.1 or localhost on its own port",
             )
             return
@@ -94,12 +95,14 @@ class Gate:
                 await _refuse(scope, receive, send, 403, "wrong token")
                 return
             # Out of the address bar and the history: the cookie carries it from here.
-            rest = [(k, v) for k, v in parse_qsl(scope.get("query_string", b"").decode()) if k != "token"]
+            rest = [
+                (k, v)
+                for k, v in parse_qsl(scope.get("query_string", b"").decode())
+                if k != "token"
+            ]
             target = scope["path"] + (f"?{urlencode(rest)}" if rest else "")
             response = RedirectResponse(target, status_code=303, headers=SECURITY_HEADERS)
-            response.set_cookie(
-                self.cookie, given, httponly=True, samesite="strict", path="/"
-            )
+            response.set_cookie(self.cookie, given, httponly=True, samesite="strict", path="/")
             await response(scope, receive, send)
             return
         bearer = headers.get(b"authorization", b"")
@@ -111,7 +114,10 @@ class Gate:
             await self.app(scope, receive, send)
             return
         await _refuse(
-            scope, receive, send, 401,
+            scope,
+            receive,
+            send,
+            401,
             "this viewer needs its token: open the URL `accelopt view` printed (with "
             "?token=...) once in this browser; start it again for a new one",
         )
@@ -123,13 +129,17 @@ class Gate:
 async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, message: str) -> None:
     path = scope.get("path", "")
     if path.startswith("/api/"):
-        response: Response = JSONResponse({"error": message}, status_code=status, headers=SECURITY_HEADERS)
+        response: Response = JSONResponse(
+            {"error": message}, status_code=status, headers=SECURITY_HEADERS
+        )
     else:
         body = (
             "<!doctype html><meta charset=utf-8><title>accelopt view</title>"
             f"<p>{_html_escape(message)}</p>"
         )
-        response = Response(body, status_code=status, media_type="text/html", headers=SECURITY_HEADERS)
+        response = Response(
+            body, status_code=status, media_type="text/html", headers=SECURITY_HEADERS
+        )
     await response(scope, receive, send)
 
 
@@ -267,4 +277,3 @@ def build_app(store: KernelStore, *, token: str, port: int) -> ASGIApp:
 
     app = Starlette(routes=routes, exception_handlers={404: not_found})
     return Gate(app, token=token, port=port)
-

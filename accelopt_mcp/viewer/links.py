@@ -45,7 +45,9 @@ def store_identity(store: KernelStore) -> str:
     """The same text for every opening of one database: a SQLite file's real path, else the
     store's masked location (no password in it)."""
     if isinstance(store, SqliteStore):
-        return "sqlite:" + (store.path if store.path == ":memory:" else os.path.realpath(store.path))
+        return "sqlite:" + (
+            store.path if store.path == ":memory:" else os.path.realpath(store.path)
+        )
     return f"{type(store).__name__}:{getattr(store, 'location', '')}"
 
 

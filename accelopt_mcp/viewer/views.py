@@ -85,7 +85,9 @@ def read_leniently(store: KernelStore, run: RunRecord) -> ReadRun:
         return ReadRun(run=run, spec=spec, checkpoint=checkpoint)
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
         first = _first_error(exc)
-    problems = [f"the run's settings could not be read ({first}): figures that need them are left out"]
+    problems = [
+        f"the run's settings could not be read ({first}): figures that need them are left out"
+    ]
     raw = run.config.get("checkpoint") if isinstance(run.config, dict) else None
     try:
         checkpoint = Checkpoint.model_validate(raw if isinstance(raw, dict) else {})
@@ -101,7 +103,9 @@ def read_leniently(store: KernelStore, run: RunRecord) -> ReadRun:
             elif entry.kind == "plans":
                 checkpoint.plans[entry.key] = list(entry.data.get("plans") or [])
         except (ValidationError, TypeError, AttributeError) as exc:
-            problems.append(f"its {entry.kind} entry {entry.key} could not be read ({_first_error(exc)})")
+            problems.append(
+                f"its {entry.kind} entry {entry.key} could not be read ({_first_error(exc)})"
+            )
     return ReadRun(run=run, checkpoint=checkpoint, problems=problems)
 
 
@@ -377,10 +381,18 @@ def _over_parent(slot: AttemptRecord | None) -> tuple[str | None, float | None, 
     how = "same rounds" if same else "timed apart"
     high = None if math.isinf(interval.high) else interval.high
     low = slot.speedup_ci_low
-    text = comparing.speedup_text(interval.estimate, low, high if low is not None else None, "the parent")
+    text = comparing.speedup_text(
+        interval.estimate, low, high if low is not None else None, "the parent"
+    )
     verdict = None
     if low is not None:
-        verdict = "faster" if low > 1 else "slower" if (high is not None and high < 1) else "indistinguishable"
+        verdict = (
+            "faster"
+            if low > 1
+            else "slower"
+            if (high is not None and high < 1)
+            else "indistinguishable"
+        )
     return f"{text} ({how})", interval.estimate, verdict
 
 
@@ -510,8 +522,13 @@ def run_detail(store: KernelStore, run_id: str) -> RunDetail:
             found = store.get_solution(parent)
             if found is None:
                 nodes[parent] = Node(
-                    id=parent, name="(not stored)", parent_id=None, column=-1,
-                    outcome="unprofiled", outside_run=True, missing=True,
+                    id=parent,
+                    name="(not stored)",
+                    parent_id=None,
+                    column=-1,
+                    outcome="unprofiled",
+                    outside_run=True,
+                    missing=True,
                 )
                 detail.problems.append(f"kernel {parent[:8]} is named as a parent but not stored")
                 break
@@ -588,9 +605,7 @@ def _iterations(checkpoint: Checkpoint, nodes: dict[str, Node]) -> list[Iteratio
                 wall_s=summary.wall_s,
                 beam=list(summary.beam),
                 no_kernel=sum(
-                    1
-                    for s in checkpoint.slots_of(summary.iteration)
-                    if not s.solution_id
+                    1 for s in checkpoint.slots_of(summary.iteration) if not s.solution_id
                 ),
             )
         )
@@ -771,9 +786,7 @@ def _diff(old: StoredSolution | None, new: StoredSolution) -> list[DiffLine]:
         if a == b:
             continue
         lines.append(DiffLine(kind="file", text=path))
-        for line in difflib.unified_diff(
-            a.splitlines(), b.splitlines(), lineterm="", n=3
-        ):
+        for line in difflib.unified_diff(a.splitlines(), b.splitlines(), lineterm="", n=3):
             if line.startswith(("---", "+++")):
                 continue
             kind = line[:1] if line[:1] in ("+", "-", " ") else "@"
@@ -862,9 +875,7 @@ def node_detail(store: KernelStore, solution_id: str, run_id: str | None = None)
     if run is None:
         return detail
     read = read_leniently(store, run)
-    slot = next(
-        (s for s in read.checkpoint.slots.values() if s.solution_id == solution.id), None
-    )
+    slot = next((s for s in read.checkpoint.slots.values() if s.solution_id == solution.id), None)
     if slot is None:
         slot = next(
             (s for s in read.checkpoint.slots.values() if solution.id in s.repaired_from), None
@@ -944,7 +955,9 @@ def memory_page(
     counts: dict[str, int] = {}
     for item in everything:
         counts[item.namespace] = counts.get(item.namespace, 0) + 1
-    page = MemoryPage(namespaces=dict(sorted(counts.items())), items=[], text=text, namespace=namespace)
+    page = MemoryPage(
+        namespaces=dict(sorted(counts.items())), items=[], text=text, namespace=namespace
+    )
     try:
         found = store.search_experiences(
             text=text or None, namespace=namespace or None, limit=limit
@@ -998,7 +1011,10 @@ def suites_page(store: KernelStore, a: str | None = None, b: str | None = None) 
                     for c in spec.cases
                 ],
                 "geomeans": [
-                    geomean_cells(geomeans(spec.cases, baseline_only=baseline_only), baseline_only=baseline_only).get(col, "")
+                    geomean_cells(
+                        geomeans(spec.cases, baseline_only=baseline_only),
+                        baseline_only=baseline_only,
+                    ).get(col, "")
                     for col in shown
                 ],
             }

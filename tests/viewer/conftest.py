@@ -33,6 +33,7 @@ from tests.engine.conftest import (
     models_config,
     settings,
     text,
+    write_preset,
 )
 from tests.llm_standin.process import standin_starter
 from tests.server_process import end_process
@@ -47,7 +48,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--no-first-run",
 ]
-HOSTILE = "</textarea><script>window.__pwned = 1</script><img src=x onerror=\"window.__pwned=2\">"
+HOSTILE = '</textarea><script>window.__pwned = 1</script><img src=x onerror="window.__pwned=2">'
 """Markup a kernel or an LLM could write: shown as text, it must never run."""
 
 
@@ -87,24 +88,18 @@ def run_script() -> dict[str, Any]:
 class MadeRun:
     db_path: Path
     run_id: str
+    optimize_stdout: str
+    """What `accelopt optimize` printed while a viewer served its database."""
+    viewer_base: str
+    """That viewer's http://127.0.0.1:PORT."""
 
 
 def make_run(store: KernelStore, folder: Path) -> str:
-    """One small run (2 iterations, beam 1, 1 plan, 2 attempts) by the real engine, against
-    the stand-in; returns its id."""
+    """One small run by the real engine in this process, against the stand-in; returns its
+    id (for a quick look at the viewer by hand)."""
     os.environ[KEY_ENV] = KEY
     task = load_task(TASK_PATH)
-    baseline = load_solution(KERNEL_PATH, task)
-    # The initial kernel carries hostile markup in its source (a comment), as a kernel may.
-    source = baseline.sources[0]
-    hostile = baseline.model_copy(
-        update={
-            "sources": [
-                source.model_copy(update={"content": f"# {HOSTILE}\n{source.content}"}),
-                *baseline.sources[1:],
-            ]
-        }
-    )
+    baseline = load_solution(hostile_kernel(folder), task)
     with standin_starter() as start:
         standin = start(run_script())
         config = settings(
@@ -116,19 +111,56 @@ def make_run(store: KernelStore, folder: Path) -> str:
             topk=1,
             workers=2,
         )
-        run_id = prepare_run(store, task, hostile, config)
+        run_id = prepare_run(store, task, baseline, config)
         asyncio.run(BeamSearch(store, run_id, output_dir=folder / "out").run())
     return run_id
 
 
+def hostile_kernel(folder: Path) -> Path:
+    """The example silu kernel with hostile markup in a comment, as a kernel may carry."""
+    path = folder / KERNEL_PATH.name
+    path.write_text(f"# {HOSTILE}\n{KERNEL_PATH.read_text()}")
+    return path
+
+
 @pytest.fixture(scope="session")
 def made_run(tmp_path_factory: pytest.TempPathFactory) -> MadeRun:
-    """A finished run in a SQLite file, made once per session."""
+    """A run made by `accelopt optimize` (a subprocess, against the stand-in) in a SQLite file
+    that `accelopt view` serves meanwhile, made once per session."""
     folder = tmp_path_factory.mktemp("viewer-run")
     path = folder / "kernels.db"
-    with SqliteStore(path) as store:
-        run_id = make_run(store, folder)
-    return MadeRun(path, run_id)
+    SqliteStore(path).close()
+    preset = write_preset(
+        folder / "preset.json",
+        {"timeout_seconds": 30.0},
+        iterations=2,
+        beam=1,
+        plans=1,
+        attempts=2,
+        topk=1,
+        exp_n=2,
+        workers=2,
+    )
+    with standin_starter() as start, ViewerProcess(str(path)) as viewer:
+        standin = start(run_script())
+        models = models_config(standin.base_url, folder / "models.json")
+        env = {**os.environ, "COLUMNS": "200", KEY_ENV: KEY}
+        env.pop("ACCELOPT_STORE", None)
+        done = subprocess.run(
+            [
+                str(Path(sys.executable).with_name("accelopt")),
+                "optimize", hostile_kernel(folder), "--task", TASK_PATH, "--preset", preset,
+                "--config", models, "--store", path, "--output-dir", folder / "out",
+            ],  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = re.match(r"run ([0-9a-f-]{36}) ", done.stdout)
+    assert found is not None, done.stdout
+    return MadeRun(path, found.group(1), done.stdout, viewer.base)
 
 
 class ViewerProcess:
@@ -195,7 +227,9 @@ def viewer(made_run: MadeRun) -> Iterator[ViewerProcess]:
 def chromium_or_skip() -> str:
     path = shutil.which("chromium")
     if path is None:
-        pytest.skip("chromium is not installed (scripts/test.sh installs it: apt-get install chromium)")
+        pytest.skip(
+            "chromium is not installed (scripts/test.sh installs it: apt-get install chromium)"
+        )
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:

@@ -30,7 +30,9 @@ REFERENCE_MS = 4.0
 BENCH = {"seeds": [0]}
 
 
-def passed(latency: float, *, flags: tuple[str, ...] = (), parent_ms: float | None = None) -> Evaluation:
+def passed(
+    latency: float, *, flags: tuple[str, ...] = (), parent_ms: float | None = None
+) -> Evaluation:
     comparisons = []
     if parent_ms is not None:
         ratio = parent_ms / latency
@@ -41,7 +43,11 @@ def passed(latency: float, *, flags: tuple[str, ...] = (), parent_ms: float | No
                 speedup=ratio,
                 ci_low=ratio * 0.97,
                 ci_high=ratio * 1.03,
-                verdict="faster" if ratio * 0.97 > 1 else "slower" if ratio * 1.03 < 1 else "indistinguishable",
+                verdict="faster"
+                if ratio * 0.97 > 1
+                else "slower"
+                if ratio * 1.03 < 1
+                else "indistinguishable",
             )
         )
     return Evaluation(
@@ -212,7 +218,9 @@ def write_run(
             )
         )
         checkpoint.completed_iteration = iteration
-    checkpoint.beam = [BeamEntry(solution_id=head, latency_ms=head_ms, source_hash="hb", branch="x")]
+    checkpoint.beam = [
+        BeamEntry(solution_id=head, latency_ms=head_ms, source_hash="hb", branch="x")
+    ]
     others = [s for s in made.solution_ids if s not in (head, made.failed_id, made.flagged_id)]
     if others:
         made.tie = TieDecision(
@@ -221,7 +229,14 @@ def write_run(
             slot=1,
             placed=head,
             challenger=others[-1],
-            head_to_head=HeadToHead(verdict="indistinguishable", faster=head, slower=others[-1], speedup=1.01, ci_low=0.98, ci_high=1.04),
+            head_to_head=HeadToHead(
+                verdict="indistinguishable",
+                faster=head,
+                slower=others[-1],
+                speedup=1.01,
+                ci_low=0.98,
+                ci_high=1.04,
+            ),
             kept=head,
             reason="lower median",
         )
@@ -241,7 +256,9 @@ def write_run(
     )
     run = store.get_run(run_id)
     assert run is not None
-    spec = RunSpec.model_validate({k: run.config[k] for k in ("optimize", "task", "initial_solution", "request")})
+    spec = RunSpec.model_validate(
+        {k: run.config[k] for k in ("optimize", "task", "initial_solution", "request")}
+    )
     store.update_run(
         run_id,
         RunUpdate(

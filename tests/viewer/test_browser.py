@@ -20,6 +20,16 @@ from tests.viewer.synthetic import passed, variant, write_run
 TIMEOUT_MS = 20_000
 
 
+def test_optimize_links_its_run_in_the_viewer_serving_its_database(made_run: MadeRun) -> None:
+    """`accelopt optimize` says where to watch the run as it starts and again last (before its
+    outcome line), without the token."""
+    link = f"watch it: {made_run.viewer_base}/run/{made_run.run_id}"
+    lines = made_run.optimize_stdout.splitlines()
+    assert lines[1] == link, lines[:3]
+    assert lines[-2] == link, lines[-3:]
+    assert "token=" not in made_run.optimize_stdout
+
+
 @pytest.fixture(scope="module")
 def page(browser: Any, viewer: ViewerProcess) -> Iterator[Any]:
     """One page of one browser context, opened on the URL the viewer printed (which leaves
@@ -71,9 +81,7 @@ def test_open_the_run_click_a_node_see_its_diff_and_profile_and_follow_its_paren
     assert calls.count() >= 1
 
 
-def test_kernel_and_llm_text_is_shown_as_text_and_never_runs(
-    page: Any, made_run: MadeRun
-) -> None:
+def test_kernel_and_llm_text_is_shown_as_text_and_never_runs(page: Any, made_run: MadeRun) -> None:
     page.goto(page.url.split("/run/")[0] + f"/run/{made_run.run_id}")
     page.wait_for_selector("[data-solution-id]")
     nodes = page.locator("[data-solution-id]")
@@ -129,16 +137,19 @@ def test_a_live_run_gains_a_node_without_a_reload(
 def test_sixteen_browsers_at_once_each_see_the_run(
     browser: Any, viewer: ViewerProcess, made_run: MadeRun
 ) -> None:
-    contexts = [browser.new_context() for _ in range(16)]
+    """Sixteen tabs of one browser (one context: they share the cookie the printed URL set)
+    open the run at once and keep polling it."""
+    context = browser.new_context()
     try:
-        pages = [context.new_page() for context in contexts]
+        first = context.new_page()
+        first.goto(viewer.url)  # sets the cookie for the context
+        pages = [first, *(context.new_page() for _ in range(15))]
         for opened in pages:
             opened.set_default_timeout(TIMEOUT_MS * 2)
             # Without waiting: all sixteen load at once.
-            opened.goto(viewer.url.replace("/?", f"/run/{made_run.run_id}?"), wait_until="commit")
+            opened.goto(f"{viewer.base}/run/{made_run.run_id}", wait_until="commit")
         for opened in pages:
             opened.wait_for_selector("[data-solution-id]")
             assert opened.locator("[data-solution-id]").count() >= 3
     finally:
-        for context in contexts:
-            context.close()
+        context.close()

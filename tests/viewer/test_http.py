@@ -21,7 +21,9 @@ from tests.viewer.synthetic import Synthetic, write_run
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory, silu: tuple[Any, Any]) -> Iterator[tuple[ViewerProcess, Synthetic, Path]]:
+def served(
+    tmp_path_factory: pytest.TempPathFactory, silu: tuple[Any, Any]
+) -> Iterator[tuple[ViewerProcess, Synthetic, Path]]:
     path = tmp_path_factory.mktemp("viewer-http") / "kernels.db"
     with SqliteStore(path) as store:
         made = write_run(store, *silu, kernels=6, iterations=2)
@@ -40,15 +42,25 @@ def raw_get(port: int, path: str, headers: dict[str, str] | None = None) -> tupl
         connection.close()
 
 
-def test_a_request_without_the_token_is_refused(served: tuple[ViewerProcess, Synthetic, Path]) -> None:
+def test_a_request_without_the_token_is_refused(
+    served: tuple[ViewerProcess, Synthetic, Path],
+) -> None:
     viewer, made, _ = served
-    for path in ("/", f"/run/{made.run_id}", "/api/runs", f"/api/run/{made.run_id}", "/static/app.js"):
+    for path in (
+        "/",
+        f"/run/{made.run_id}",
+        "/api/runs",
+        f"/api/run/{made.run_id}",
+        "/static/app.js",
+    ):
         response = httpx.get(viewer.base + path)
         assert response.status_code == 401, path
         assert made.run_id not in response.text
     wrong = httpx.get(f"{viewer.base}/api/runs", params={"token": "x" * 43})
     assert wrong.status_code == 403
-    bad_cookie = httpx.get(f"{viewer.base}/api/runs", cookies={f"accelopt_view_{viewer.port}": "nope"})
+    bad_cookie = httpx.get(
+        f"{viewer.base}/api/runs", cookies={f"accelopt_view_{viewer.port}": "nope"}
+    )
     assert bad_cookie.status_code == 401
     bad_bearer = httpx.get(f"{viewer.base}/api/runs", headers={"Authorization": "Bearer nope"})
     assert bad_bearer.status_code == 401
@@ -64,7 +76,9 @@ def test_the_printed_url_sets_a_cookie_and_leaves_the_address_bar(
     cookie = first.cookies.get(f"accelopt_view_{viewer.port}")
     assert cookie == viewer.token
     assert "httponly" in first.headers["set-cookie"].lower()
-    with httpx.Client(base_url=viewer.base, cookies={f"accelopt_view_{viewer.port}": cookie}) as client:
+    with httpx.Client(
+        base_url=viewer.base, cookies={f"accelopt_view_{viewer.port}": cookie}
+    ) as client:
         page = client.get("/")
         assert page.status_code == 200 and "/static/app.js" in page.text
         assert "script-src 'self'" in page.headers["content-security-policy"]
@@ -72,11 +86,15 @@ def test_the_printed_url_sets_a_cookie_and_leaves_the_address_bar(
         assert [r["id"] for r in runs["runs"]] == [made.run_id]
         detail = client.get(f"/api/run/{made.run_id}")
         assert detail.status_code == 200 and detail.headers["etag"]
-        again = client.get(f"/api/run/{made.run_id}", headers={"If-None-Match": detail.headers["etag"]})
+        again = client.get(
+            f"/api/run/{made.run_id}", headers={"If-None-Match": detail.headers["etag"]}
+        )
         assert again.status_code == 304
         missing = client.get("/api/run/00000000-0000-4000-8000-000000000000")
         assert missing.status_code == 404 and "no run" in missing.json()["error"]
-    bearer = httpx.get(f"{viewer.base}/api/runs", headers={"Authorization": f"Bearer {viewer.token}"})
+    bearer = httpx.get(
+        f"{viewer.base}/api/runs", headers={"Authorization": f"Bearer {viewer.token}"}
+    )
     assert bearer.status_code == 200
 
 
@@ -115,9 +133,13 @@ def test_the_static_route_serves_its_own_files_only(
     assert b"import " not in body and b"root:" not in body
 
 
-def test_the_static_route_serves_the_front_end(served: tuple[ViewerProcess, Synthetic, Path]) -> None:
+def test_the_static_route_serves_the_front_end(
+    served: tuple[ViewerProcess, Synthetic, Path],
+) -> None:
     viewer, _, _ = served
-    status, body = raw_get(viewer.port, "/static/app.js", {"Authorization": f"Bearer {viewer.token}"})
+    status, body = raw_get(
+        viewer.port, "/static/app.js", {"Authorization": f"Bearer {viewer.token}"}
+    )
     assert status == 200 and b"textContent" in body
 
 
@@ -133,7 +155,9 @@ def test_the_token_is_in_no_record_or_log_and_runs_link_to_the_viewer(
         assert os.stat(record.parent).st_mode & 0o077 == 0
         assert run_url(store, made.run_id) == f"{viewer.base}/run/{made.run_id}"
         # Nothing the viewer wrote in the database carries it.
-        assert viewer.token not in json.dumps([r.model_dump(mode="json") for r in store.list_runs()])
+        assert viewer.token not in json.dumps(
+            [r.model_dump(mode="json") for r in store.list_runs()]
+        )
 
 
 def test_sixteen_clients_polling_at_once_all_get_answers(
@@ -151,9 +175,7 @@ def test_sixteen_clients_polling_at_once_all_get_answers(
     assert statuses == [200] * 80
 
 
-def test_a_stopped_viewer_is_no_longer_linked(
-    tmp_path: Path, silu: tuple[Any, Any]
-) -> None:
+def test_a_stopped_viewer_is_no_longer_linked(tmp_path: Path, silu: tuple[Any, Any]) -> None:
     path = tmp_path / "kernels.db"
     with SqliteStore(path) as store:
         made = write_run(store, *silu, kernels=2, iterations=1)

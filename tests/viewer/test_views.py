@@ -66,7 +66,9 @@ def test_the_node_panel_has_code_diff_plan_profile_calls_and_lessons(
             reply="```python\n...```",
         )
     )
-    any_store.add_llm_call(LlmCallIn(run_id=made.run_id, role="executor", model="m", purpose="attempt 1/0/0/1"))
+    any_store.add_llm_call(
+        LlmCallIn(run_id=made.run_id, role="executor", model="m", purpose="attempt 1/0/0/1")
+    )
     detail = views.node_detail(any_store, first, made.run_id)
     assert detail.parent_id == made.initial_id
     assert HOSTILE in detail.plan if detail.plan else False
@@ -132,11 +134,21 @@ def test_two_suites_side_by_side(any_store: KernelStore) -> None:
     }
     common = {"source": "builtin:cpu-nkibench", "backend": "cpu", "status": "completed"}
     a = any_store.put_suite(
-        SuiteRecord(id="11111111-0000-4000-8000-000000000000", name="a", spec={"settings": {}, "cases": [case]}, **common)
+        SuiteRecord(
+            id="11111111-0000-4000-8000-000000000000",
+            name="a",
+            spec={"settings": {}, "cases": [case]},
+            **common,
+        )
     )
     other = {**case, "best": {"latency_ms": 0.5, "percent_of_peak": 25.0}}
     b = any_store.put_suite(
-        SuiteRecord(id="22222222-0000-4000-8000-000000000000", name="b", spec={"settings": {}, "cases": [other]}, **common)
+        SuiteRecord(
+            id="22222222-0000-4000-8000-000000000000",
+            name="b",
+            spec={"settings": {}, "cases": [other]},
+            **common,
+        )
     )
     page = views.suites_page(any_store, a.id, b.id)
     assert page.error is None and page.table is not None
