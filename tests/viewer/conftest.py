@@ -149,8 +149,18 @@ def made_run(tmp_path_factory: pytest.TempPathFactory) -> MadeRun:
         done = subprocess.run(
             [
                 str(Path(sys.executable).with_name("accelopt")),
-                "optimize", hostile_kernel(folder), "--task", TASK_PATH, "--preset", preset,
-                "--config", models, "--store", path, "--output-dir", folder / "out",
+                "optimize",
+                hostile_kernel(folder),
+                "--task",
+                TASK_PATH,
+                "--preset",
+                preset,
+                "--config",
+                models,
+                "--store",
+                path,
+                "--output-dir",
+                folder / "out",
             ],  # fmt: skip
             capture_output=True,
             text=True,

@@ -6,6 +6,9 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -185,3 +188,31 @@ def test_a_stopped_viewer_is_no_longer_linked(tmp_path: Path, silu: tuple[Any, A
         assert run_url(store, made.run_id) is None
         assert not record_path(store).exists()
         assert "serving" in viewer.stderr_text and viewer.token not in viewer.stderr_text
+
+
+def test_a_busy_port_is_refused_in_one_line(tmp_path: Path) -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    try:
+        done = subprocess.run(
+            [
+                str(Path(sys.executable).with_name("accelopt")),
+                "view",
+                "--db",
+                tmp_path / "kernels.db",
+                "--port",
+                str(port),
+                "--no-browser",
+            ],  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        taken.close()
+    assert done.returncode != 0
+    assert done.stdout == ""  # no URL: nothing serves it
+    (line,) = [x for x in done.stderr.splitlines() if "error" in x or "cannot" in x]
+    assert f"127.0.0.1:{port}" in line and "--port 0" in line
