@@ -27,14 +27,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import httpx  # noqa: E402
+import httpx
 
-from accelopt_mcp.store.sqlite import SqliteStore  # noqa: E402
-from accelopt_mcp.tasks.kernels import load_solution  # noqa: E402
-from accelopt_mcp.tasks.loader import load_task  # noqa: E402
-from tests.engine.conftest import KERNEL_PATH, TASK_PATH  # noqa: E402
-from tests.viewer.conftest import CHROMIUM_ARGS, ViewerProcess  # noqa: E402
-from tests.viewer.synthetic import write_run  # noqa: E402
+from accelopt_mcp.store.sqlite import SqliteStore
+from accelopt_mcp.tasks.kernels import load_solution
+from accelopt_mcp.tasks.loader import load_task
+from tests.engine.conftest import KERNEL_PATH, TASK_PATH
+from tests.viewer.conftest import CHROMIUM_ARGS, ViewerProcess
+from tests.viewer.synthetic import write_run
 
 
 def main() -> int:

@@ -161,7 +161,7 @@ def made_run(tmp_path_factory: pytest.TempPathFactory) -> MadeRun:
                 path,
                 "--output-dir",
                 folder / "out",
-            ],  # fmt: skip
+            ],
             capture_output=True,
             text=True,
             timeout=300,

@@ -205,7 +205,7 @@ def test_a_busy_port_is_refused_in_one_line(tmp_path: Path) -> None:
                 "--port",
                 str(port),
                 "--no-browser",
-            ],  # fmt: skip
+            ],
             capture_output=True,
             text=True,
             timeout=60,
