@@ -102,7 +102,7 @@ class Gate:
             ]
             target = scope["path"] + (f"?{urlencode(rest)}" if rest else "")
             response = RedirectResponse(target, status_code=303, headers=SECURITY_HEADERS)
-            response.set_cookie(self.cookie, given, httponly=True, samesite="strict", path="/")
+            response.set_cookie(self.cookie, given, httponly=True, samesite="lax", path="/")
             await response(scope, receive, send)
             return
         bearer = headers.get(b"authorization", b"")

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from accelopt_mcp.engine.runs import worker_id_of
+from accelopt_mcp.store.base import ExperienceIn
 from accelopt_mcp.store.sqlite import SqliteStore
 from tests.viewer.conftest import HOSTILE, MadeRun, ViewerProcess, artifacts_dir
 from tests.viewer.synthetic import passed, variant, write_run
@@ -109,13 +110,13 @@ def test_kernel_and_llm_text_is_shown_as_text_and_never_runs(page: Any, made_run
 
 
 def test_a_live_run_gains_a_node_without_a_reload(
-    page: Any, made_run: MadeRun, silu: tuple[Any, Any]
+    page: Any, viewer: ViewerProcess, made_run: MadeRun, silu: tuple[Any, Any]
 ) -> None:
     with SqliteStore(made_run.db_path) as store:
         live = write_run(store, *silu, kernels=4, iterations=1, status="running")
         # Held by a live worker (this process), as a run in progress is.
         store.claim_run(live.run_id, worker_id_of(os.getpid()), lease_s=600, statuses=["running"])
-        page.goto(page.url.split("/run/")[0] + f"/run/{live.run_id}")
+        page.goto(f"{viewer.base}/run/{live.run_id}")
         page.wait_for_selector("[data-solution-id]")
         assert page.locator("[data-run-state]").inner_text() == "running"
         before = page.locator("[data-solution-id]").count()
@@ -132,6 +133,33 @@ def test_a_live_run_gains_a_node_without_a_reload(
         assert page.locator("[data-solution-id]").count() == before + 1
         assert page.evaluate("window.__not_reloaded") is True
         page.screenshot(path=str(artifacts_dir() / "live.png"), full_page=True)
+
+
+def test_the_memory_page_lists_namespaces_and_searches_and_suites_say_there_are_none(
+    page: Any, viewer: ViewerProcess, made_run: MadeRun
+) -> None:
+    with SqliteStore(made_run.db_path) as store:
+        store.add_experience(
+            ExperienceIn(
+                definition_name="silu_M512_N1024",
+                title=f"tile the rows {HOSTILE}",
+                strategy="one np.exp for all rows",
+                namespace="cpu",
+            )
+        )
+    page.goto(f"{viewer.base}/memory")
+    namespace = page.locator('[data-namespace="cpu"]')
+    namespace.wait_for()
+    assert "(" in namespace.inner_text()  # its item count
+    page.fill('input[name="q"]', "tile rows")
+    page.press('input[name="q"]', "Enter")
+    page.wait_for_url("**/memory?q=tile+rows")
+    items = page.locator("#memory-items [data-lesson-id]")
+    items.first.wait_for()
+    assert all("tile the rows" in text for text in items.all_inner_texts())
+    assert page.evaluate("typeof window.__pwned") == "undefined"
+    page.goto(f"{viewer.base}/suites")
+    page.locator("#main", has_text="No suites").wait_for()
 
 
 def test_sixteen_browsers_at_once_each_see_the_run(

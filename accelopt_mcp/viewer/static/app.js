@@ -58,6 +58,11 @@ function secs(v) {
   if (v < 7200) return `${(v / 60).toFixed(1)} min`;
   return `${(v / 3600).toFixed(1)} h`;
 }
+function when(iso) {
+  if (!iso) return "-";
+  const date = new Date(iso);
+  return Number.isNaN(date.getTime()) ? "-" : date.toLocaleString();
+}
 function runPath(id) { return `/run/${encodeURIComponent(id)}`; }
 
 async function getJSON(url, etag) {
@@ -151,6 +156,7 @@ function filterSelect(name, options, chosen) {
 function renderRuns(data, params) {
   const rows = data.runs.map((r) => h("tr", { "data-run-id": r.id },
     h("td", {}, h("a", { href: runPath(r.id), "data-nav": "" }, short(r.id))),
+    h("td", { class: "num" }, when(r.created_at)),
     h("td", {}, r.definition_name),
     h("td", { class: `state-${r.state}` }, r.state),
     h("td", {}, r.ended || ""),
@@ -166,7 +172,7 @@ function renderRuns(data, params) {
     h("td", {}, r.hardware || "-"),
     h("td", {}, r.problems.length ? h("span", { class: "error", title: r.problems.join("\n") }, `${r.problems.length} problem(s)`) : ""),
   ));
-  const head = ["run", "task", "state", "how it ended", "iter", "best", "best over the reference",
+  const head = ["run", "started", "task", "state", "how it ended", "iter", "best", "best over the reference",
     "% of peak", "LLM calls", "tokens", "cost", "wall", "backend", "hardware", ""];
   setMain(
     h("h2", {}, "Runs"),
