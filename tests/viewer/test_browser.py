@@ -51,6 +51,7 @@ def page(browser: Any, viewer: ViewerProcess) -> Iterator[Any]:
 def test_open_the_run_click_a_node_see_its_diff_and_profile_and_follow_its_parent(
     page: Any, viewer: ViewerProcess, made_run: MadeRun
 ) -> None:
+    page.goto(viewer.url)  # the URL accelopt view printed, as a person opens it
     assert "token=" not in page.url  # the printed URL's token went into a cookie
     row = page.locator(f'tr[data-run-id="{made_run.run_id}"]')
     row.wait_for()
@@ -82,8 +83,10 @@ def test_open_the_run_click_a_node_see_its_diff_and_profile_and_follow_its_paren
     assert calls.count() >= 1
 
 
-def test_kernel_and_llm_text_is_shown_as_text_and_never_runs(page: Any, made_run: MadeRun) -> None:
-    page.goto(page.url.split("/run/")[0] + f"/run/{made_run.run_id}")
+def test_kernel_and_llm_text_is_shown_as_text_and_never_runs(
+    page: Any, viewer: ViewerProcess, made_run: MadeRun
+) -> None:
+    page.goto(f"{viewer.base}/run/{made_run.run_id}")
     page.wait_for_selector("[data-solution-id]")
     nodes = page.locator("[data-solution-id]")
     shown: list[str] = []
