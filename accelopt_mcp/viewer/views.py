@@ -299,9 +299,12 @@ class Node(View):
     """Its median with its interval."""
     over_reference: str | None = None
     over_parent: str | None = None
-    """Its speedup over its parent, with its interval and how it was had."""
+    """Its speedup over the beam kernel it was planned from (its stored parent, unless it is a
+    repair: then that is the failed try it fixed), with its interval and how it was had."""
     over_parent_x: float | None = None
     over_parent_verdict: str | None = None
+    beam_parent_id: str | None = None
+    """The beam kernel its attempt started from (the attempt's parent)."""
     percent_of_peak: float | None = None
     initial: bool = False
     best: bool = False
@@ -371,7 +374,9 @@ class RunDetail(View):
     problems: list[str] = Field(default_factory=list)
 
 
-def _over_parent(slot: AttemptRecord | None) -> tuple[str | None, float | None, str | None]:
+def _over_parent(
+    slot: AttemptRecord | None, stored_parent: str | None
+) -> tuple[str | None, float | None, str | None]:
     if slot is None:
         return None, None, None
     interval = slot.speedup_interval
@@ -381,8 +386,13 @@ def _over_parent(slot: AttemptRecord | None) -> tuple[str | None, float | None, 
     how = "same rounds" if same else "timed apart"
     high = None if math.isinf(interval.high) else interval.high
     low = slot.speedup_ci_low
+    against = (
+        "the parent"
+        if slot.parent_id == stored_parent
+        else f"the beam kernel {slot.parent_id[:8]} it was planned from"
+    )
     text = comparing.speedup_text(
-        interval.estimate, low, high if low is not None else None, "the parent"
+        interval.estimate, low, high if low is not None else None, against
     )
     verdict = None
     if low is not None:
@@ -496,7 +506,10 @@ def run_detail(store: KernelStore, run_id: str) -> RunDetail:
             profiles = store.list_profiles(solution_id=solution.id)
         _node_from_profile(node, _best_profile(profiles or [], checkpoint.hardware))
         if slot is not None:
-            node.over_parent, node.over_parent_x, node.over_parent_verdict = _over_parent(slot)
+            node.over_parent, node.over_parent_x, node.over_parent_verdict = _over_parent(
+                slot, solution.parent_id
+            )
+            node.beam_parent_id = slot.parent_id
             node.error = slot.error
             if node.status is None:
                 node.status = slot.status
@@ -535,13 +548,17 @@ def run_detail(store: KernelStore, run_id: str) -> RunDetail:
             add(found, is_outside=True)
             parent = found.parent_id
             steps += 1
-    detail.nodes = sorted(nodes.values(), key=lambda n: (n.column, n.slot or "", n.id))
+    detail.nodes = sorted(
+        nodes.values(), key=lambda n: (n.column, n.slot or n.repair_of or "", n.id)
+    )
     detail.edges = [
+        # The edge carries the speedup only when it is over this very parent (a repair's
+        # figure is over the beam kernel, not over the failed try it hangs from).
         Edge(
             parent=n.parent_id,
             child=n.id,
-            over_parent_x=n.over_parent_x,
-            verdict=n.over_parent_verdict,
+            over_parent_x=n.over_parent_x if n.beam_parent_id == n.parent_id else None,
+            verdict=n.over_parent_verdict if n.beam_parent_id == n.parent_id else None,
         )
         for n in detail.nodes
         if n.parent_id and n.parent_id in nodes

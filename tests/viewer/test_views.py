@@ -7,11 +7,20 @@ from typing import Any
 
 import pytest
 
+from accelopt_mcp.engine.selection import AttemptRecord
 from accelopt_mcp.models import LlmCallIn, LlmMessage
 from accelopt_mcp.store.base import KernelStore, SuiteRecord
 from accelopt_mcp.viewer import views
 from tests.viewer.conftest import HOSTILE, STORES
-from tests.viewer.synthetic import REFERENCE_MS, write_broken_run, write_run
+from tests.viewer.synthetic import (
+    BENCH,
+    REFERENCE_MS,
+    failed,
+    passed,
+    variant,
+    write_broken_run,
+    write_run,
+)
 
 
 @STORES
@@ -164,3 +173,39 @@ def test_an_unknown_run_or_kernel_is_not_found(any_store: KernelStore) -> None:
         views.run_detail(any_store, "00000000-0000-4000-8000-000000000000")
     with pytest.raises(views.NotFound):
         views.node_detail(any_store, "00000000-0000-4000-8000-000000000000")
+
+
+@STORES
+def test_a_repair_hangs_from_its_failed_try_and_its_speedup_names_the_beam_kernel(
+    any_store: KernelStore, silu: tuple[Any, Any]
+) -> None:
+    task, base = silu
+    made = write_run(any_store, task, base, kernels=2, iterations=1)
+    workload = any_store.list_workloads(task.definition.name)[0].uuid
+    head = made.best_id or ""
+    meta = {"run_id": made.run_id, "iteration": 2, "beam_index": 0, "plan_index": 0}
+    tried = any_store.upsert_solution(
+        variant(base, "tried"), parent_id=head, evolve_metadata={**meta, "attempt_index": 0}
+    )
+    any_store.upsert_profile(workload, tried, failed(), BENCH)
+    fixed = any_store.upsert_solution(
+        variant(base, "fixed"), parent_id=tried, evolve_metadata={**meta, "attempt_index": 0}
+    )
+    any_store.upsert_profile(workload, fixed, passed(1.0, parent_ms=2.0), BENCH)
+    record = AttemptRecord(
+        iteration=2, beam_index=0, plan_index=0, attempt_index=0, parent_id=head,
+        parent_latency_ms=2.0, status="PASSED", solution_id=fixed, latency_ms=1.0,
+        parent_speedup=2.0, speedup_ci_low=1.9, speedup_ci_high=2.1,
+        speedup_measured="same_rounds", repairs=1, repaired_from=[tried],
+    )  # fmt: skip
+    any_store.put_run_entry(made.run_id, "slot", record.key, record.model_dump(mode="json"))
+    detail = views.run_detail(any_store, made.run_id)
+    nodes = {n.id: n for n in detail.nodes}
+    assert nodes[tried].repair_of == "2/0/0/0" and nodes[tried].column == 2
+    assert nodes[fixed].parent_id == tried and nodes[fixed].slot == "2/0/0/0"
+    assert nodes[fixed].over_parent is not None
+    assert f"over the beam kernel {head[:8]}" in nodes[fixed].over_parent
+    (edge,) = [e for e in detail.edges if e.child == fixed]
+    assert edge.parent == tried and edge.verdict is None  # the figure is not over the try
+    panel = views.node_detail(any_store, tried, made.run_id)
+    assert panel.slot is not None and panel.slot["solution_id"] == fixed

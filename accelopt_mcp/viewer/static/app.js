@@ -244,9 +244,12 @@ function renderRun(state) {
     h("div", { class: "card" }, h("h3", {}, "Best latency per iteration (log scale)"), chart(d)),
     h("div", { class: "card" }, h("h3", {}, "Kernels by iteration"), legend(), h("div", { class: "tree-wrap" }, tree(d, state)), noKernel, ties),
   );
-  const panel = h("div", { id: "node-panel" }, h("p", { class: "muted" }, "Click a kernel to see its code, diff, profile, LLM calls and lessons."));
+  // A refresh of a live run keeps the open node panel as it is (its tab, its open calls).
+  const kept = state.rendered ? document.getElementById("node-panel") : null;
+  const panel = kept || h("div", { id: "node-panel" }, h("p", { class: "muted" }, "Click a kernel to see its code, diff, profile, LLM calls and lessons."));
   setMain(h("div", { class: "layout" }, left, panel));
-  if (state.selected) openNode(state, state.selected, false);
+  if (state.selected && !kept) openNode(state, state.selected, false);
+  state.rendered = true;
 }
 
 function legend() {
@@ -335,8 +338,12 @@ function tree(d, state) {
     const a = where.get(e.parent), b = where.get(e.child);
     if (!a || !b) continue;
     const mid = (a.x + b.x) / 2;
+    // Parent and child in one column (a failed try and its repair): bow out to the left.
+    const shape = a.x === b.x
+      ? `M${a.x},${a.y} C${a.x - 28},${a.y} ${b.x - 28},${b.y} ${b.x},${b.y}`
+      : `M${a.x},${a.y} C${mid},${a.y} ${mid},${b.y} ${b.x},${b.y}`;
     const path = s("path", {
-      class: `edge ${e.verdict || ""}`, d: `M${a.x},${a.y} C${mid},${a.y} ${mid},${b.y} ${b.x},${b.y}`,
+      class: `edge ${e.verdict || ""}`, d: shape,
       "data-parent": e.parent, "data-child": e.child,
       on: { click: () => openNode(state, e.parent, true) },
     }, s("title", {}, `${short(e.parent)} → ${short(e.child)}${e.over_parent_x ? `: ${num(e.over_parent_x)}x over the parent` : ""}${e.verdict ? ` (${e.verdict})` : ""}`));
@@ -347,7 +354,11 @@ function tree(d, state) {
   for (const t of d.ties) {
     const a = where.get(t.placed), b = where.get(t.challenger);
     if (!a || !b) continue;
-    tiesLayer.appendChild(s("path", { class: "tie", d: `M${a.x + 12},${a.y} Q${Math.max(a.x, b.x) + 40},${(a.y + b.y) / 2} ${b.x + 12},${b.y}`, "data-tie-kept": t.kept },
+    const bend = Math.max(a.x, b.x) + 40;
+    tiesLayer.appendChild(s("path", { class: "tie", d: `M${a.x + 12},${a.y} Q${bend},${(a.y + b.y) / 2} ${b.x + 12},${b.y}`, "data-tie-kept": t.kept },
+      s("title", {}, t.text)));
+    const verdict = t.verdict ? `h2h: ${t.verdict}` : "not re-measured";
+    tiesLayer.appendChild(s("text", { class: "tie-label", x: bend - 14, y: (a.y + b.y) / 2 + 3 }, `tie · ${verdict}`,
       s("title", {}, t.text)));
   }
   svg.appendChild(tiesLayer);
@@ -437,7 +448,7 @@ function nodePanel(state, n, known) {
         ? h("a", { "data-parent-link": n.parent_id, on: { click: () => openNode(state, n.parent_id, true) } }, `${short(n.parent_id)}${n.parent_missing ? " (not stored)" : ""}`)
         : "none (a root kernel)"),
       known ? [h("dt", {}, "outcome"), h("dd", {}, `${known.outcome}${known.status ? " · " + known.status : ""}${known.in_beam ? " · in the beam" : ""}${known.best ? " · best" : ""}${known.outside_run ? " · outside the run" : ""}`)] : null,
-      known && known.over_parent ? [h("dt", {}, "over the parent"), h("dd", {}, known.over_parent)] : null,
+      known && known.over_parent ? [h("dt", {}, "speedup"), h("dd", {}, known.over_parent)] : null,
       n.slot ? [h("dt", {}, "slot"), h("dd", {}, `${n.slot.iteration}/${n.slot.beam_index}/${n.slot.plan_index}/${n.slot.attempt_index} · ${n.slot.status}${n.slot.repairs ? ` · ${n.slot.repairs} repair(s)` : ""}`)] : null,
       n.slot && n.slot.error ? [h("dt", {}, "error"), h("dd", {}, h("pre", { class: "wrap" }, n.slot.error))] : null,
       h("dt", {}, "language"), h("dd", {}, `${n.language} · ${n.entry_point} · by ${n.author}`),
