@@ -16,7 +16,7 @@ from accelopt_mcp.engine.runs import worker_id_of
 from accelopt_mcp.store.base import ExperienceIn
 from accelopt_mcp.store.sqlite import SqliteStore
 from tests.viewer.conftest import HOSTILE, MadeRun, ViewerProcess, artifacts_dir
-from tests.viewer.synthetic import passed, variant, write_run
+from tests.viewer.synthetic import passed, variant, write_broken_run, write_run
 
 TIMEOUT_MS = 20_000
 
@@ -135,7 +135,29 @@ def test_a_live_run_gains_a_node_without_a_reload(
         page.wait_for_selector(f'[data-solution-id="{new_id}"]')
         assert page.locator("[data-solution-id]").count() == before + 1
         assert page.evaluate("window.__not_reloaded") is True
+        # Its profile, breakdown included.
+        page.click(f'[data-solution-id="{new_id}"]')
+        page.wait_for_selector(f'#node-head[data-node-id="{new_id}"]')
+        page.click('button[data-tab="profile"]')
+        breakdown = page.locator("#profile table.breakdown")
+        assert "np.exp" in breakdown.inner_text()
         page.screenshot(path=str(artifacts_dir() / "live.png"), full_page=True)
+
+
+def test_a_half_written_run_shows_what_is_there_and_says_what_is_missing(
+    page: Any, viewer: ViewerProcess, made_run: MadeRun, silu: tuple[Any, Any]
+) -> None:
+    with SqliteStore(made_run.db_path) as store:
+        run_id = write_broken_run(store, silu[0])
+    page.goto(f"{viewer.base}/run/{run_id}")
+    problems = page.locator("[data-problems]")
+    problems.first.wait_for()
+    said = problems.first.inner_text()
+    assert "settings could not be read" in said and "slot entry 1/0/0/0" in said
+    assert page.locator("[data-run-state]").inner_text() == "interrupted"
+    page.goto(viewer.base)
+    row = page.locator(f'tr[data-run-id="{run_id}"]')
+    assert "problem" in row.inner_text()
 
 
 def test_the_memory_page_lists_namespaces_and_searches_and_suites_say_there_are_none(
