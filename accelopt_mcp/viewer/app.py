@@ -182,6 +182,7 @@ def _static_file(name: str) -> bytes:
 def build_app(store: KernelStore, *, token: str, port: int) -> ASGIApp:
     """The whole app, behind its gate. `port` is the one it is reached on (the Host check)."""
     cache = _Cache()
+    finished_rows: dict[tuple[str, str], views.RunRow] = {}
     index = _static_file("index.html")
     static = {name: _static_file(name) for name in STATIC_FILES}
 
@@ -232,7 +233,9 @@ def build_app(store: KernelStore, *, token: str, port: int) -> ASGIApp:
             "/api/runs",
             json_endpoint(
                 lambda r: ("runs", q(r, "task"), q(r, "status")),
-                lambda r: views.list_runs(store, task=q(r, "task"), status=q(r, "status")),
+                lambda r: views.list_runs(
+                    store, task=q(r, "task"), status=q(r, "status"), finished_rows=finished_rows
+                ),
             ),
         ),
         Route(

@@ -252,15 +252,33 @@ def run_row(store: KernelStore, run: RunRecord, read: ReadRun | None = None) -> 
     return row
 
 
+FINISHED = frozenset({"completed", "failed", "cancelled", "budget_exhausted", "llm_unavailable"})
+"""Stored statuses after which a run's row no longer changes unless the run row does."""
+
+
 def list_runs(
-    store: KernelStore, *, task: str | None = None, status: str | None = None, limit: int = 200
+    store: KernelStore,
+    *,
+    task: str | None = None,
+    status: str | None = None,
+    limit: int = 200,
+    finished_rows: dict[tuple[str, str], RunRow] | None = None,
 ) -> RunList:
     """The runs page: newest first, filtered by task (definition) and by displayed state
-    (a stored status, or 'interrupted')."""
+    (a stored status, or 'interrupted'). finished_rows: rows of finished runs kept by the
+    caller between calls, by (id, updated_at): a finished run is read once, not on every
+    refresh of the page (a run of hundreds of attempts takes a while to read)."""
     stored_status = status if status not in (None, "", "interrupted") else None
     rows = []
     for run in store.list_runs(definition_name=task or None, status=stored_status, limit=limit):
-        row = run_row(store, run)
+        key = (run.id, str(run.updated_at))
+        row = finished_rows.get(key) if finished_rows is not None else None
+        if row is None:
+            row = run_row(store, run)
+            if finished_rows is not None and run.status in FINISHED:
+                if len(finished_rows) > 5000:
+                    finished_rows.clear()
+                finished_rows[key] = row
         if status == "interrupted" and row.state != "interrupted":
             continue
         if stored_status is not None and row.state != stored_status:

@@ -9,7 +9,7 @@ import pytest
 
 from accelopt_mcp.engine.selection import AttemptRecord
 from accelopt_mcp.models import LlmCallIn, LlmMessage
-from accelopt_mcp.store.base import KernelStore, SuiteRecord
+from accelopt_mcp.store.base import KernelStore, RunUpdate, SuiteRecord
 from accelopt_mcp.viewer import views
 from tests.viewer.conftest import HOSTILE, STORES
 from tests.viewer.synthetic import (
@@ -209,3 +209,17 @@ def test_a_repair_hangs_from_its_failed_try_and_its_speedup_names_the_beam_kerne
     assert edge.parent == tried and edge.verdict is None  # the figure is not over the try
     panel = views.node_detail(any_store, tried, made.run_id)
     assert panel.slot is not None and panel.slot["solution_id"] == fixed
+
+
+def test_rows_of_finished_runs_are_read_once(any_store: KernelStore, silu: tuple[Any, Any]) -> None:
+    done = write_run(any_store, *silu, kernels=2, iterations=1)
+    going = write_run(any_store, *silu, kernels=2, iterations=1, status="running")
+    kept: dict[tuple[str, str], views.RunRow] = {}
+    first = {r.id: r for r in views.list_runs(any_store, finished_rows=kept).runs}
+    again = {r.id: r for r in views.list_runs(any_store, finished_rows=kept).runs}
+    assert again[done.run_id] is first[done.run_id]
+    assert again[going.run_id] is not first[going.run_id]
+    # A change to the run row (a resume, say) reads it afresh.
+    any_store.update_run(done.run_id, RunUpdate(cost_usd=1.5))
+    changed = {r.id: r for r in views.list_runs(any_store, finished_rows=kept).runs}
+    assert changed[done.run_id].cost_usd == 1.5
