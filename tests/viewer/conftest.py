@@ -37,6 +37,7 @@ from tests.engine.conftest import (
 )
 from tests.llm_standin.process import standin_starter
 from tests.server_process import end_process
+from tests.store.conftest import open_store, shared_standin  # noqa: F401 (a fixture it needs)
 
 REPO = Path(__file__).resolve().parents[2]
 URL_LINE = re.compile(r"^http://127\.0\.0\.1:(\d+)/\?token=([A-Za-z0-9_-]+)$")
@@ -262,25 +263,21 @@ def browser() -> Iterator[Any]:
 
 
 STORES = pytest.mark.parametrize(
-    "any_store", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+    "any_store",
+    [
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("supabase", marks=pytest.mark.postgres),
+    ],
+    indirect=True,
 )
-"""The data layer on SQLite and on a real PostgreSQL server."""
+"""The data layer on SQLite, on a real PostgreSQL server, and on Supabase (the PostgREST
+stand-in in front of that server), opened as the store contract suite opens them."""
 
 
 @pytest.fixture
 def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KernelStore]:
-    import uuid
-
-    from accelopt_mcp.store.postgres import PostgresStore
-    from tests.pg_server import create_database
-
-    if getattr(request, "param", "sqlite") == "sqlite":
-        opened: KernelStore = SqliteStore(tmp_path / "kernels.db")
-    else:
-        admin = request.getfixturevalue("pg_admin_dsn")
-        opened = PostgresStore(
-            create_database(admin, f"viewer_{uuid.uuid4().hex[:10]}"), init_schema=True
-        )
+    opened = open_store(getattr(request, "param", "sqlite"), request, tmp_path)
     try:
         yield opened
     finally:
