@@ -373,7 +373,11 @@ function tree(d, state) {
       class: classes.join(" "), transform: `translate(${p.x},${p.y})`,
       "data-solution-id": n.missing ? null : n.id, "data-missing-id": n.missing ? n.id : null,
       "data-outcome": n.outcome, "data-in-beam": n.in_beam ? "1" : null, "data-best": n.best ? "1" : null,
-      tabindex: 0, on: { click: () => openNode(state, n.id, true) },
+      tabindex: 0, role: "button", "aria-label": `kernel ${short(n.id)}: ${n.outcome}`,
+      on: {
+        click: () => openNode(state, n.id, true),
+        keydown: (event) => { if (event.key === "Enter" || event.key === " ") { event.preventDefault(); openNode(state, n.id, true); } },
+      },
     });
     if (n.best) g.appendChild(s("circle", { class: "ring-best", r: 14 }));
     if (n.in_beam) g.appendChild(s("circle", { class: "ring-beam", r: 11.5 }));
