@@ -32,6 +32,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # Benchmark suites: one optimization per task of a benchmark, and its percent-of-peak
     # table (the built-in CPU NKIBench ships here too).
     ("suites",),
+    # The web viewer of the kernel database (`accelopt view`): pages over the layers below,
+    # served on loopback; the front ends start it and link to it.
+    ("viewer",),
     # Front ends: the `accelopt` command and the MCP tools, thin shells over the layers below;
     # writing the skill and a project's .mcp.json for an agent (it imports nothing of ours).
     ("cli", "mcp_tools", "install_skill"),

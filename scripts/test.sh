@@ -64,6 +64,18 @@ if ! command -v ip >/dev/null 2>&1 || ! command -v unshare >/dev/null 2>&1; then
   fi
 fi
 
+# chromium, the browser the viewer's tests drive through Playwright (tests/viewer/): Debian's,
+# since Playwright's own browser download needs a host a closed network cannot reach.
+# Screenshots go to $ACCELOPT_ARTIFACTS/viewer (default test-artifacts/viewer): keep that folder.
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "chromium missing, the viewer's browser tests will be skipped: sudo apt-get install -y chromium" >&2
+  fi
+fi
+
 PYTHON="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null

@@ -45,13 +45,14 @@ def _register() -> None:
     app.command()(compare.compare)
     app.command()(profile.backends)
 
-    from accelopt_mcp.cli import memory, optimize, runs, suite
+    from accelopt_mcp.cli import memory, optimize, runs, suite, view
 
     app.command()(optimize.optimize)
     app.command()(optimize.resume)
     app.add_typer(runs.app, name="runs")
     app.add_typer(memory.app, name="memory")
     app.add_typer(suite.app, name="suite")
+    app.command()(view.view)
 
 
 def main() -> None:

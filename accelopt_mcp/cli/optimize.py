@@ -45,6 +45,7 @@ from accelopt_mcp.store.base import KernelStore, RunRecord, RunUpdate, StoreOuta
 from accelopt_mcp.tasks.flashinfer_format import TaskFileError
 from accelopt_mcp.tasks.kernels import load_solution
 from accelopt_mcp.tasks.loader import load_task
+from accelopt_mcp.viewer.links import run_url
 
 OutputDirOption = Annotated[
     Path | None,
@@ -116,6 +117,7 @@ def optimize(
             request={"kernel_path": str(kernel), "task_path": str(task), "workload": workload},
         )
         say("run ", (run_id, "bold"), f" ({loaded_task.definition.name})")
+        _say_viewer(db, run_id)
         _drive(db, run_id, output_dir or default_output_dir(), quiet)
 
 
@@ -186,6 +188,7 @@ def resume(
                 db.update_run(run_id, RunUpdate(status="pending"))
         # Without --output-dir, the folder the run was started with (its winner, plot, lock).
         kept = Path(checkpoint.output_dir) if checkpoint.output_dir else None
+        _say_viewer(db, run_id)
         _drive(db, run_id, output_dir or kept or default_output_dir(), quiet)
 
 
@@ -255,6 +258,14 @@ def _drive(db: KernelStore, run_id: str, output_dir: Path, quiet: bool) -> None:
         log.debug("run %s raised", run_id, exc_info=True)
         crash = f"{type(exc).__name__}: {exc}"
     raise typer.Exit(_summary(db, run_id, output_dir, crash))
+
+
+def _say_viewer(db: KernelStore, run_id: str) -> None:
+    """The run's page, when `accelopt view` serves this database (no token in the link: it
+    opens in the browser that opened the viewer's own URL, and may go into a log)."""
+    url = run_url(db, run_id)
+    if url is not None:
+        say(f"watch it: {url}")
 
 
 def _stdout_is_terminal() -> bool:
@@ -427,6 +438,7 @@ def _summary(db: KernelStore, run_id: str, output_dir: Path, crash: str | None) 
             say(f"plot: {plot}")
     if checkpoint.winning_kernel_path:
         say(f"winning kernel: {checkpoint.winning_kernel_path}")
+    _say_viewer(db, run_id)
     line, code = outcome(run, checkpoint, crash)
     style = "green" if code == 0 and run.status == "completed" else "bold red" if code else ""
     say(Text(line, style=style))

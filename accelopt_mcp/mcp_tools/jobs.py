@@ -26,6 +26,7 @@ from accelopt_mcp.mcp_tools.state import ToolContext, state_of
 from accelopt_mcp.mcp_tools.views import MAX_PAGE, SOURCE_CHARS, ClusterArg, TextSlice, View, cut
 from accelopt_mcp.tasks.kernels import SOURCE_ORIGIN, kernel_solution, syntax_problem
 from accelopt_mcp.tasks.loader import load_task
+from accelopt_mcp.viewer.links import run_url
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
 JobId = Annotated[
@@ -197,7 +198,15 @@ def job_status(ctx: ToolContext, job_id: JobId) -> JobView:
     """Where a job stands: state, iteration, attempts, best latency and speedup over the
     initial kernel so far, tokens and cost spent, elapsed time and an estimate of the time
     left."""
-    return job_view(state_of(ctx).jobs().status(_job_id(ctx, job_id)))
+    state = state_of(ctx)
+    view = job_view(state.jobs().status(_job_id(ctx, job_id)))
+    # The run's page in `accelopt view`, when one serves this database (no token in it: it
+    # opens in the browser that opened the viewer's own URL). An extra field, outside the
+    # declared schema, so that tools/list stays within its budget.
+    url = run_url(state.store(), view.job_id)
+    if url is not None:
+        view.viewer_url = url  # type: ignore[attr-defined]
+    return view
 
 
 def job_result(
