@@ -29,6 +29,7 @@ from accelopt_mcp.backends.base import (
     Baseline,
     ranked_comparison,
 )
+from accelopt_mcp.backends.breakdown import breakdown_from
 from accelopt_mcp.backends.cpu_peaks import PeakSource, measured_roofline
 from accelopt_mcp.backends.cpu_peaks_records import PeakMeasurementError
 from accelopt_mcp.backends.cpu_result import (
@@ -49,7 +50,7 @@ from accelopt_mcp.backends.cpu_result import (
     stats,
     timing_lines,
 )
-from accelopt_mcp.backends.cpu_session import live_jails
+from accelopt_mcp.backends.cpu_session import MAX_STRESS_SETS, live_jails
 from accelopt_mcp.backends.host_facts import environment_libs
 from accelopt_mcp.backends.roofline import NO_ROOFLINE_LINE, ROOFLINE_LINE, is_above_peak
 from accelopt_mcp.isolation.jail_probe import MODE_VARIABLE, jail_status
@@ -78,7 +79,7 @@ from accelopt_mcp.models import (
 from accelopt_mcp.pysource import parse_python, source_imports_any
 from accelopt_mcp.redaction import redact
 from accelopt_mcp.stats import Interval, verdict
-from accelopt_mcp.tasks.inputs import InputError, input_plan
+from accelopt_mcp.tasks.inputs import InputError, input_plan, stress_scales
 
 log = logging.getLogger(__name__)
 RUNNER_MODULE = "accelopt_mcp.backends.cpu_runner"
@@ -130,7 +131,11 @@ def evaluation_backstop_s(config: BenchmarkConfig, kernels: int) -> float:
     the per-call limit, plus the sampling cap, never past EVALUATION_CAP_S. A slow baseline
     (seconds per call) fits at the defaults; it is refused only by its own calls' limits."""
     contestants = kernels + 1
-    untimed = len(config.seeds) + 2 + config.warmup_runs + config.max_processes
+    # The seeds, the fresh sets, the task's stress sets (at most MAX_STRESS_SETS), warm-ups,
+    # one per later process set, and the breakdown's traced call.
+    untimed = (
+        len(config.seeds) + 2 + MAX_STRESS_SETS + config.warmup_runs + config.max_processes + 1
+    )
     needed = config.timeout_seconds * contestants * untimed + config.max_timing_seconds * 2
     return min(EVALUATION_CAP_S, needed)
 
@@ -403,6 +408,10 @@ class CpuBackend(Backend):
             "jail_env": TIMING_ENV,
             "jail": self.jail,
             "nonce": secrets.token_hex(16),
+            # Checked in the correctness pass only (never timed): cpu_session's _stress.
+            "stress_scales": stress_scales(definition.reference),
+            # Not a perf field either: taken after the timed rounds (cpu_session._breakdown).
+            "breakdown": config.breakdown,
             **config.perf_fields(),
         }
         (work / "job.json").write_text(json.dumps(job))
@@ -576,8 +585,10 @@ class CpuBackend(Backend):
             if kernel.ci_low_ms is not None and kernel.ci_high_ms is not None
             else "(too few samples for an interval)"
         )
+        stressed = [str(n) for n in result.get("stress_sets") or []][:8]
+        stress = f" and {len(stressed)} stress sets ({', '.join(stressed)})" if stressed else ""
         log = [
-            f"correct on {len(config.seeds)} seeds (L2-relative error "
+            f"correct on {len(config.seeds)} seeds{stress} (L2-relative error "
             f"{counters['l2_rel_error']:.3g}); median {latency_ms:.4f} ms {interval} over "
             f"{kernel.runs} samples in {kernel.measurement_rounds} sets of fresh processes; "
             f"reference {reference_ms:.4f} ms in the same rounds; speedup over the reference "
@@ -596,6 +607,9 @@ class CpuBackend(Backend):
                 "or the task's roofline overstates the work"
             )
         log.append(memory_line(result, label, config))
+        if label == PRIMARY and config.breakdown and result.get("breakdown_error"):
+            # Why there is no breakdown (the kernel's doing, or its tracer's): a note, no verdict.
+            log.append(f"no time breakdown: {str(result['breakdown_error'])[:300]}")
         log += notes
         return self._evaluation(
             EvaluationStatus.PASSED,
@@ -625,6 +639,7 @@ class CpuBackend(Backend):
                 if value is not None
             },
             comparisons=comparisons,
+            breakdown=breakdown_from(result.get("breakdown")) if label == PRIMARY else [],
             flags=list(dict.fromkeys(flags)),
         )
 

@@ -22,6 +22,10 @@ from accelopt_mcp.backends.cpu_values import as_arena_values, as_list, copy_valu
 from accelopt_mcp.tasks.inputs import generate_inputs, needs_torch
 
 TORCH_HINT = "this task needs PyTorch: pip install torch==2.13.0"
+MAX_STRESS_SETS = 8
+"""The most input sets a task's stress_inputs() (and STRESS_SCALES) may declare: each costs a
+reference call and a call of every kernel in the correctness pass."""
+MAX_STRESS_NAME_CHARS = 64
 
 
 def _load_module(path: Path, name: str) -> ModuleType:
@@ -67,6 +71,33 @@ class Harness:
         self.reference_fn: Callable[..., Any] = reference_fn
         self.to_kernel_inputs = getattr(self.reference, "transform_to_nki_inputs", None)
         self.from_kernel_outputs = getattr(self.reference, "transform_nki_outputs", None)
+        self._stress: list[tuple[str, list[Any]]] | None = None
+
+    def stress_sets(self) -> list[tuple[str, list[Any]]]:
+        """The named input sets an NKIBench task's optional `stress_inputs()` declares (drawn
+        once, after seeding with 0), checked: a dict name -> inputs, or a list of (name,
+        inputs) pairs, at most MAX_STRESS_SETS, names short and unique, inputs a tuple or list.
+        StageError (the task's fault) for anything else."""
+        if self._stress is not None:
+            return self._stress
+        declare = getattr(self.reference, "stress_inputs", None)
+        if declare is None or self.style != "nkibench":
+            self._stress = []
+            return self._stress
+        if not callable(declare):
+            raise StageError("reference", "stress_inputs must be a function returning input sets")
+        random.seed(0)
+        np.random.seed(0)
+        if self.torch is not None:
+            self.torch.manual_seed(0)
+        try:
+            declared = declare()
+        except BaseException as exc:
+            raise StageError(
+                "reference", f"stress_inputs() failed: {exc!r}", short_traceback()
+            ) from exc
+        self._stress = checked_stress_sets(declared)
+        return self._stress
 
     def inputs(self, seed: int) -> list[Any]:
         random.seed(seed)
@@ -112,6 +143,45 @@ class Harness:
                 "INCORRECT_SHAPE",
                 f"the task's output transform cannot take the kernel's outputs: {exc!r}",
             ) from None
+
+
+def checked_stress_sets(declared: Any) -> list[tuple[str, list[Any]]]:
+    """stress_inputs()'s value as (name, inputs) pairs; StageError saying what is wrong."""
+    usage = (
+        "stress_inputs() must return a dict {name: tuple of inputs} or a list of "
+        f"(name, tuple of inputs) pairs, at most {MAX_STRESS_SETS}"
+    )
+    if isinstance(declared, dict):
+        pairs = list(declared.items()) if len(declared) <= MAX_STRESS_SETS else None
+    elif isinstance(declared, list | tuple):
+        pairs = list(declared) if len(declared) <= MAX_STRESS_SETS else None
+    else:
+        raise StageError("reference", f"{usage}; it returned a {type(declared).__name__}")
+    if pairs is None:
+        raise StageError("reference", f"{usage}; it returned {len(declared)} sets")
+    sets: list[tuple[str, list[Any]]] = []
+    for pair in pairs:
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise StageError("reference", f"{usage}; an entry is not a (name, inputs) pair")
+        name, inputs = pair
+        if (
+            not isinstance(name, str)
+            or not 0 < len(name) <= MAX_STRESS_NAME_CHARS
+            or not name.isprintable()
+        ):
+            raise StageError(
+                "reference",
+                f"{usage}; a set's name must be a printable string of 1 to "
+                f"{MAX_STRESS_NAME_CHARS} characters",
+            )
+        if any(name == seen for seen, _ in sets):
+            raise StageError("reference", f"{usage}; the name {name!r} is used twice")
+        if not isinstance(inputs, tuple | list):
+            raise StageError(
+                "reference", f"{usage}; set {name!r} is a {type(inputs).__name__}, not a tuple"
+            )
+        sets.append((name, list(inputs)))
+    return sets
 
 
 def describe_harness(harness: Harness) -> dict[str, Any]:
@@ -182,8 +252,14 @@ def serve_task(argv: list[str]) -> int:
             if op == "describe":
                 send_message(ack, {"ok": True, "describe": describe_harness(harness)})
                 continue
+            if op == "stress_names":
+                names = [name for name, _ in harness.stress_sets()]
+                send_message(ack, {"ok": True, "names": names})
+                continue
             if op == "inputs":
                 values = as_arena_values(harness.inputs(int(request["seed"])))
+            elif op == "stress":
+                values = as_arena_values(harness.stress_sets()[int(request["index"])][1])
             elif op == "to_kernel":
                 sets = arena_in.read(request.get("bytes"), expected_sets=1)
                 values = as_arena_values(harness.candidate_inputs(sets[0]))
