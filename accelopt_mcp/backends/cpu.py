@@ -30,6 +30,7 @@ from accelopt_mcp.backends.base import (
     ranked_comparison,
 )
 from accelopt_mcp.backends.breakdown import breakdown_from
+from accelopt_mcp.backends.cpu_outcomes import MAX_STRESS_SETS
 from accelopt_mcp.backends.cpu_peaks import PeakSource, measured_roofline
 from accelopt_mcp.backends.cpu_peaks_records import PeakMeasurementError
 from accelopt_mcp.backends.cpu_result import (
@@ -50,7 +51,7 @@ from accelopt_mcp.backends.cpu_result import (
     stats,
     timing_lines,
 )
-from accelopt_mcp.backends.cpu_session import MAX_STRESS_SETS, live_jails
+from accelopt_mcp.backends.cpu_session import live_jails
 from accelopt_mcp.backends.host_facts import environment_libs
 from accelopt_mcp.backends.roofline import NO_ROOFLINE_LINE, ROOFLINE_LINE, is_above_peak
 from accelopt_mcp.isolation.jail_probe import MODE_VARIABLE, jail_status

@@ -25,7 +25,7 @@ import numpy as np
 from accelopt_mcp.backends.cpu_breakdown import TRACE_CAP_S, shape_breakdown
 from accelopt_mcp.backends.cpu_candidate import storage_dtype
 from accelopt_mcp.backends.cpu_candidate_parent import CallFailed, JailedRunner
-from accelopt_mcp.backends.cpu_outcomes import StageError, Verdict
+from accelopt_mcp.backends.cpu_outcomes import MAX_STRESS_SETS, StageError, Verdict
 from accelopt_mcp.backends.cpu_stages import record_stage
 from accelopt_mcp.backends.cpu_values import (
     as_arena_values,
@@ -72,8 +72,6 @@ SLOW_CALL_NS = 500_000_000
 calls before them have warmed it, and each would cost as much as a timed round."""
 MAX_ROUNDS_PER_PASS = 400
 MAX_LIVE_JAILS = 24
-MAX_STRESS_SETS = 8
-"""Stress sets checked in all (the task's stress_inputs() and its STRESS_SCALES together)."""
 STRESS_SIZE_FACTOR = 2
 """A stress set may hold at most this many times the bytes of the first seed's inputs (plus
 ARENA_SLACK_BYTES): the arenas are sized from those."""

@@ -44,7 +44,12 @@ from accelopt_mcp.backends.cpu_candidate import (
     read_arena,
     write_arena,
 )
-from accelopt_mcp.backends.cpu_outcomes import StageError, Verdict
+from accelopt_mcp.backends.cpu_outcomes import (
+    MAX_STRESS_NAME_CHARS,
+    MAX_STRESS_SETS,
+    StageError,
+    Verdict,
+)
 
 LENGTH = struct.Struct("<I")
 MAX_REPLY_BYTES = 1 << 20
@@ -292,8 +297,6 @@ class JailedHarness:
         none for the others), checked here again: the helper's reply is the task's text."""
         if self.style != "nkibench":
             return []
-        from accelopt_mcp.backends.cpu_task_harness import MAX_STRESS_NAME_CHARS, MAX_STRESS_SETS
-
         reply = self._request({"op": "stress_names"})
         if not reply.get("ok"):
             raise self._stage_error(reply, "stress_inputs() failed")

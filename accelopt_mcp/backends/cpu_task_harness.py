@@ -16,16 +16,17 @@ from typing import Any
 
 import numpy as np
 
-from accelopt_mcp.backends.cpu_outcomes import StageError, Verdict
+from accelopt_mcp.backends.cpu_outcomes import (
+    MAX_STRESS_NAME_CHARS,
+    MAX_STRESS_SETS,
+    StageError,
+    Verdict,
+)
 from accelopt_mcp.backends.cpu_stages import record_stage, short_traceback
 from accelopt_mcp.backends.cpu_values import as_arena_values, as_list, copy_value, describe_value
 from accelopt_mcp.tasks.inputs import generate_inputs, needs_torch
 
 TORCH_HINT = "this task needs PyTorch: pip install torch==2.13.0"
-MAX_STRESS_SETS = 8
-"""The most input sets a task's stress_inputs() (and STRESS_SCALES) may declare: each costs a
-reference call and a call of every kernel in the correctness pass."""
-MAX_STRESS_NAME_CHARS = 64
 
 
 def _load_module(path: Path, name: str) -> ModuleType:

@@ -241,8 +241,11 @@ def test_the_safe_kernel_passes_every_stress_set_and_says_so(softmax: Task) -> N
 
 def _task_with(tmp_path: Path, extra: str) -> Task:
     source = SOFTMAX.read_text()
-    source = source.split("def stress_inputs")[0] + textwrap.dedent(extra) + "\n\n" + (
-        "def forward" + source.split("def forward")[1]
+    source = (
+        source.split("def stress_inputs")[0]
+        + textwrap.dedent(extra)
+        + "\n\n"
+        + ("def forward" + source.split("def forward")[1])
     )
     path = tmp_path / "softmax_M256_N1024_numpy_0.py"
     path.write_text(source)
