@@ -71,3 +71,20 @@ def test_a_profile_is_reused_only_under_its_own_conditions(store: KernelStore) -
     assert cache(two)._find_stored_evaluation(outcome.solution_id) is None
     every = DevicePool([DeviceSlot(kind="cpu", id="all", backend_kwargs={})])
     assert cache(every)._find_stored_evaluation(outcome.solution_id) is None
+
+
+def test_a_run_asks_for_breakdowns_unless_its_settings_say_no() -> None:
+    from accelopt_mcp.engine.config import OptimizeConfig
+
+    assert BenchmarkConfig().breakdown is False
+    assert OptimizeConfig().benchmark.breakdown is True
+    off = OptimizeConfig(benchmark=BenchmarkConfig(breakdown=False))
+    assert off.benchmark.breakdown is False
+    # Read back from its JSON (a resumed run), the choice stays.
+    again = OptimizeConfig.model_validate_json(off.model_dump_json())
+    assert again.benchmark.breakdown is False
+    assert OptimizeConfig.model_validate_json(
+        OptimizeConfig().model_dump_json()
+    ).benchmark.breakdown
+    # Not a perf field: a profile taken with or without one is filed under the same key.
+    assert BenchmarkConfig(breakdown=True).profile_key() == BenchmarkConfig().profile_key()
