@@ -130,6 +130,35 @@ def test_example_kernel_passes_with_latency_and_counters_from_the_profile(tmp_pa
     assert "above_peak" not in evaluation.flags
 
 
+def test_a_breakdown_gives_each_engines_busy_time_from_the_profile(tmp_path: Path) -> None:
+    backend = make_backend(tmp_path, STANDIN_NKI_TOTAL_TIME_S="0.0005")
+    task, kernel = silu_task(), nki_solution(KERNEL_SOURCE)
+    evaluation = backend.evaluate(task, kernel, FAST.model_copy(update={"breakdown": True}))
+    assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
+    # The stand-in's busy fractions (DMA 0.55, vector 0.41, scalar 0.37, the others 0) of 0.5 ms.
+    shown = [(e.what, round(e.ms, 6), e.share) for e in evaluation.breakdown]
+    assert shown[:3] == [
+        ("DMA queues busy", 0.275, 0.55),
+        ("vector engine busy", 0.205, 0.41),
+        ("scalar engine busy", 0.185, 0.37),
+    ]
+    assert {what for what, _, _ in shown[3:]} == {
+        "tensor engine (matmul) busy",
+        "gpsimd engine busy",
+    }
+    assert backend.evaluate(task, kernel, FAST).breakdown == []
+
+
+def test_engine_breakdown_skips_what_the_summary_lacks() -> None:
+    from accelopt_mcp.backends.neuron_profile import engine_breakdown
+
+    assert engine_breakdown({"vector_engine_active_time_percent": 0.5}, 0.0) == []
+    entries = engine_breakdown(
+        {"vector_engine_active_time_percent": 1.7, "dma_active_time_percent": float("nan")}, 2.0
+    )
+    assert entries == [{"what": "vector engine busy", "ms": 2.0, "share": 1.0, "calls": 0}]
+
+
 def test_claimed_work_above_the_hardware_peak_is_flagged(tmp_path: Path) -> None:
     backend = make_backend(tmp_path, STANDIN_NKI_TOTAL_TIME_S="0.0005")
     impossible = Roofline(flops=1e12, bytes_moved=8.0 * ELEMENTS)
