@@ -587,7 +587,8 @@ class CpuBackend(Backend):
             else "(too few samples for an interval)"
         )
         stressed = [str(n) for n in result.get("stress_sets") or []][:8]
-        stress = f" and {len(stressed)} stress sets ({', '.join(stressed)})" if stressed else ""
+        sets = "stress set" if len(stressed) == 1 else "stress sets"
+        stress = f" and {len(stressed)} {sets} ({', '.join(stressed)})" if stressed else ""
         log = [
             f"correct on {len(config.seeds)} seeds{stress} (L2-relative error "
             f"{counters['l2_rel_error']:.3g}); median {latency_ms:.4f} ms {interval} over "

@@ -346,6 +346,7 @@ class Session:
         record_stage("breakdown")
         harness = self.harness
         limit = self.call_limit.get(PRIMARY, float(self.job.get("timeout_seconds", 60.0)))
+        started = time.perf_counter()
         try:
             inputs = as_arena_values(harness.inputs(secrets.randbits(31)))
             values = as_arena_values(harness.candidate_inputs(inputs))
@@ -355,6 +356,8 @@ class Session:
             self.result["breakdown_error"] = str(getattr(exc, "message", exc))[:300]
         except Exception as exc:  # anything else the jail made of it: still no verdict
             self.result["breakdown_error"] = repr(exc)[:300]
+        # What it cost this evaluation (inputs, the traced call, reading the report).
+        self.result["breakdown_s"] = time.perf_counter() - started
 
     def _close_set(self, pset: ProcessSet) -> None:
         for label, runner in pset.runners.items():
@@ -570,6 +573,7 @@ class Session:
         """Every live kernel against the reference on each stress set (correctness only, never
         timed): failing one is the verdict the comparison gives (a NaN or inf output where the
         reference is finite is INCORRECT_NUMERICAL), with the set's name in its message."""
+        started = time.perf_counter()
         sets = self._stress_sets()
         self.result["stress_sets"] = [name for name, _ in sets]
         for name, inputs in sets:
@@ -597,6 +601,9 @@ class Session:
                     self._fail(label, verdict)
                 except StageError as exc:
                     self._fail(label, exc)
+        # What checking them cost this evaluation (drawing, the reference's and every kernel's
+        # calls, the comparisons).
+        self.result["stress_s"] = time.perf_counter() - started
 
     def _scale_call_limit(self, pset: ProcessSet, label: str) -> None:
         """From its first timed call on, a contestant's calls are bounded by what that call
