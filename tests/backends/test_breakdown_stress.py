@@ -300,3 +300,15 @@ def test_a_bad_stress_declaration_is_one_clear_task_error(tmp_path: Path, case: 
     assert evaluation.status == EvaluationStatus.RUNTIME_ERROR, evaluation.log
     assert "the task's reference failed (not the candidate's fault)" in evaluation.log
     assert expected in evaluation.log
+
+
+def test_a_flashinfer_definitions_stress_scales_are_checked() -> None:
+    definition = ROOT / "examples" / "cpu" / "flashinfer" / "definitions" / "softmax_n1024.json"
+    task = load_task(definition)
+    unshifted = UNSHIFTED.replace("def kernel(x)", "def run(x)")
+    evaluation = _evaluate(task, unshifted)
+    assert evaluation.status == EvaluationStatus.INCORRECT_NUMERICAL, evaluation.log
+    assert "stress set 'inputs_x100'" in evaluation.log
+    safe = _evaluate(task, FAST.replace("def kernel(x)", "def run(x)"))
+    assert safe.status == EvaluationStatus.PASSED, safe.log
+    assert "2 stress sets (inputs_x6, inputs_x100)" in safe.log
