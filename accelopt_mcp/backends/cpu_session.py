@@ -34,6 +34,7 @@ from accelopt_mcp.backends.cpu_values import (
     values_nbytes,
 )
 from accelopt_mcp.backends.host_load import load_average
+from accelopt_mcp.backends.stress import scaled_input, scaled_name
 
 if TYPE_CHECKING:
     from accelopt_mcp.backends.cpu_task import JailedHarness
@@ -149,17 +150,6 @@ def _evaluate(
         4 * max(set_bytes, output_bytes) + ARENA_SLACK_BYTES,
     )
     Session(job, harness, result, reference_dir, arena_bytes).run()
-
-
-def _scaled(value: Any, scale: float) -> Any:
-    """One input of a scaled stress set: a floating-point array or float times `scale` (in
-    its own dtype), anything else (integers, indices, flags) unchanged."""
-    if isinstance(value, np.ndarray) and np.issubdtype(value.dtype, np.floating):
-        with np.errstate(over="ignore"):
-            return (value * value.dtype.type(scale)).astype(value.dtype, copy=False)
-    if isinstance(value, float):
-        return value * scale
-    return value
 
 
 def live_jails(kernels: int, max_sets: int) -> int:
@@ -551,7 +541,7 @@ class Session:
             return []
         base = as_arena_values(harness.inputs(job["seeds"][0]))
         sets = [(name, as_arena_values(harness.stress_inputs(i))) for i, name in enumerate(names)]
-        sets += [(f"inputs_x{scale:g}", [_scaled(v, scale) for v in base]) for scale in scales]
+        sets += [(scaled_name(scale), [scaled_input(v, scale) for v in base]) for scale in scales]
         budget = STRESS_SIZE_FACTOR * values_nbytes(base) + ARENA_SLACK_BYTES
         for name, values in sets:
             if len(values) != len(base):

@@ -16,14 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from accelopt_mcp.backends.cpu_outcomes import (
-    MAX_STRESS_NAME_CHARS,
-    MAX_STRESS_SETS,
-    StageError,
-    Verdict,
-)
+from accelopt_mcp.backends.cpu_outcomes import StageError, Verdict
 from accelopt_mcp.backends.cpu_stages import record_stage, short_traceback
 from accelopt_mcp.backends.cpu_values import as_arena_values, as_list, copy_value, describe_value
+from accelopt_mcp.backends.stress import StressError, checked_stress_sets
 from accelopt_mcp.tasks.inputs import generate_inputs, needs_torch
 
 TORCH_HINT = "this task needs PyTorch: pip install torch==2.13.0"
@@ -97,7 +93,10 @@ class Harness:
             raise StageError(
                 "reference", f"stress_inputs() failed: {exc!r}", short_traceback()
             ) from exc
-        self._stress = checked_stress_sets(declared)
+        try:
+            self._stress = checked_stress_sets(declared)
+        except StressError as exc:
+            raise StageError("reference", str(exc)) from None
         return self._stress
 
     def inputs(self, seed: int) -> list[Any]:
@@ -144,45 +143,6 @@ class Harness:
                 "INCORRECT_SHAPE",
                 f"the task's output transform cannot take the kernel's outputs: {exc!r}",
             ) from None
-
-
-def checked_stress_sets(declared: Any) -> list[tuple[str, list[Any]]]:
-    """stress_inputs()'s value as (name, inputs) pairs; StageError saying what is wrong."""
-    usage = (
-        "stress_inputs() must return a dict {name: tuple of inputs} or a list of "
-        f"(name, tuple of inputs) pairs, at most {MAX_STRESS_SETS}"
-    )
-    if isinstance(declared, dict):
-        pairs = list(declared.items()) if len(declared) <= MAX_STRESS_SETS else None
-    elif isinstance(declared, list | tuple):
-        pairs = list(declared) if len(declared) <= MAX_STRESS_SETS else None
-    else:
-        raise StageError("reference", f"{usage}; it returned a {type(declared).__name__}")
-    if pairs is None:
-        raise StageError("reference", f"{usage}; it returned {len(declared)} sets")
-    sets: list[tuple[str, list[Any]]] = []
-    for pair in pairs:
-        if not isinstance(pair, tuple | list) or len(pair) != 2:
-            raise StageError("reference", f"{usage}; an entry is not a (name, inputs) pair")
-        name, inputs = pair
-        if (
-            not isinstance(name, str)
-            or not 0 < len(name) <= MAX_STRESS_NAME_CHARS
-            or not name.isprintable()
-        ):
-            raise StageError(
-                "reference",
-                f"{usage}; a set's name must be a printable string of 1 to "
-                f"{MAX_STRESS_NAME_CHARS} characters",
-            )
-        if any(name == seen for seen, _ in sets):
-            raise StageError("reference", f"{usage}; the name {name!r} is used twice")
-        if not isinstance(inputs, tuple | list):
-            raise StageError(
-                "reference", f"{usage}; set {name!r} is a {type(inputs).__name__}, not a tuple"
-            )
-        sets.append((name, list(inputs)))
-    return sets
 
 
 def describe_harness(harness: Harness) -> dict[str, Any]:

@@ -52,6 +52,7 @@ from accelopt_mcp.models import (
     Solution,
     Task,
 )
+from accelopt_mcp.tasks.inputs import stress_scales
 
 INSTALL_HINT = (
     "neuronxcc comes from AWS's Neuron pip repository, not PyPI: pip install neuronx-cc "
@@ -339,6 +340,8 @@ class NkiBackend(Backend):
                 artifact_dir=str(artifacts),
                 neuron_profile=self.neuron_profile,
                 retries=self.retries,
+                # Checked like the seeds, never timed (nki_runner._check_stress).
+                stress_scales=stress_scales(task.definition.reference),
             )
             job_file, result_file = work / "job.json", work / "result.json"
             job_file.write_text(job.model_dump_json(), encoding="utf-8")

@@ -211,6 +211,42 @@ def test_a_wrong_kernel_is_caught(
     assert message in evaluation.log
 
 
+# Right for get_inputs() (|x| < 6), NaN where |x| > 10.
+GUARDED_SILU = "return np.where(np.abs(x) > 10, np.nan, x / (1.0 + np.exp(-x))).astype(x.dtype)"
+
+
+@pytest.mark.parametrize(
+    "declaration, name",
+    [
+        (
+            "def stress_inputs():\n    return {'x_scaled_6': (get_inputs()[0] * 6,)}\n",
+            "x_scaled_6",
+        ),
+        ("STRESS_SCALES = (6.0,)\n", "inputs_x6"),
+    ],
+)
+def test_a_stress_set_catches_what_the_seeds_miss(
+    tmp_path: Path, declaration: str, name: str
+) -> None:
+    backend = make_backend(tmp_path, STANDIN_NKI_TOTAL_TIME_S="0.0005")
+    kernel = nki_solution(numpy_kernel(GUARDED_SILU))
+    assert backend.evaluate(silu_task(), kernel, FAST).status == EvaluationStatus.PASSED
+    stressed = silu_task(TASK_SOURCE + "\n\n" + declaration)
+    evaluation = backend.evaluate(stressed, kernel, FAST)
+    assert evaluation.status == EvaluationStatus.INCORRECT_NUMERICAL, evaluation.log
+    assert f"stress set '{name}', output 0" in evaluation.log
+    honest = backend.evaluate(stressed, nki_solution(KERNEL_SOURCE), FAST)
+    assert honest.status == EvaluationStatus.PASSED, honest.log
+    assert f"stress set '{name}': correct" in honest.log
+
+
+def test_a_broken_stress_declaration_is_the_tasks_fault(tmp_path: Path) -> None:
+    backend = make_backend(tmp_path, STANDIN_NKI_TOTAL_TIME_S="0.0005")
+    broken = silu_task(TASK_SOURCE + "\n\ndef stress_inputs():\n    return 3\n")
+    with pytest.raises(ValueError, match="stress_inputs\\(\\) must return a dict"):
+        backend.evaluate(broken, nki_solution(KERNEL_SOURCE), FAST)
+
+
 def test_compile_errors_are_mapped(tmp_path: Path) -> None:
     failing = make_backend(tmp_path, STANDIN_NKI_COMPILE_ERROR="tile exceeds SBUF partition size")
     evaluation = failing.evaluate(silu_task(), nki_solution(KERNEL_SOURCE), FAST)
