@@ -378,7 +378,9 @@ def traced_call(
             slot[0] += now - state["last"]
 
     def stop() -> None:
+        # Nothing after this is charged to any line: the rest of the call is the cap's note.
         state["capped"] = True
+        stack.clear()
         sys.settrace(None)
 
     def local(frame: Any, event: str, arg: Any) -> Any:

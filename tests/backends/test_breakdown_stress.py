@@ -91,6 +91,29 @@ def test_helper_functions_get_their_own_lines(softmax: Task) -> None:
     assert any("out[i] = _row(x[i])" in t for t in texts), texts
 
 
+def test_a_trace_past_its_cap_stops_and_says_so(softmax: Task) -> None:
+    source = """
+    import sys, time
+    import numpy as np
+
+    def kernel(x):
+        if sys.gettrace() is not None:
+            time.sleep(2.3)
+        out = x - x.max(axis=1, keepdims=True)
+        np.exp(out, out=out)
+        out /= out.sum(axis=1, keepdims=True)
+        return out
+    """
+    evaluation = _evaluate(softmax, source, WITH_BREAKDOWN)
+    assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
+    entries = evaluation.breakdown
+    assert "time.sleep(2.3)" in entries[0].what and entries[0].ms > 2000
+    assert entries[-1].what.startswith("(tracing stopped after 2 s")
+    # The lines after the cap are not broken down: they are the note's time.
+    assert not any("np.exp(out, out=out)" in e.what for e in entries)
+    assert evaluation.latency_stats is not None and evaluation.latency_stats.median_ms < 100
+
+
 HOSTILE = {
     # Turns the tracer off as soon as it is called.
     "untraces": """
