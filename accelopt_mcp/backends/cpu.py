@@ -124,21 +124,38 @@ def reference_style(reference: str) -> str:
     return "nkibench" if "get_inputs" in names else "flashinfer"
 
 
-def evaluation_backstop_s(config: BenchmarkConfig, kernels: int) -> float:
+def evaluation_backstop_s(config: BenchmarkConfig, kernels: int, stress_sets: int = 0) -> float:
     """How long the harness may run in all before it is killed. The harness bounds every call
     itself (timeout_seconds for the import and first call, then a limit scaled from that
     call) and its sampling (max_timing_seconds, at least MIN_ROUNDS rounds), so this is the
     backstop for a harness that stops answering: every untimed call of every contestant at
-    the per-call limit, plus the sampling cap, never past EVALUATION_CAP_S. A slow baseline
+    the per-call limit (the task's `stress_sets` and, when asked for, the breakdown's traced
+    call included), plus the sampling cap, never past EVALUATION_CAP_S. A slow baseline
     (seconds per call) fits at the defaults; it is refused only by its own calls' limits."""
     contestants = kernels + 1
-    # The seeds, the fresh sets, the task's stress sets (at most MAX_STRESS_SETS), warm-ups,
-    # one per later process set, and the breakdown's traced call.
     untimed = (
-        len(config.seeds) + 2 + MAX_STRESS_SETS + config.warmup_runs + config.max_processes + 1
+        len(config.seeds)
+        + 2
+        + stress_sets
+        + config.warmup_runs
+        + config.max_processes
+        + (1 if config.breakdown else 0)
     )
     needed = config.timeout_seconds * contestants * untimed + config.max_timing_seconds * 2
     return min(EVALUATION_CAP_S, needed)
+
+
+def stress_allowance(reference: str) -> int:
+    """How many stress sets an evaluation of this task may check, read from its source
+    without running it: its STRESS_SCALES, and up to MAX_STRESS_SETS when it defines
+    `stress_inputs` (how many that returns is known only in the task's jail)."""
+    try:
+        module = parse_python(reference)
+    except SyntaxError:
+        return 0
+    if any(isinstance(n, ast.FunctionDef) and n.name == "stress_inputs" for n in module.body):
+        return MAX_STRESS_SETS
+    return min(MAX_STRESS_SETS, len(stress_scales(reference)))
 
 
 def runner_argv(job: Path, result: Path) -> list[str]:
@@ -322,7 +339,9 @@ class CpuBackend(Backend):
                 )
             run = run_sandboxed(
                 runner_argv(work / "job.json", work / "result.json"),
-                timeout_s=evaluation_backstop_s(config, len(kernels)),
+                timeout_s=evaluation_backstop_s(
+                    config, len(kernels), stress_allowance(task.definition.reference)
+                ),
                 # A jail whose memory cgroup holds memory_limit_mb gets the looser RLIMIT_AS
                 # backstop, which it inherits from here and could not raise past this.
                 memory_limit_mb=max(
