@@ -73,11 +73,11 @@ SLOW_CALL_NS = 500_000_000
 calls before them have warmed it, and each would cost as much as a timed round."""
 MAX_ROUNDS_PER_PASS = 400
 MAX_LIVE_JAILS = 24
+"""Processes (all frozen but the one being timed) kept alive at once; more sets than fit are
+opened after closing the oldest."""
 STRESS_SIZE_FACTOR = 2
 """A stress set may hold at most this many times the bytes of the first seed's inputs (plus
 ARENA_SLACK_BYTES): the arenas are sized from those."""
-"""Processes (all frozen but the one being timed) kept alive at once; more sets than fit are
-opened after closing the oldest."""
 
 
 class _Clock:
