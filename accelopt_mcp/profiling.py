@@ -92,6 +92,7 @@ def profile_kernel(
     origin: str | None = None,
     backend_options: dict[str, Any] | None = None,
     cluster: str | None = None,
+    breakdown: bool | None = None,
 ) -> ProfileOutcome:
     """Evaluate `solution` on `task` and, given a store (and `save`), record the definition,
     workload, solution (linked: accelopt_mcp.linking.store_kernel) and profile. The kernel
@@ -107,8 +108,12 @@ def profile_kernel(
     placeholder. The author is never taken as chosen here.
     origin: how a syntax error names the kernel (tasks.kernels.syntax_problem).
     cluster: evaluate on a node of this Ray cluster (backends/cluster.py; None reads
-    ACCELOPT_RAY_ADDRESS, else this host); ClusterError when it cannot be used."""
+    ACCELOPT_RAY_ADDRESS, else this host); ClusterError when it cannot be used.
+    breakdown: also take where one call spends its time (Evaluation.breakdown, stored with the
+    profile); None leaves config.breakdown as it is."""
     config = config or BenchmarkConfig()
+    if breakdown is not None and breakdown != config.breakdown:
+        config = config.model_copy(update={"breakdown": breakdown})
     if parent_id is not None and store is None:
         raise ValueError("parent_id needs a database to find the parent in")
     parent = _parent(store, solution, parent_id, evolve_metadata, save=save, name_given=name_given)

@@ -5,7 +5,9 @@
 Runs every solution in examples/flashinfer (a python baseline and a Triton kernel for RMSNorm)
 on every workload through FlashInferBackend -- flashinfer-bench 0.1.2 in a sandboxed child -- and
 prints status, latency, reference latency, speedup, percent of the GPU's peak bandwidth and the
-hardware string. It installs nothing: if torch, triton or flashinfer-bench is missing it prints
+hardware string; then one evaluation with a time breakdown (BenchmarkConfig.breakdown: one
+call of the solution under torch.profiler after flashinfer-bench is done), whose device kernels
+it prints and checks. It installs nothing: if torch, triton or flashinfer-bench is missing it prints
 what to pip install and exits with status 2. Takes a few minutes at most (--quick: fewer runs).
 """
 
@@ -98,8 +100,40 @@ def main() -> int:
                 print("  log: " + evaluation.log.strip()[-1500:].replace("\n", "\n       "))
             if evaluation.flags:
                 print(f"  flags: {', '.join(evaluation.flags)}")
+    failures += check_breakdown(backend, definition, workloads[0], solutions, config)
     print(f"done in {time.perf_counter() - started:.1f} s; {failures} evaluation(s) not PASSED")
     return 1 if failures else 0
+
+
+def check_breakdown(
+    backend: FlashInferBackend,
+    definition: Definition,
+    workload: object,
+    solutions: list[Solution],
+    config: BenchmarkConfig,
+) -> int:
+    """One evaluation per solution with breakdown=True: it must pass and name at least one
+    device kernel with a positive time and shares that are fractions. 0 when all did, else the
+    number that did not."""
+    task = Task(definition=definition, workload=workload)  # type: ignore[arg-type]
+    traced = config.model_copy(update={"breakdown": True})
+    bad = 0
+    for solution in solutions:
+        evaluation = backend.evaluate(task, solution, traced)
+        entries = evaluation.breakdown
+        print(f"breakdown of {solution.name} ({evaluation.status.value}):")
+        for entry in entries:
+            print(f"  {entry.ms:9.4f} ms {entry.share:5.1%} x{entry.calls:<4} {entry.what}")
+        good = (
+            evaluation.passed
+            and bool(entries)
+            and all(e.ms > 0 and 0 <= e.share <= 1 for e in entries)
+            and sum(e.share for e in entries) <= 1.0 + 1e-6
+        )
+        if not good:
+            bad += 1
+            print("  BREAKDOWN CHECK FAILED; log tail: " + evaluation.log.strip()[-800:])
+    return bad
 
 
 if __name__ == "__main__":

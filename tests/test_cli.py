@@ -102,6 +102,23 @@ def test_profile_stores_the_result_and_db_queries_find_it(sqlite_url: str) -> No
     assert shown["solution"]["id"] == fast_out["solution_id"]
 
 
+def test_profile_breakdown_prints_the_top_lines_and_stores_them(sqlite_url: str) -> None:
+    text = accelopt(
+        "profile", str(SLOW), "--task", str(TASK), "--store", sqlite_url, "--breakdown", *QUICK
+    )
+    assert text.returncode == 0, text.stderr
+    assert "where one call spends its time (largest first):" in text.stdout
+    shown = text.stdout.split("largest first):")[1].splitlines()
+    assert any(" ms " in line and ": " in line and "L" in line for line in shown[1:4])
+    again = accelopt(
+        "profile", str(SLOW), "--task", str(TASK), "--store", sqlite_url, "--json", *QUICK
+    )
+    # Not asked for this time: the stored (pooled) profile keeps the one taken before.
+    outcome = json.loads(again.stdout)
+    assert outcome["evaluation"]["breakdown"] == []
+    assert outcome["pooled"]["breakdown"][0]["what"].startswith("L")
+
+
 def test_profile_reports_a_wrong_kernel_with_exit_code_1(sqlite_url: str, tmp_path: Path) -> None:
     wrong = tmp_path / "wrong.py"
     wrong.write_text("def kernel(x, w):\n    return x * 2.0\n")

@@ -229,3 +229,19 @@ def test_a_failure_that_caught_a_cheat_keeps_the_profile_untrusted() -> None:
     inconsistent = pool_evaluations([honest, wrong])
     assert "inconsistent_correctness" in inconsistent.flags and not inconsistent.trusted
     assert pool_evaluations([honest, failed()]).trusted  # a crash alone says nothing
+
+
+def test_a_breakdown_is_kept_from_the_newest_measurement_that_has_one() -> None:
+    from accelopt_mcp.models import BreakdownEntry
+
+    older = measured(1.0, (0.9, 1.1)).model_copy(
+        update={"breakdown": [BreakdownEntry(what="L3: y = np.exp(x)", ms=0.6, share=0.6)]}
+    )
+    newer = measured(1.1, (1.0, 1.2), when="2026-01-02")
+    pooled = pool_evaluations([older, newer])
+    assert [e.what for e in pooled.breakdown] == ["L3: y = np.exp(x)"]
+    again = Evaluation.model_validate_json(pooled.model_dump_json(exclude_unset=True))
+    assert again.breakdown == pooled.breakdown
+    newest = newer.model_copy(update={"breakdown": [BreakdownEntry(what="L4: z", ms=0.1)]})
+    assert [e.what for e in pool_evaluations([older, newest]).breakdown] == ["L4: z"]
+    assert pool_evaluations([measured(1.0), measured(1.0, when="x")]).breakdown == []

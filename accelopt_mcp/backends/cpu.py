@@ -29,6 +29,8 @@ from accelopt_mcp.backends.base import (
     Baseline,
     ranked_comparison,
 )
+from accelopt_mcp.backends.breakdown import breakdown_from
+from accelopt_mcp.backends.cpu_outcomes import MAX_STRESS_SETS
 from accelopt_mcp.backends.cpu_peaks import PeakSource, measured_roofline
 from accelopt_mcp.backends.cpu_peaks_records import PeakMeasurementError
 from accelopt_mcp.backends.cpu_result import (
@@ -78,7 +80,7 @@ from accelopt_mcp.models import (
 from accelopt_mcp.pysource import parse_python, source_imports_any
 from accelopt_mcp.redaction import redact
 from accelopt_mcp.stats import Interval, verdict
-from accelopt_mcp.tasks.inputs import InputError, input_plan
+from accelopt_mcp.tasks.inputs import InputError, input_plan, stress_scales
 
 log = logging.getLogger(__name__)
 RUNNER_MODULE = "accelopt_mcp.backends.cpu_runner"
@@ -122,17 +124,38 @@ def reference_style(reference: str) -> str:
     return "nkibench" if "get_inputs" in names else "flashinfer"
 
 
-def evaluation_backstop_s(config: BenchmarkConfig, kernels: int) -> float:
+def evaluation_backstop_s(config: BenchmarkConfig, kernels: int, stress_sets: int = 0) -> float:
     """How long the harness may run in all before it is killed. The harness bounds every call
     itself (timeout_seconds for the import and first call, then a limit scaled from that
     call) and its sampling (max_timing_seconds, at least MIN_ROUNDS rounds), so this is the
     backstop for a harness that stops answering: every untimed call of every contestant at
-    the per-call limit, plus the sampling cap, never past EVALUATION_CAP_S. A slow baseline
+    the per-call limit (the task's `stress_sets` and, when asked for, the breakdown's traced
+    call included), plus the sampling cap, never past EVALUATION_CAP_S. A slow baseline
     (seconds per call) fits at the defaults; it is refused only by its own calls' limits."""
     contestants = kernels + 1
-    untimed = len(config.seeds) + 2 + config.warmup_runs + config.max_processes
+    untimed = (
+        len(config.seeds)
+        + 2
+        + stress_sets
+        + config.warmup_runs
+        + config.max_processes
+        + (1 if config.breakdown else 0)
+    )
     needed = config.timeout_seconds * contestants * untimed + config.max_timing_seconds * 2
     return min(EVALUATION_CAP_S, needed)
+
+
+def stress_allowance(reference: str) -> int:
+    """How many stress sets an evaluation of this task may check, read from its source
+    without running it: its STRESS_SCALES, and up to MAX_STRESS_SETS when it defines
+    `stress_inputs` (how many that returns is known only in the task's jail)."""
+    try:
+        module = parse_python(reference)
+    except SyntaxError:
+        return 0
+    if any(isinstance(n, ast.FunctionDef) and n.name == "stress_inputs" for n in module.body):
+        return MAX_STRESS_SETS
+    return min(MAX_STRESS_SETS, len(stress_scales(reference)))
 
 
 def runner_argv(job: Path, result: Path) -> list[str]:
@@ -316,7 +339,9 @@ class CpuBackend(Backend):
                 )
             run = run_sandboxed(
                 runner_argv(work / "job.json", work / "result.json"),
-                timeout_s=evaluation_backstop_s(config, len(kernels)),
+                timeout_s=evaluation_backstop_s(
+                    config, len(kernels), stress_allowance(task.definition.reference)
+                ),
                 # A jail whose memory cgroup holds memory_limit_mb gets the looser RLIMIT_AS
                 # backstop, which it inherits from here and could not raise past this.
                 memory_limit_mb=max(
@@ -403,6 +428,10 @@ class CpuBackend(Backend):
             "jail_env": TIMING_ENV,
             "jail": self.jail,
             "nonce": secrets.token_hex(16),
+            # Checked in the correctness pass only (never timed): cpu_session's _stress.
+            "stress_scales": stress_scales(definition.reference),
+            # Not a perf field either: taken after the timed rounds (cpu_session._breakdown).
+            "breakdown": config.breakdown,
             **config.perf_fields(),
         }
         (work / "job.json").write_text(json.dumps(job))
@@ -576,8 +605,11 @@ class CpuBackend(Backend):
             if kernel.ci_low_ms is not None and kernel.ci_high_ms is not None
             else "(too few samples for an interval)"
         )
+        stressed = [str(n) for n in result.get("stress_sets") or []][:8]
+        sets = "stress set" if len(stressed) == 1 else "stress sets"
+        stress = f" and {len(stressed)} {sets} ({', '.join(stressed)})" if stressed else ""
         log = [
-            f"correct on {len(config.seeds)} seeds (L2-relative error "
+            f"correct on {len(config.seeds)} seeds{stress} (L2-relative error "
             f"{counters['l2_rel_error']:.3g}); median {latency_ms:.4f} ms {interval} over "
             f"{kernel.runs} samples in {kernel.measurement_rounds} sets of fresh processes; "
             f"reference {reference_ms:.4f} ms in the same rounds; speedup over the reference "
@@ -596,6 +628,9 @@ class CpuBackend(Backend):
                 "or the task's roofline overstates the work"
             )
         log.append(memory_line(result, label, config))
+        if label == PRIMARY and config.breakdown and result.get("breakdown_error"):
+            # Why there is no breakdown (the kernel's doing, or its tracer's): a note, no verdict.
+            log.append(f"no time breakdown: {str(result['breakdown_error'])[:300]}")
         log += notes
         return self._evaluation(
             EvaluationStatus.PASSED,
@@ -625,6 +660,7 @@ class CpuBackend(Backend):
                 if value is not None
             },
             comparisons=comparisons,
+            breakdown=breakdown_from(result.get("breakdown")) if label == PRIMARY else [],
             flags=list(dict.fromkeys(flags)),
         )
 

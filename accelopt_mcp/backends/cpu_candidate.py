@@ -15,6 +15,10 @@ its ACK OK echoes):
   each, write the output sets to OUT, then ACK (OK, seq), or (FAILED, n) when the kernel
   raised or returned something that is not arrays;
 - PING: ACK (OK, seq) at once (the harness calibrates its round trip with it);
+- PROFILE: call the kernel once on the one set in IN under a line tracer (`traced_call`) and
+  write its report (not the outputs) to OUT's header as "breakdown", then ACK (OK, seq); the
+  harness asks for it only after the timed rounds, and whatever comes back is hostile data to
+  it (the kernel shares this interpreter and can forge or suppress the report);
 - QUIT: exit.
 After every ACK it stops itself (SIGSTOP) with the rest of its jail; the harness waits for
 that stop, freezes the jail, and sends SIGCONT after the next thaw (cpu_candidate_parent's
@@ -32,12 +36,14 @@ import contextlib
 import importlib.util
 import itertools
 import json
+import linecache
 import math
 import mmap
 import os
 import signal
 import struct
 import sys
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -45,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-OP_CALL, OP_PING, OP_QUIT = 1, 2, 3
+OP_CALL, OP_PING, OP_QUIT, OP_PROFILE = 1, 2, 3, 4
 ACK_READY, ACK_OK, ACK_FAILED = 1, 2, 3
 MESSAGE = struct.Struct("<II")
 HEADER_LEN = struct.Struct("<Q")
@@ -134,6 +140,15 @@ def write_arena(
     for start, array in placed:
         view = np.frombuffer(buffer, dtype=np.uint8, count=array.nbytes, offset=data_start + start)
         view[:] = array.reshape(-1).view(np.uint8)
+    buffer[: HEADER_LEN.size] = HEADER_LEN.pack(len(header))
+    buffer[HEADER_LEN.size : HEADER_LEN.size + len(header)] = header
+
+
+def write_breakdown(buffer: mmap.mmap, report: dict[str, Any]) -> None:
+    """The PROFILE request's answer: `report` in the header, no sets (no outputs to judge)."""
+    header = json.dumps({"sets": [], "breakdown": report}).encode()
+    if HEADER_LEN.size + len(header) > min(len(buffer), MAX_HEADER_BYTES):
+        header = json.dumps({"sets": [], "error": "the breakdown does not fit"}).encode()
     buffer[: HEADER_LEN.size] = HEADER_LEN.pack(len(header))
     buffer[HEADER_LEN.size : HEADER_LEN.size + len(header)] = header
 
@@ -322,6 +337,102 @@ def _outputs(returned: Any, buffers: list[Any], torch: Any) -> tuple[list[Any], 
     return arrays, names
 
 
+# --------------------------------------------------------------------------- the line tracer
+
+TRACE_TOP = 12
+"""Lines reported by one traced call (the largest; the harness keeps no more)."""
+TRACE_TEXT_CHARS = 80
+"""A source line is trimmed to this many characters in its entry."""
+
+
+def traced_call(
+    call: Callable[[], Any], folder: str, entry: str, cap_s: float
+) -> tuple[Any, dict[str, Any]]:
+    """Call `call()` once under sys.settrace and report, per source line of the kernel's own
+    files (those under `folder`), its self time: the time from that line's start to the next
+    event in a file of the kernel, so time in NumPy, in C and in any library a line calls is
+    that line's, while a call into one of the kernel's own helper functions is charged to the
+    helper's lines, not to the line that called it (shares add up to at most 1). After `cap_s`
+    seconds tracing stops and the rest of the call runs untraced ("capped").
+
+    Returns (what the call returned, {"total_ms", "capped", "lines": [{"file", "line", "text",
+    "ms", "calls"}, ...] largest first, at most TRACE_TOP}). The tracer's own time between two
+    events is kept out of every line's. Nothing here can be trusted by the harness."""
+    clock = time.perf_counter
+    folder = os.path.realpath(folder) + os.sep
+    ours: dict[str, bool] = {}
+    spent: dict[tuple[str, int], list[float]] = {}
+    stack: list[tuple[str, int]] = []
+    state = {"last": 0.0, "capped": False}
+    deadline = clock() + cap_s
+
+    def own(filename: str) -> bool:
+        known = ours.get(filename)
+        if known is None:
+            known = ours[filename] = os.path.realpath(filename).startswith(folder)
+        return known
+
+    def charge(now: float) -> None:
+        if stack:
+            slot = spent.setdefault(stack[-1], [0.0, 0])
+            slot[0] += now - state["last"]
+
+    def stop() -> None:
+        # Nothing after this is charged to any line: the rest of the call is the cap's note.
+        state["capped"] = True
+        stack.clear()
+        sys.settrace(None)
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        now = clock()
+        charge(now)
+        if event == "line" and stack:
+            key = (frame.f_code.co_filename, frame.f_lineno)
+            stack[-1] = key
+            spent.setdefault(key, [0.0, 0])[1] += 1
+        elif event == "return" and stack:
+            stack.pop()
+        if now > deadline and not state["capped"]:
+            stop()
+            return None
+        state["last"] = clock()
+        return local
+
+    def on_call(frame: Any, event: str, arg: Any) -> Any:
+        if event != "call" or state["capped"] or not own(frame.f_code.co_filename):
+            return None
+        now = clock()
+        charge(now)
+        stack.append((frame.f_code.co_filename, frame.f_lineno))
+        state["last"] = clock()
+        return local
+
+    start = clock()
+    state["last"] = start
+    sys.settrace(on_call)
+    try:
+        returned = call()
+    finally:
+        sys.settrace(None)
+        end = clock()
+        charge(end)
+    lines = []
+    # A frame's time before its first line (calls 0: the `def` line) is a few microseconds.
+    ran = sorted((item for item in spent.items() if item[1][1] > 0), key=lambda i: -i[1][0])
+    for (filename, lineno), (seconds, calls) in ran[:TRACE_TOP]:
+        text = linecache.getline(filename, lineno).strip()[:TRACE_TEXT_CHARS]
+        name = os.path.relpath(filename, folder) if own(filename) else os.path.basename(filename)
+        lines.append(
+            {"file": name, "line": lineno, "text": text, "ms": seconds * 1e3, "calls": calls}
+        )
+    return returned, {
+        "total_ms": (end - start) * 1e3,
+        "capped": state["capped"],
+        "entry": entry,
+        "lines": lines,
+    }
+
+
 def _in_bwrap_namespace() -> bool:
     """Whether pid 1 here is bubblewrap's: this process is in a pid namespace of its own."""
     try:
@@ -389,6 +500,27 @@ def main(argv: list[str]) -> int:
         if op == OP_QUIT:
             return 0
         if op == OP_PING:
+            reply(ACK_OK, sequence)
+            continue
+        if op == OP_PROFILE:
+            try:
+                chosen, _, _ = read_arena(arena_in, copy=False, expected_sets=1)
+                args = chosen[0]
+                if torch is not None:
+                    args = [torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in args]
+                extra = buffers_for(0) if destination_passing else []
+                entry = Path(spec["entry"])
+                _, report = traced_call(
+                    lambda args=args, extra=extra: kernel(*args, *extra),
+                    str(entry.parent),
+                    entry.name,
+                    float(spec.get("trace_cap_s", 2.0)),
+                )
+                write_breakdown(arena_out, report)
+            except BaseException as exc:
+                write_error(arena_out, _kernel_traceback(exc))
+                reply(ACK_FAILED, FAILED_RAISED)
+                continue
             reply(ACK_OK, sequence)
             continue
         try:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from accelopt_mcp.backends.cpu_breakdown import TRACE_CAP_S
 from accelopt_mcp.backends.cpu_candidate import (
     ACK_OK,
     ACK_READY,
@@ -26,6 +27,7 @@ from accelopt_mcp.backends.cpu_candidate import (
     MESSAGE,
     OP_CALL,
     OP_PING,
+    OP_PROFILE,
     ArenaError,
     read_arena,
     read_header,
@@ -95,6 +97,8 @@ class JailedRunner:
             # It stops itself (and the rest of its jail) at every answer: see `freeze`.
             "stop_at_reply": True,
             "stop_jail": jail_status().kind == "bwrap",
+            # How long a PROFILE call is traced before the rest of it runs untraced.
+            "trace_cap_s": TRACE_CAP_S,
         }
         cpus = set(job["cpus"]) if job.get("cpus") else None
         self.memory_limit_mb = int(job.get("memory_limit_mb", 4096))
@@ -406,6 +410,31 @@ class JailedRunner:
                 "INCORRECT_SHAPE", f"the {self.role}'s outputs are malformed: {exc}"
             ) from None
         return elapsed - foreign, sets[0], names[0]
+
+    def profile(self, values: list[Any], timeout_s: float) -> tuple[int, dict[str, Any]]:
+        """One untimed-for-the-figures call under the jailed side's line tracer (cpu_candidate's
+        PROFILE): (wall ns of the round trip, the report it wrote, unchecked: whatever the
+        kernel made of it). CallFailed when it raised, died, timed out or wrote no report; the
+        caller treats every failure as "no breakdown", never as the kernel's verdict."""
+        write_arena(self.arena_in, [values])
+        before = self.call_timeout_s
+        self.call_timeout_s = timeout_s
+        try:
+            elapsed, _, status, _ = self._timed(OP_PROFILE)
+        except (OSError, TimeoutError) as exc:
+            raise CallFailed(f"the {self.role} could not be called: {exc!r}") from None
+        finally:
+            self.call_timeout_s = before
+        if status != ACK_OK:
+            raise CallFailed(self._error_text())
+        try:
+            header = read_header(snapshot_arena(self.arena_out))
+        except ArenaError as exc:
+            raise CallFailed(f"its breakdown is unreadable: {exc}") from None
+        report = header.get("breakdown")
+        if not isinstance(report, dict):
+            raise CallFailed("it wrote no breakdown")
+        return elapsed, report
 
     def close(self) -> None:
         # Killed as it stands, frozen since its last checked answer: never thawed to be asked

@@ -21,3 +21,10 @@ class Verdict(Exception):
     ) -> None:
         super().__init__(message)
         self.status, self.message, self.correctness = status, message, correctness
+
+
+MAX_STRESS_SETS = 8
+"""The most stress sets a task may declare (its stress_inputs() and STRESS_SCALES together):
+each costs a reference call and a call of every kernel in the correctness pass."""
+MAX_STRESS_NAME_CHARS = 64
+"""A stress set's name (it appears in verdicts and logs) is at most this long."""

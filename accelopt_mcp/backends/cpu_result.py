@@ -191,6 +191,10 @@ def measurement(result: dict[str, Any], analysis: dict[str, Any], label: str) ->
         "host_load": float(contention.get("load_after", 0.0)),
         "steal_fraction": float(contention.get("steal_fraction", 0.0)),
         "drift": float(contention.get("drift", 0.0)),
+        # Untimed extras of this evaluation, wall seconds: the stress sets' checks and the
+        # breakdown's traced call (0 when there were none).
+        "stress_s": float(result.get("stress_s", 0.0)),
+        "breakdown_s": float(result.get("breakdown_s", 0.0)),
     }
 
 

@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from accelopt_mcp.backends.cpu_breakdown import TRACE_CAP_S, shape_breakdown
 from accelopt_mcp.backends.cpu_candidate import storage_dtype
 from accelopt_mcp.backends.cpu_candidate_parent import CallFailed, JailedRunner
-from accelopt_mcp.backends.cpu_outcomes import StageError, Verdict
+from accelopt_mcp.backends.cpu_outcomes import MAX_STRESS_SETS, StageError, Verdict
 from accelopt_mcp.backends.cpu_stages import record_stage
 from accelopt_mcp.backends.cpu_values import (
     as_arena_values,
@@ -33,6 +34,7 @@ from accelopt_mcp.backends.cpu_values import (
     values_nbytes,
 )
 from accelopt_mcp.backends.host_load import load_average
+from accelopt_mcp.backends.stress import scaled_input, scaled_name
 
 if TYPE_CHECKING:
     from accelopt_mcp.backends.cpu_task import JailedHarness
@@ -73,6 +75,9 @@ MAX_ROUNDS_PER_PASS = 400
 MAX_LIVE_JAILS = 24
 """Processes (all frozen but the one being timed) kept alive at once; more sets than fit are
 opened after closing the oldest."""
+STRESS_SIZE_FACTOR = 2
+"""A stress set may hold at most this many times the bytes of the first seed's inputs (plus
+ARENA_SLACK_BYTES): the arenas are sized from those."""
 
 
 class _Clock:
@@ -307,6 +312,7 @@ class Session:
                 if self.opened >= max_sets or (self.clock is not None and self.clock.expired()):
                     break
                 self._open_sets(1)
+            self._breakdown()
         finally:
             for pset in self.sets:
                 self._close_set(pset)
@@ -314,6 +320,34 @@ class Session:
             if self.primary and PRIMARY in self.stderr:
                 self.result["candidate_stderr"] = self.stderr[PRIMARY].strip()
         self._report(target)
+
+    def _breakdown(self) -> None:
+        """Where one call of the candidate spends its time (job "breakdown"): one more call, on
+        fresh inputs, after every timed round and before its processes close, under the jailed
+        side's line tracer (cpu_candidate.traced_call, which stops tracing after TRACE_CAP_S).
+        Its outputs are not judged and its time is no sample; whatever goes wrong (the kernel
+        raises, hangs past its call limit, forges or suppresses the report) leaves the
+        breakdown empty with a note, never the verdict or a figure changed."""
+        if not (self.job.get("breakdown") and self.primary and PRIMARY in self.live and self.sets):
+            return
+        runner = self.sets[-1].runners.get(PRIMARY)
+        if runner is None:
+            return
+        record_stage("breakdown")
+        harness = self.harness
+        limit = self.call_limit.get(PRIMARY, float(self.job.get("timeout_seconds", 60.0)))
+        started = time.perf_counter()
+        try:
+            inputs = as_arena_values(harness.inputs(secrets.randbits(31)))
+            values = as_arena_values(harness.candidate_inputs(inputs))
+            elapsed, report = runner.profile(values, limit + TRACE_CAP_S)
+            self.result["breakdown"] = shape_breakdown(report, elapsed / 1e6)
+        except (CallFailed, Verdict, StageError) as exc:
+            self.result["breakdown_error"] = str(getattr(exc, "message", exc))[:300]
+        except Exception as exc:  # anything else the jail made of it: still no verdict
+            self.result["breakdown_error"] = repr(exc)[:300]
+        # What it cost this evaluation (inputs, the traced call, reading the report).
+        self.result["breakdown_s"] = time.perf_counter() - started
 
     def _close_set(self, pset: ProcessSet) -> None:
         for label, runner in pset.runners.items():
@@ -483,8 +517,83 @@ class Session:
                     )
                 except (Verdict, StageError) as exc:
                     self._fail(label, exc)
+        if first:
+            self._stress(pset)
         for label in self.live:
             self._worst(label)
+
+    def _stress_sets(self) -> list[tuple[str, list[Any]]]:
+        """The task's stress sets: those its stress_inputs() declares (NKIBench tasks, drawn in
+        the task's jail), then the first seed's inputs with every floating-point input scaled
+        by each of its STRESS_SCALES (job "stress_scales", read from the reference's source).
+        StageError (the task's fault, before any kernel is judged on them) when there are too
+        many, or one does not match get_inputs()' arity or is too large."""
+        harness, job = self.harness, self.job
+        scales = [float(s) for s in job.get("stress_scales") or []]
+        names = harness.stress_names()
+        if len(names) + len(scales) > MAX_STRESS_SETS:
+            raise StageError(
+                "reference",
+                f"the task declares {len(names) + len(scales)} stress sets (stress_inputs() and "
+                f"STRESS_SCALES together); at most {MAX_STRESS_SETS}",
+            )
+        if not names and not scales:
+            return []
+        base = as_arena_values(harness.inputs(job["seeds"][0]))
+        sets = [(name, as_arena_values(harness.stress_inputs(i))) for i, name in enumerate(names)]
+        sets += [(scaled_name(scale), [scaled_input(v, scale) for v in base]) for scale in scales]
+        budget = STRESS_SIZE_FACTOR * values_nbytes(base) + ARENA_SLACK_BYTES
+        for name, values in sets:
+            if len(values) != len(base):
+                raise StageError(
+                    "reference",
+                    f"stress set {name!r} holds {len(values)} inputs; get_inputs() gives "
+                    f"{len(base)}: a stress set takes the same inputs, in the same order",
+                )
+            size = values_nbytes(values)
+            if size > budget:
+                raise StageError(
+                    "reference",
+                    f"stress set {name!r} holds {size / 2**20:.1f} MiB of inputs; at most "
+                    f"{STRESS_SIZE_FACTOR}x the first seed's ({budget / 2**20:.1f} MiB)",
+                )
+        return sets
+
+    def _stress(self, pset: ProcessSet) -> None:
+        """Every live kernel against the reference on each stress set (correctness only, never
+        timed): failing one is the verdict the comparison gives (a NaN or inf output where the
+        reference is finite is INCORRECT_NUMERICAL), with the set's name in its message."""
+        started = time.perf_counter()
+        sets = self._stress_sets()
+        self.result["stress_sets"] = [name for name, _ in sets]
+        for name, inputs in sets:
+            label_text = f"stress set {name!r}"
+            record_stage(f"correctness {label_text}")
+            _, refs, ref_names = self._reference(pset, [inputs])
+            for label in list(self.live):
+                try:
+                    _, outs, out_names = self._kernel(pset, label, [inputs], f"on {label_text}")
+                    self._check(
+                        label,
+                        outs[0],
+                        refs[0],
+                        out_names[0],
+                        ref_names[0],
+                        label_text,
+                        fresh_input=False,
+                        fixed_count=len(self.job["seeds"]),
+                    )
+                except Verdict as verdict:
+                    verdict.message += (
+                        f" (the task declares this input set to check robustness beyond its "
+                        f"usual inputs; the kernel passed the {len(self.job['seeds'])} seeds)"
+                    )
+                    self._fail(label, verdict)
+                except StageError as exc:
+                    self._fail(label, exc)
+        # What checking them cost this evaluation (drawing, the reference's and every kernel's
+        # calls, the comparisons).
+        self.result["stress_s"] = time.perf_counter() - started
 
     def _scale_call_limit(self, pset: ProcessSet, label: str) -> None:
         """From its first timed call on, a contestant's calls are bounded by what that call

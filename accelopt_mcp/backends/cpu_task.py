@@ -17,9 +17,9 @@ Protocol: each message is a 4-byte little-endian length and that many bytes of J
 to helper on CTL and helper to harness on ACK. The helper first sends its import report
 ({"ok": true, "has_to": bool, "has_from": bool} or {"ok": false, "kind", "message",
 "traceback"}); then one reply per request {"op": "describe" | "inputs" (with "seed") |
-"to_kernel" | "from_kernel" | "quit"}: {"ok": true, ...} with any arrays in OUT, or
-{"ok": false, ...} (with "verdict": true when the output transform refused the kernel's
-outputs).
+"stress_names" | "stress" (with "index") | "to_kernel" | "from_kernel" | "quit"}:
+{"ok": true, ...} with any arrays in OUT, or {"ok": false, ...} (with "verdict": true when
+the output transform refused the kernel's outputs).
 """
 
 from __future__ import annotations
@@ -44,7 +44,12 @@ from accelopt_mcp.backends.cpu_candidate import (
     read_arena,
     write_arena,
 )
-from accelopt_mcp.backends.cpu_outcomes import StageError, Verdict
+from accelopt_mcp.backends.cpu_outcomes import (
+    MAX_STRESS_NAME_CHARS,
+    MAX_STRESS_SETS,
+    StageError,
+    Verdict,
+)
 
 LENGTH = struct.Struct("<I")
 MAX_REPLY_BYTES = 1 << 20
@@ -286,6 +291,31 @@ class JailedHarness:
             # Our own code from the plan: no task code, and safetensors files stay outside.
             return generate_inputs(self.job["input_plan"], seed, as_torch=self.use_torch)
         return self._arrays({"op": "inputs", "seed": int(seed)})
+
+    def stress_names(self) -> list[str]:
+        """The names of the input sets the task's stress_inputs() declares (NKIBench tasks;
+        none for the others), checked here again: the helper's reply is the task's text."""
+        if self.style != "nkibench":
+            return []
+        reply = self._request({"op": "stress_names"})
+        if not reply.get("ok"):
+            raise self._stage_error(reply, "stress_inputs() failed")
+        names = reply.get("names")
+        if (
+            not isinstance(names, list)
+            or len(names) > MAX_STRESS_SETS
+            or not all(
+                isinstance(n, str) and 0 < len(n) <= MAX_STRESS_NAME_CHARS and n.isprintable()
+                for n in names
+            )
+            or len(set(names)) != len(names)
+        ):
+            raise StageError("reference", "the task's process sent malformed stress set names")
+        return names
+
+    def stress_inputs(self, index: int) -> list[Any]:
+        """The inputs of stress set `index` (of stress_names())."""
+        return self._arrays({"op": "stress", "index": int(index)})
 
     def candidate_inputs(self, inputs: list[Any]) -> list[Any]:
         """The inputs as the candidate is called with them. Without a transform they are the

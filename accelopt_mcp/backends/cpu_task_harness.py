@@ -19,6 +19,7 @@ import numpy as np
 from accelopt_mcp.backends.cpu_outcomes import StageError, Verdict
 from accelopt_mcp.backends.cpu_stages import record_stage, short_traceback
 from accelopt_mcp.backends.cpu_values import as_arena_values, as_list, copy_value, describe_value
+from accelopt_mcp.backends.stress import StressError, checked_stress_sets
 from accelopt_mcp.tasks.inputs import generate_inputs, needs_torch
 
 TORCH_HINT = "this task needs PyTorch: pip install torch==2.13.0"
@@ -67,6 +68,36 @@ class Harness:
         self.reference_fn: Callable[..., Any] = reference_fn
         self.to_kernel_inputs = getattr(self.reference, "transform_to_nki_inputs", None)
         self.from_kernel_outputs = getattr(self.reference, "transform_nki_outputs", None)
+        self._stress: list[tuple[str, list[Any]]] | None = None
+
+    def stress_sets(self) -> list[tuple[str, list[Any]]]:
+        """The named input sets an NKIBench task's optional `stress_inputs()` declares (drawn
+        once, after seeding with 0), checked: a dict name -> inputs, or a list of (name,
+        inputs) pairs, at most MAX_STRESS_SETS, names short and unique, inputs a tuple or list.
+        StageError (the task's fault) for anything else."""
+        if self._stress is not None:
+            return self._stress
+        declare = getattr(self.reference, "stress_inputs", None)
+        if declare is None or self.style != "nkibench":
+            self._stress = []
+            return self._stress
+        if not callable(declare):
+            raise StageError("reference", "stress_inputs must be a function returning input sets")
+        random.seed(0)
+        np.random.seed(0)
+        if self.torch is not None:
+            self.torch.manual_seed(0)
+        try:
+            declared = declare()
+        except BaseException as exc:
+            raise StageError(
+                "reference", f"stress_inputs() failed: {exc!r}", short_traceback()
+            ) from exc
+        try:
+            self._stress = checked_stress_sets(declared)
+        except StressError as exc:
+            raise StageError("reference", str(exc)) from None
+        return self._stress
 
     def inputs(self, seed: int) -> list[Any]:
         random.seed(seed)
@@ -182,8 +213,14 @@ def serve_task(argv: list[str]) -> int:
             if op == "describe":
                 send_message(ack, {"ok": True, "describe": describe_harness(harness)})
                 continue
+            if op == "stress_names":
+                names = [name for name, _ in harness.stress_sets()]
+                send_message(ack, {"ok": True, "names": names})
+                continue
             if op == "inputs":
                 values = as_arena_values(harness.inputs(int(request["seed"])))
+            elif op == "stress":
+                values = as_arena_values(harness.stress_sets()[int(request["index"])][1])
             elif op == "to_kernel":
                 sets = arena_in.read(request.get("bytes"), expected_sets=1)
                 values = as_arena_values(harness.candidate_inputs(sets[0]))

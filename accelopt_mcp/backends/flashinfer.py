@@ -29,6 +29,7 @@ from accelopt_mcp.backends.base import (
     BackendUnavailableError,
     Baseline,
 )
+from accelopt_mcp.backends.breakdown import breakdown_from
 from accelopt_mcp.backends.flashinfer_runner import FlashInferRunResult, FlashInferSettings
 from accelopt_mcp.backends.roofline import is_above_peak, peak_counters, peak_for, percent_of_peak
 from accelopt_mcp.isolation.sandbox import (
@@ -208,6 +209,7 @@ class FlashInferBackend(Backend):
                 solution=solution.name,
                 workload_uuid=task.workload.uuid,
                 benchmark=benchmark_settings(config),
+                breakdown=config.breakdown,
             )
             settings_file, result_file = work / "settings.json", work / "result.json"
             settings_file.write_text(settings.model_dump_json(), encoding="utf-8")
@@ -254,7 +256,10 @@ class FlashInferBackend(Backend):
                     f"file ({sandbox.describe()}):\n{sandbox.stderr[-4000:]}",
                 )
         if result.evaluation is not None:
-            return to_evaluation(result.evaluation, task)
+            evaluation = to_evaluation(result.evaluation, task)
+            if config.breakdown and evaluation.passed:
+                evaluation = with_breakdown(evaluation, result)
+            return evaluation
         error = result.error or "no result"
         if error.startswith(("flashinfer-bench not installed", "No CUDA")):
             raise BackendUnavailableError(f"flashinfer backend: {error}. {INSTALL_HINT}")
@@ -312,6 +317,19 @@ def to_evaluation(raw: dict[str, Any], task: Task) -> Evaluation:
     flags = [*evaluation.flags, *(["above_peak"] if is_above_peak(report) else [])]
     return evaluation.model_copy(
         update={"hardware_counters": peak_counters(report), "flags": flags}
+    )
+
+
+def with_breakdown(evaluation: Evaluation, result: FlashInferRunResult) -> Evaluation:
+    """The evaluation with the runner's per-kernel breakdown (validated and capped), or a log
+    line saying why there is none."""
+    entries = breakdown_from(result.breakdown)
+    if entries:
+        return evaluation.model_copy(update={"breakdown": entries})
+    why = result.breakdown_error or "the profiler saw no device kernel"
+    line = f"no time breakdown: {why[:300]}"
+    return evaluation.model_copy(
+        update={"log": f"{evaluation.log}\n{line}" if evaluation.log else line}
     )
 
 

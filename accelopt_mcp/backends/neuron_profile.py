@@ -76,6 +76,35 @@ def parse_summary_json(text: str) -> ProfileSummary:
     return ProfileSummary(latency_ms=total_time * 1e3, counters=counters)
 
 
+ENGINE_TIMES: tuple[tuple[str, str], ...] = (
+    ("tensor_engine_active_time_percent", "tensor engine (matmul) busy"),
+    ("vector_engine_active_time_percent", "vector engine busy"),
+    ("scalar_engine_active_time_percent", "scalar engine busy"),
+    ("gpsimd_engine_active_time_percent", "gpsimd engine busy"),
+    ("dma_active_time_percent", "DMA queues busy"),
+)
+"""The summary's busy fractions a breakdown turns into times, with how an entry names each."""
+
+
+def engine_breakdown(counters: dict[str, float], latency_ms: float) -> list[dict[str, float | str]]:
+    """Where one call's time went on the NeuronCore, from the summary fields AccelOpt reads:
+    each engine's (and the DMA queues') busy time in ms (its active fraction of the kernel's
+    total_time) and that fraction as the share, largest first; engines run at once, so the
+    shares overlap and need not add up to 1. Plain dicts (backends.breakdown validates them);
+    [] without a latency or any of the fields."""
+    if not math.isfinite(latency_ms) or latency_ms <= 0:
+        return []
+    entries: list[dict[str, float | str]] = []
+    for key, what in ENGINE_TIMES:
+        fraction = counters.get(key)
+        if fraction is None or not math.isfinite(fraction):
+            continue
+        fraction = min(1.0, max(0.0, fraction))
+        entries.append({"what": what, "ms": fraction * latency_ms, "share": fraction, "calls": 0})
+    entries.sort(key=lambda e: -float(e["ms"]))
+    return entries
+
+
 def run_neuron_profile(
     neff: Path, ntff: Path, *, executable: str = "neuron-profile", timeout_s: float = 120.0
 ) -> ProfileSummary:

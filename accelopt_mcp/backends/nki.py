@@ -29,6 +29,8 @@ from accelopt_mcp.backends.base import (
     BackendUnavailableError,
     Baseline,
 )
+from accelopt_mcp.backends.breakdown import breakdown_from
+from accelopt_mcp.backends.neuron_profile import engine_breakdown
 from accelopt_mcp.backends.nki_runner import NkiJob, NkiRunResult
 from accelopt_mcp.backends.roofline import is_above_peak, peak_counters, percent_of_peak
 from accelopt_mcp.isolation.sandbox import (
@@ -50,6 +52,7 @@ from accelopt_mcp.models import (
     Solution,
     Task,
 )
+from accelopt_mcp.tasks.inputs import stress_scales
 
 INSTALL_HINT = (
     "neuronxcc comes from AWS's Neuron pip repository, not PyPI: pip install neuronx-cc "
@@ -233,6 +236,8 @@ class NkiBackend(Backend):
         latencies = result.latencies_ms
         median = statistics.median(latencies)
         counters = dict(result.counters)
+        # From the profile of the steadiest round (the counters the planner sees).
+        breakdown = breakdown_from(engine_breakdown(counters, median)) if config.breakdown else []
         # The NKI runner is sandboxed (limits, no secrets in its environment) but not jailed:
         # the Neuron runtime needs the device nodes and the SDK's own files (see the README).
         flags = [*result.flags, "no_reference_latency", "not_isolated"]
@@ -261,6 +266,7 @@ class NkiBackend(Backend):
                 measurement_rounds=result.measurement_rounds,
             ),
             hardware_counters=counters,
+            breakdown=breakdown,
             flags=flags,
         )
 
@@ -334,6 +340,8 @@ class NkiBackend(Backend):
                 artifact_dir=str(artifacts),
                 neuron_profile=self.neuron_profile,
                 retries=self.retries,
+                # Checked like the seeds, never timed (nki_runner._check_stress).
+                stress_scales=stress_scales(task.definition.reference),
             )
             job_file, result_file = work / "job.json", work / "result.json"
             job_file.write_text(job.model_dump_json(), encoding="utf-8")

@@ -29,8 +29,10 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 from pydantic import BaseModel, Field
 
+from accelopt_mcp.backends.cpu_outcomes import MAX_STRESS_SETS
 from accelopt_mcp.backends.neuron_profile import NeuronProfileError, run_neuron_profile
 from accelopt_mcp.backends.nonfinite import comparable, nonfinite_problem
+from accelopt_mcp.backends.stress import StressError, checked_stress_sets, scaled_input, scaled_name
 from accelopt_mcp.models import EvaluationStatus
 
 T = TypeVar("T")
@@ -58,6 +60,8 @@ class NkiJob(BaseModel):
     profile_timeout_s: float = 120.0
     retries: int = Field(default=2, ge=0)
     """Extra tries for a flaky device run or profiler call before giving up."""
+    stress_scales: list[float] = Field(default_factory=list)
+    """The task's STRESS_SCALES (tasks.inputs.stress_scales, read by the parent)."""
     compile_options: str = ACCELOPT_COMPILE_OPTIONS
 
 
@@ -107,6 +111,7 @@ def run(job: NkiJob) -> NkiRunResult:
         _reject_half_precision(job)
         call = _caller(nki, kernel, job)
         nki_inputs, expected = _check_seeds(job, task, call, errors, log)
+        _check_stress(job, task, call, errors, log)
         if job.mode == "simulate":
             log.append("correct in the NKI simulator; latency needs a Neuron device")
             result.flags.append("latency_unavailable")
@@ -272,6 +277,74 @@ def _check_seeds(
         _compare(task, raw, expected, job, errors, f"seed {seed}")
         log.append(f"seed {seed}: correct (L2-relative error {errors.l2_relative:.3g})")
     return nki_inputs, expected
+
+
+def _stress_sets(job: NkiJob, task: ModuleType) -> list[tuple[str, list[Any]]]:
+    """The task's stress sets (its stress_inputs(), then its STRESS_SCALES applied to the first
+    seed's inputs), checked like the cpu backend's: at most MAX_STRESS_SETS, each at most
+    twice the first seed's bytes. The task's fault (task_error) when they are not."""
+    sets: list[tuple[str, list[Any]]] = []
+    declare = getattr(task, "stress_inputs", None)
+    try:
+        if declare is not None:
+            np.random.seed(0)
+            sets = checked_stress_sets(declare())
+        np.random.seed(job.seeds[0])
+        base = list(task.get_inputs())
+    except StressError as exc:
+        raise _Failure(EvaluationStatus.RUNTIME_ERROR, f"the task's {exc}", "task_error") from None
+    except Exception:
+        raise _Failure(
+            EvaluationStatus.RUNTIME_ERROR,
+            f"the task's stress_inputs() failed:\n{_short_traceback()}",
+            "task_error",
+        ) from None
+    sets += [(scaled_name(s), [scaled_input(v, s) for v in base]) for s in job.stress_scales]
+    if len(sets) > MAX_STRESS_SETS:
+        raise _Failure(
+            EvaluationStatus.RUNTIME_ERROR,
+            f"the task declares {len(sets)} stress sets (stress_inputs() and STRESS_SCALES "
+            f"together); at most {MAX_STRESS_SETS}",
+            "task_error",
+        )
+    budget = 2 * sum(np.asarray(v).nbytes for v in base) + (1 << 20)
+    for name, inputs in sets:
+        if len(inputs) != len(base) or sum(np.asarray(v).nbytes for v in inputs) > budget:
+            raise _Failure(
+                EvaluationStatus.RUNTIME_ERROR,
+                f"the task's stress set {name!r} does not take get_inputs()' {len(base)} "
+                "inputs, or holds more than twice their bytes",
+                "task_error",
+            )
+    return sets
+
+
+def _check_stress(
+    job: NkiJob, task: ModuleType, call: Callable[..., Any], errors: _Errors, log: list[str]
+) -> None:
+    """Every stress set, like a seed (never timed): failing one is the comparison's verdict,
+    with the set's name in the message."""
+    for name, inputs in _stress_sets(job, task):
+        where = f"stress set {name!r}"
+        try:
+            expected = task.forward(*copy.deepcopy(inputs))
+            transform = getattr(task, "transform_to_nki_inputs", None)
+            nki_inputs = list(transform(inputs)) if callable(transform) else inputs
+        except Exception:
+            raise _Failure(
+                EvaluationStatus.RUNTIME_ERROR,
+                f"the task's forward failed on {where}:\n{_short_traceback()}",
+                "task_error",
+            ) from None
+        try:
+            raw = call(nki_inputs)
+        except Exception:
+            raise _Failure(
+                EvaluationStatus.RUNTIME_ERROR,
+                f"running the kernel failed ({where}):\n{_short_traceback()}",
+            ) from None
+        _compare(task, raw, expected, job, errors, where)
+        log.append(f"{where}: correct")
 
 
 def _compare(

@@ -32,6 +32,7 @@ from accelopt_mcp.cli.common import (
 )
 from accelopt_mcp.cli.output import Table, console, fail, plain, print_json, say
 from accelopt_mcp.comparing import (
+    breakdown_lines,
     comparison_text,
     interval_text,
     latency_text,
@@ -79,6 +80,14 @@ def profile(
     no_store: Annotated[bool, typer.Option("--no-store", help="Do not record the result.")] = False,
     as_json: JsonOption = False,
     cluster: ClusterOption = None,
+    breakdown: Annotated[
+        bool,
+        typer.Option(
+            "--breakdown",
+            help="Also show where one call spends its time (cpu: per source line, one traced "
+            "call after the timing; nki: engine busy times; flashinfer: per device kernel).",
+        ),
+    ] = False,
 ) -> None:
     """Check a kernel against its task's reference and time both; record the result."""
     try:
@@ -106,6 +115,7 @@ def profile(
                 store=db,
                 origin=str(kernel),
                 cluster=cluster,
+                breakdown=breakdown or None,
             )
         except (BackendUnavailableError, ClusterError, ValueError) as exc:
             fail(str(exc))
@@ -171,6 +181,12 @@ def _print_evaluation(outcome: ProfileOutcome) -> None:
         for name, value in sorted(counters.items()):
             table.add_row(plain(name), f"{value:.6g}")
         console.print(table)
+    shown = breakdown_lines(ev, top=12)
+    if shown:
+        say("  where one call spends its time (largest first):")
+        for line in shown:
+            # The kernel's own source text: printed as it is, never read as markup.
+            console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
     for flag in ev.flags:
         say(("  flag:", "yellow"), f" {flag}")
     if ev.log and not ev.passed:

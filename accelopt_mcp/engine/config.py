@@ -106,6 +106,11 @@ class OptimizeConfig(BaseModel):
             self.benchmark = self.benchmark.model_copy(
                 update={"decide_at": [self.negative_threshold, self.positive_threshold]}
             )
+        if "breakdown" not in self.benchmark.model_fields_set:
+            # The planner reads the profiles of the kernels it rewrites: each passing attempt
+            # also says where one call spends its time (one traced call after its timing;
+            # off only when the run's benchmark settings say breakdown false).
+            self.benchmark = self.benchmark.model_copy(update={"breakdown": True})
         return self
 
     @property

@@ -218,6 +218,14 @@ class ProfileCache:
                 # (a latency does not): with a longer one the kernel may finish, so it is timed
                 # again rather than handed back as the old verdict.
                 and profile.evaluation.status != EvaluationStatus.TIMEOUT
+                # A run that asks for breakdowns (its planner reads them) measures a passing
+                # kernel stored without one once more: the new measurement joins the same
+                # profile, which then keeps its breakdown (pool_evaluations).
+                and not (
+                    self.benchmark.breakdown
+                    and profile.evaluation.passed
+                    and not profile.evaluation.breakdown
+                )
             ):
                 return profile.evaluation
         return None

@@ -60,6 +60,11 @@ class BenchmarkConfig(BaseModel):
     memory_limit_mb: int = Field(default=4096, ge=64)
     """Address-space cap of each jailed process, MB; a kernel past it fails as RUNTIME_ERROR
     (out of memory)."""
+    breakdown: bool = False
+    """Also say where one call of a passing kernel spends its time (`Evaluation.breakdown`),
+    taken after the timed rounds (cpu: one more call under a line tracer, per source line;
+    nki: the profiler's engine times; flashinfer: per device kernel). Never changes the
+    verdict or the figures; costs about one traced call (cpu)."""
 
     # Settings that change what a latency figure means. Timeouts and memory caps do not.
     PERF_FIELDS: ClassVar[tuple[str, ...]] = (

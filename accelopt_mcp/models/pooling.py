@@ -63,6 +63,11 @@ def pool_evaluations(evaluations: Sequence[Evaluation]) -> Evaluation:
     extra = [flag for flag in dict.fromkeys(caught) if flag not in pooled.flags]
     if extra:
         pooled = pooled.model_copy(update={"flags": [*pooled.flags, *extra]})
+    # A breakdown is one call's, not a figure to pool: the newest measurement's that has one
+    # (a re-measure taken without asking for it keeps the one taken before).
+    breakdown = next((e.breakdown for e in reversed(passed) if e.breakdown), [])
+    if breakdown and not pooled.breakdown:
+        pooled = pooled.model_copy(update={"breakdown": breakdown})
     return pooled
 
 

@@ -151,3 +151,47 @@ def _load_safetensors(entry: dict[str, Any]) -> Any:
             f"(it has {sorted(tensors)})"
         )
     return tensors[entry["tensor_key"]]
+
+
+MAX_STRESS_SCALES = 8
+"""A reference declares at most this many STRESS_SCALES."""
+
+
+def stress_scales(reference: str) -> list[float]:
+    """The task's STRESS_SCALES: a top-level `STRESS_SCALES = (6.0, 100.0)` in the reference's
+    source (an NKIBench module or a definition's `run`), a literal tuple or list of numbers
+    read without running the code. Correctness is then also checked on the first seed's inputs
+    with every floating-point input multiplied by each scale (inputs far outside the usual
+    range: a kernel that drops a softmax's max-shift overflows there). [] when there is none;
+    InputError when it is not such a literal."""
+    import ast
+
+    try:
+        module = ast.parse(reference)
+    except SyntaxError:
+        return []
+    for node in module.body:
+        if not (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "STRESS_SCALES" for t in node.targets)
+        ):
+            continue
+        try:
+            value = ast.literal_eval(node.value)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            value = None
+        usage = (
+            "STRESS_SCALES must be a literal tuple of at most "
+            f"{MAX_STRESS_SCALES} finite, non-zero numbers, e.g. STRESS_SCALES = (6.0, 100.0)"
+        )
+        if not isinstance(value, tuple | list) or len(value) > MAX_STRESS_SCALES:
+            raise InputError(usage)
+        scales = []
+        for scale in value:
+            if isinstance(scale, bool) or not isinstance(scale, int | float):
+                raise InputError(usage)
+            if not np.isfinite(scale) or scale == 0:
+                raise InputError(usage)
+            scales.append(float(scale))
+        return scales
+    return []

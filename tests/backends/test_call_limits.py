@@ -9,6 +9,7 @@ import time
 import pytest
 
 from accelopt_mcp.backends.cpu import CpuBackend, evaluation_backstop_s
+from accelopt_mcp.backends.cpu_outcomes import MAX_STRESS_SETS
 from accelopt_mcp.backends.cpu_result import EVALUATION_CAP_S
 from accelopt_mcp.models import BenchmarkConfig, EvaluationStatus
 from tests.backends.test_cpu_backend import evaluate
@@ -91,3 +92,14 @@ def test_the_backstop_fits_every_untimed_call_and_is_capped() -> None:
     # Two contestants (kernel and reference), 1 seed + 2 fresh + 1 warm-up + 2 sets each.
     assert evaluation_backstop_s(config, 1) == 10 * 2 * 6 + 2 * config.max_timing_seconds
     assert evaluation_backstop_s(BenchmarkConfig(timeout_seconds=3600), 4) == EVALUATION_CAP_S
+    # A task's stress sets and the breakdown's traced call are untimed calls too.
+    traced = config.model_copy(update={"breakdown": True})
+    assert evaluation_backstop_s(traced, 1, 2) == 10 * 2 * 9 + 2 * config.max_timing_seconds
+
+
+def test_the_stress_allowance_is_read_from_the_source() -> None:
+    from accelopt_mcp.backends.cpu import stress_allowance
+
+    assert stress_allowance("def run(x):\n    return x\n") == 0
+    assert stress_allowance("STRESS_SCALES = (6.0, 100.0)\ndef run(x):\n    return x\n") == 2
+    assert stress_allowance("def stress_inputs():\n    return {}\n") == MAX_STRESS_SETS

@@ -22,9 +22,13 @@ from accelopt_mcp.backends.flashinfer import (
 from accelopt_mcp.models import (
     BenchmarkConfig,
     BuildSpec,
+    Correctness,
     Definition,
+    Environment,
+    Evaluation,
     EvaluationStatus,
     Language,
+    Performance,
     Roofline,
     Solution,
     Task,
@@ -236,3 +240,66 @@ def test_python_example_solution_passes_on_the_cpu_backend() -> None:
     assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
     assert evaluation.correctness is not None
     assert evaluation.correctness.max_absolute_error < 1e-4
+
+
+# --------------------------------------------------------------------------- breakdown
+
+
+class _KernelAverage:
+    """What torch.profiler's key_averages() yields per event (FunctionEventAvg): its name as
+    `key`, launches as `count`, its own device time in microseconds (torch >= 2.4 calls it
+    self_device_time_total, older releases self_cuda_time_total)."""
+
+    def __init__(self, key: str, micros: float, count: int, *, old_torch: bool = False) -> None:
+        self.key, self.count = key, count
+        if old_torch:
+            self.self_cuda_time_total = micros
+        else:
+            self.self_device_time_total = micros
+
+
+def test_device_kernels_become_a_breakdown_longest_first() -> None:
+    from accelopt_mcp.backends.flashinfer_runner import (
+        MAX_KERNELS,
+        kernel_rows,
+        shape_kernel_breakdown,
+    )
+
+    averages = [
+        _KernelAverage("aten::mul", 0.0, 2),  # a CPU-side op: no device time of its own
+        _KernelAverage("void at::native::vectorized_elementwise_kernel<4>" + "x" * 200, 30.0, 2),
+        _KernelAverage("rmsnorm_kernel_0d1d2d", 90.0, 1, old_torch=True),
+    ]
+    entries = shape_kernel_breakdown(kernel_rows(averages))
+    assert [(e["what"][:14], e["ms"], e["share"], e["calls"]) for e in entries] == [
+        ("rmsnorm_kernel", 0.09, 0.75, 1),
+        ("void at::nativ", 0.03, 0.25, 2),
+    ]
+    assert len(entries[1]["what"]) == 120
+    many = [_KernelAverage(f"k{i}", float(i + 1), 1) for i in range(30)]
+    assert len(shape_kernel_breakdown(kernel_rows(many))) == MAX_KERNELS
+    assert shape_kernel_breakdown([]) == []
+
+
+def test_the_runners_breakdown_reaches_the_evaluation_validated() -> None:
+    from accelopt_mcp.backends.flashinfer import with_breakdown
+    from accelopt_mcp.backends.flashinfer_runner import FlashInferRunResult
+
+    passed = Evaluation(
+        status=EvaluationStatus.PASSED,
+        environment=Environment(hardware="NVIDIA_H100"),
+        timestamp="2026-01-01T00:00:00Z",
+        correctness=Correctness(),
+        performance=Performance(latency_ms=0.1),
+    )
+    result = FlashInferRunResult(
+        breakdown=[
+            {"what": "rmsnorm_kernel", "ms": 0.09, "share": 0.75, "calls": 1},
+            {"what": "bad", "ms": "x"},
+            {"what": "\x1b[31mred", "ms": 0.01, "share": 7.0, "calls": 1},
+        ]
+    )
+    shown = with_breakdown(passed, result).breakdown
+    assert [(e.what, e.share) for e in shown] == [("rmsnorm_kernel", 0.75), ("[31mred", 1.0)]
+    none = with_breakdown(passed, FlashInferRunResult(breakdown_error="RuntimeError: boom"))
+    assert none.breakdown == [] and "no time breakdown: RuntimeError: boom" in none.log

@@ -130,6 +130,35 @@ def test_example_kernel_passes_with_latency_and_counters_from_the_profile(tmp_pa
     assert "above_peak" not in evaluation.flags
 
 
+def test_a_breakdown_gives_each_engines_busy_time_from_the_profile(tmp_path: Path) -> None:
+    backend = make_backend(tmp_path, STANDIN_NKI_TOTAL_TIME_S="0.0005")
+    task, kernel = silu_task(), nki_solution(KERNEL_SOURCE)
+    evaluation = backend.evaluate(task, kernel, FAST.model_copy(update={"breakdown": True}))
+    assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
+    # The stand-in's busy fractions (DMA 0.55, vector 0.41, scalar 0.37, the others 0) of 0.5 ms.
+    shown = [(e.what, round(e.ms, 6), e.share) for e in evaluation.breakdown]
+    assert shown[:3] == [
+        ("DMA queues busy", 0.275, 0.55),
+        ("vector engine busy", 0.205, 0.41),
+        ("scalar engine busy", 0.185, 0.37),
+    ]
+    assert {what for what, _, _ in shown[3:]} == {
+        "tensor engine (matmul) busy",
+        "gpsimd engine busy",
+    }
+    assert backend.evaluate(task, kernel, FAST).breakdown == []
+
+
+def test_engine_breakdown_skips_what_the_summary_lacks() -> None:
+    from accelopt_mcp.backends.neuron_profile import engine_breakdown
+
+    assert engine_breakdown({"vector_engine_active_time_percent": 0.5}, 0.0) == []
+    entries = engine_breakdown(
+        {"vector_engine_active_time_percent": 1.7, "dma_active_time_percent": float("nan")}, 2.0
+    )
+    assert entries == [{"what": "vector engine busy", "ms": 2.0, "share": 1.0, "calls": 0}]
+
+
 def test_claimed_work_above_the_hardware_peak_is_flagged(tmp_path: Path) -> None:
     backend = make_backend(tmp_path, STANDIN_NKI_TOTAL_TIME_S="0.0005")
     impossible = Roofline(flops=1e12, bytes_moved=8.0 * ELEMENTS)
@@ -180,6 +209,42 @@ def test_a_wrong_kernel_is_caught(
     evaluation = backend.evaluate(silu_task(), nki_solution(numpy_kernel(body)), FAST)
     assert evaluation.status == status
     assert message in evaluation.log
+
+
+# Right for get_inputs() (|x| < 6), NaN where |x| > 10.
+GUARDED_SILU = "return np.where(np.abs(x) > 10, np.nan, x / (1.0 + np.exp(-x))).astype(x.dtype)"
+
+
+@pytest.mark.parametrize(
+    "declaration, name",
+    [
+        (
+            "def stress_inputs():\n    return {'x_scaled_6': (get_inputs()[0] * 6,)}\n",
+            "x_scaled_6",
+        ),
+        ("STRESS_SCALES = (6.0,)\n", "inputs_x6"),
+    ],
+)
+def test_a_stress_set_catches_what_the_seeds_miss(
+    tmp_path: Path, declaration: str, name: str
+) -> None:
+    backend = make_backend(tmp_path, STANDIN_NKI_TOTAL_TIME_S="0.0005")
+    kernel = nki_solution(numpy_kernel(GUARDED_SILU))
+    assert backend.evaluate(silu_task(), kernel, FAST).status == EvaluationStatus.PASSED
+    stressed = silu_task(TASK_SOURCE + "\n\n" + declaration)
+    evaluation = backend.evaluate(stressed, kernel, FAST)
+    assert evaluation.status == EvaluationStatus.INCORRECT_NUMERICAL, evaluation.log
+    assert f"stress set '{name}', output 0" in evaluation.log
+    honest = backend.evaluate(stressed, nki_solution(KERNEL_SOURCE), FAST)
+    assert honest.status == EvaluationStatus.PASSED, honest.log
+    assert f"stress set '{name}': correct" in honest.log
+
+
+def test_a_broken_stress_declaration_is_the_tasks_fault(tmp_path: Path) -> None:
+    backend = make_backend(tmp_path, STANDIN_NKI_TOTAL_TIME_S="0.0005")
+    broken = silu_task(TASK_SOURCE + "\n\ndef stress_inputs():\n    return 3\n")
+    with pytest.raises(ValueError, match="stress_inputs\\(\\) must return a dict"):
+        backend.evaluate(broken, nki_solution(KERNEL_SOURCE), FAST)
 
 
 def test_compile_errors_are_mapped(tmp_path: Path) -> None:

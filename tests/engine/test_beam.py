@@ -174,6 +174,11 @@ def test_full_loop_invariants(
     for slot in fresh:
         assert slot.speedup_measured == "same_rounds", slot
         assert slot.parent_speedup is not None and slot.speedup_ci_low is not None
+        # A run asks for breakdowns (its benchmark settings leave `breakdown` unset): every
+        # passing attempt's stored profile says where one call of it spends its time.
+        (profile,) = store.list_profiles(solution_id=slot.solution_id)
+        assert profile.evaluation.breakdown, slot
+        assert profile.evaluation.breakdown[0].what.startswith("L")
 
     # Dedup: a source seen before is not profiled again.
     reused = [s for s in checkpoint.slots.values() if s.reused_profile]

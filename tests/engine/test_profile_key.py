@@ -71,3 +71,41 @@ def test_a_profile_is_reused_only_under_its_own_conditions(store: KernelStore) -
     assert cache(two)._find_stored_evaluation(outcome.solution_id) is None
     every = DevicePool([DeviceSlot(kind="cpu", id="all", backend_kwargs={})])
     assert cache(every)._find_stored_evaluation(outcome.solution_id) is None
+
+
+def test_a_run_asks_for_breakdowns_unless_its_settings_say_no() -> None:
+    from accelopt_mcp.engine.config import OptimizeConfig
+
+    assert BenchmarkConfig().breakdown is False
+    assert OptimizeConfig().benchmark.breakdown is True
+    off = OptimizeConfig(benchmark=BenchmarkConfig(breakdown=False))
+    assert off.benchmark.breakdown is False
+    # Read back from its JSON (a resumed run), the choice stays.
+    again = OptimizeConfig.model_validate_json(off.model_dump_json())
+    assert again.benchmark.breakdown is False
+    assert OptimizeConfig.model_validate_json(
+        OptimizeConfig().model_dump_json()
+    ).benchmark.breakdown
+    # Not a perf field: a profile taken with or without one is filed under the same key.
+    assert BenchmarkConfig(breakdown=True).profile_key() == BenchmarkConfig().profile_key()
+
+
+def test_a_run_that_asks_for_breakdowns_measures_a_profile_without_one_again(
+    store: KernelStore,
+) -> None:
+    task = scale_task()
+    kernel = python_solution(VECTORIZED)
+    outcome = profile_kernel(task, kernel, config=FAST, store=store)
+    assert outcome.solution_id is not None and outcome.evaluation.breakdown == []
+    hardware = outcome.evaluation.environment.hardware
+    pool = DevicePool([DeviceSlot(kind="cpu", id="c", backend_kwargs={"cpus": {0}})])
+    traced = FAST.model_copy(update={"breakdown": True})
+    plain = ProfileCache(store, task, FAST, pool, CpuBackend, hardware)
+    asking = ProfileCache(store, task, traced, pool, CpuBackend, hardware)
+    assert plain._find_stored_evaluation(outcome.solution_id) is not None
+    assert asking._find_stored_evaluation(outcome.solution_id) is None
+    # Measured once more with one: the same profile, which keeps it from then on.
+    again = profile_kernel(task, kernel, config=FAST, store=store, breakdown=True)
+    assert again.profile_id == outcome.profile_id and again.evaluation.breakdown
+    found = asking._find_stored_evaluation(outcome.solution_id)
+    assert found is not None and found.breakdown == again.evaluation.breakdown

@@ -347,6 +347,23 @@ def test_profile_key_pools_measurements(seeded: KernelStore) -> None:
     assert seeded.stats().counts["profiles"] == 3
 
 
+def test_a_profiles_breakdown_round_trips_and_survives_pooling(seeded: KernelStore) -> None:
+    from accelopt_mcp.models import BreakdownEntry
+
+    sid = seeded.upsert_solution(make_solution(DEF, "# k\n"))
+    entries = [
+        BreakdownEntry(what="L12: y = np.exp(x - m)", ms=0.4, share=0.5, calls=1),
+        BreakdownEntry(what="L10: m = x.max(axis=1, keepdims=True)", ms=0.2, share=0.25),
+    ]
+    traced = make_evaluation(latency_ms=3.0).model_copy(update={"breakdown": entries})
+    pid = seeded.upsert_profile("w-1", sid, traced, CONFIG)
+    assert seeded.get_profile(pid).evaluation.breakdown == entries
+    # A re-measure taken without one keeps it in the pooled figure; the measurement has none.
+    seeded.upsert_profile("w-1", sid, make_evaluation(latency_ms=1.5), CONFIG)
+    assert seeded.get_profile(pid).evaluation.breakdown == entries
+    assert [m.evaluation.breakdown for m in seeded.list_measurements(pid)] == [entries, []]
+
+
 def test_profile_with_unknown_references_is_refused(seeded: KernelStore) -> None:
     sid = seeded.upsert_solution(make_solution(DEF, "# k\n"))
     with pytest.raises(UnknownReferenceError, match="w-missing"):
