@@ -239,17 +239,6 @@ def figures_text(evaluation: Evaluation) -> str:
     return "; ".join(p for p in parts if p)
 
 
-def breakdown_lines(evaluation: Evaluation, top: int = 8) -> list[str]:
-    """Where one call of the kernel spends its time (Evaluation.breakdown), one line per part,
-    largest first: "  0.412 ms  38%  x256  L12: y = np.exp(x - m)". [] without a breakdown.
-    The parts' text may come from the kernel (its source lines): fence it before a prompt."""
-    lines = []
-    for entry in evaluation.breakdown[:top]:
-        calls = f"x{entry.calls}" if entry.calls > 1 else ""
-        lines.append(f"{entry.ms:9.3f} ms {entry.share:4.0%} {calls:>6}  {entry.what}")
-    return lines
-
-
 def pair_text(pair: PairVerdict) -> str:
     """One verdict line: 'fast.py is faster than slow.py: 3.10x [2.95, 3.30]', or 'a.py and
     b.py are indistinguishable: a.py is 1.01x [0.98, 1.04] over b.py'."""
