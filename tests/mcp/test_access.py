@@ -99,7 +99,8 @@ def layout(tmp_path: Path) -> dict[str, Path]:
 
 @pytest.fixture
 async def client(layout: dict[str, Path], tmp_path: Path) -> AsyncIterator[Client]:
-    async with served(str(tmp_path / "k.db"), tmp_path, roots=Roots.of([layout["root"]])) as c:
+    roots = Roots.of([layout["root"]])
+    async with served(str(tmp_path / "k.db"), tmp_path, roots=roots, admin_tools=True) as c:
         yield c
 
 

@@ -22,6 +22,13 @@ from tests.mcp.processes import server_env
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture
+def client(admin_client: Client) -> Client:
+    """These tests store records by hand (insert_*, import_directory): the admin tools."""
+    return admin_client
+
+
 TASK = str(SILU_TASK)
 SLOW_SOURCE = json.loads(SILU_SLOW.read_text())["sources"][0]["content"]
 FAST_SOURCE = json.loads(SILU_FAST.read_text())["sources"][0]["content"]

@@ -32,7 +32,7 @@ ITEM = {
 
 @pytest.fixture
 async def client(sqlite_url: str, tmp_path: Path):
-    async with served(sqlite_url, tmp_path) as connected:
+    async with served(sqlite_url, tmp_path, admin_tools=True) as connected:
         await ok(connected, "import_directory", {"path": str(TRACE_DIR)})
         yield connected
 
