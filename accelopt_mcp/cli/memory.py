@@ -50,7 +50,9 @@ LimitOption = Annotated[int, typer.Option(help="At most this many.")]
 
 @app.command("list")
 def list_items(
-    run: Annotated[str | None, typer.Option("--run", help="Items of this run.")] = None,
+    run: Annotated[
+        str | None, typer.Option("--run", help="Items of this run (id, or 8+ characters).")
+    ] = None,
     namespace: Annotated[
         str | None, typer.Option(help="Items of this namespace (default: the backend's).")
     ] = None,
@@ -115,7 +117,9 @@ def add(
         typer.Option(help="Memory namespace (default: the backend's, which its runs read)."),
     ] = None,
     backend: BackendOption = DEFAULT_BACKEND,
-    run: Annotated[str | None, typer.Option("--run", help="Attach to this run.")] = None,
+    run: Annotated[
+        str | None, typer.Option("--run", help="Attach to this run (id, or 8+ characters).")
+    ] = None,
     store: StoreOption = None,
 ) -> None:
     """Add an item by hand (e.g. a known trick for this hardware); says when no run reads its
