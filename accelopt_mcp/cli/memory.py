@@ -42,8 +42,8 @@ BackendOption = Annotated[
 
 # The search of `memory list --search` and `memory search`, and how many items either shows.
 WORDS_HELP = (
-    "Words that must all occur in title, strategy or pseudocode, any order, each as the start "
-    "of a word; best match first."
+    "Words to look for in title, strategy or pseudocode, any order, each as the start of a "
+    "word; items holding more of them first, one is enough to be found."
 )
 LimitOption = Annotated[int, typer.Option(help="At most this many.")]
 

@@ -96,9 +96,9 @@ def search_memory(
     text: Annotated[
         str | None,
         Field(
-            description="Words that must all occur in title, strategy or pseudocode, in any "
-            "order, each as the start of a word (threads finds thread); stop words and "
-            "punctuation are ignored."
+            description="Words to look for in title, strategy or pseudocode, any order, each "
+            "as the start of a word (threads finds thread); items holding more of them rank "
+            "first, one is enough to be found."
         ),
     ] = None,
     definition_name: str | None = None,
