@@ -23,7 +23,7 @@ from accelopt_mcp.cli.optimize import EventLines, LiveDisplay, event_line, outco
 from accelopt_mcp.cli.output import fail, say
 from accelopt_mcp.engine.checkpoint import Checkpoint, IterationSummary
 from accelopt_mcp.engine.events import Activity, EngineEvent, describe_activity
-from accelopt_mcp.engine.report import best_latency_figure
+from accelopt_mcp.engine.report import REFERENCE_LABEL, best_latency_figure, reference_latency
 from accelopt_mcp.engine.selection import AttemptRecord, BeamEntry
 from accelopt_mcp.llm.config import (
     MODEL_ENV,
@@ -388,6 +388,41 @@ def test_plot_is_on_a_log_axis_with_every_point_labelled() -> None:
         assert labels == ["10.8 ms", "1.2 ms\n9.00x", "0.4 ms\n27.00x"]
         low, high = axes.get_ylim()
         assert low < 0.4 and high > 10.8
+    finally:
+        plt.close(figure)
+
+
+def test_the_plot_draws_the_reference_line() -> None:
+    import matplotlib.pyplot as plt
+
+    history = [
+        IterationSummary(
+            iteration=1, best_latency_ms=0.4, attempts=1, passed=1, failed=0, experiences_added=0
+        )
+    ]
+    # The initial kernel is 3x slower than the reference: the line sits below its point.
+    reference = reference_latency(1.2, 1 / 3)
+    assert reference == pytest.approx(0.4)
+    figure = best_latency_figure(history, 1.2, "softmax", reference_latency(1.2, 1 / 3))
+    try:
+        (axes,) = figure.axes
+        [line] = [a for a in axes.get_lines() if a.get_label().startswith(REFERENCE_LABEL)]
+        assert line.get_label() == "reference (0.4 ms)"
+        assert list(line.get_ydata()) == pytest.approx([0.4, 0.4])
+        legend = axes.get_legend()
+        assert legend is not None and [t.get_text() for t in legend.get_texts()] == [
+            "reference (0.4 ms)"
+        ]
+        low, high = axes.get_ylim()
+        assert low < 0.4 < high
+    finally:
+        plt.close(figure)
+    # Without a reference figure, no line and no legend.
+    figure = best_latency_figure(history, 1.2, "softmax", reference_latency(1.2, None))
+    try:
+        (axes,) = figure.axes
+        assert not [a for a in axes.get_lines() if a.get_label().startswith(REFERENCE_LABEL)]
+        assert axes.get_legend() is None
     finally:
         plt.close(figure)
 
