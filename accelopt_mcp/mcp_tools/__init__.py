@@ -19,7 +19,9 @@ summarized experience memory, in a beam search) and keeps every kernel, profile 
 in a kernel database with lineage.
 Start with check_database (stop and relay its next_steps when ok is false) and list_backends.
 profile_kernel checks, times and stores one kernel; give parent_id, name and evolve_metadata
-to link a candidate in the same call. compare_kernels ranks 2-8 against each other.
+to link a candidate in the same call, or parent_id and candidates to time a round of up to 7
+beside their parent in one evaluation (a verdict each). Read `status`: TIMEOUT is slow, not
+wrong. compare_kernels ranks 2-8 against each other.
 start_optimization runs the whole loop as a background job: follow it with wait_for_job /
 job_status, read job_result, cancel_job to stop. start_suite runs a whole benchmark (one
 optimization per task, e.g. builtin='cpu-nkibench') and suite_status gives its percent-of-peak
