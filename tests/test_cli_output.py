@@ -258,8 +258,18 @@ def test_outcome_of_a_run_in_which_nothing_passed() -> None:
     assert code == 0
     assert line == (
         "run r1: completed, but no attempt passed: the initial kernel (0.62 ms) is still the "
-        "best (4 attempts failed: 3 RUNTIME_ERROR, 1 LLM_FAILED)"
+        "best (3 kernels failed: 3 RUNTIME_ERROR; 1 attempt got no kernel from the LLM: "
+        "1 LLM_FAILED)"
     )
+
+
+def test_outcome_of_a_run_whose_planner_call_failed_counts_no_kernels() -> None:
+    # One failed planner call leaves all six attempts of its plans without a kernel: they are
+    # not six failed LLM calls (the ledger holds that one call's requests).
+    attempts = [_attempt(n, "LLM_FAILED") for n in range(6)]
+    line, _ = outcome(*_ended("completed", attempts))
+    assert "(6 attempts got no kernel from the LLM: 6 LLM_FAILED)" in line
+    assert "failed: 6" not in line
 
 
 def test_outcome_of_a_run_in_which_nothing_was_faster() -> None:
@@ -267,7 +277,7 @@ def test_outcome_of_a_run_in_which_nothing_was_faster() -> None:
     line, code = outcome(*_ended("completed", attempts))
     assert (line, code) == (
         "run r1: completed, but no attempt beat the initial kernel (0.62 ms): 1 passed; "
-        "1 failed: 1 NO_CODE",
+        "1 attempt got no kernel from the LLM: 1 NO_CODE",
         0,
     )
 
