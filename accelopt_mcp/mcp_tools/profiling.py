@@ -138,10 +138,13 @@ class CandidateInput(View):
     """One candidate: exactly one of kernel_path and kernel_source."""
 
     kernel_path: str | None = None
+    """A kernel .py or solution .json."""
     kernel_source: str | None = None
+    """Or its Python source."""
     name: str | None = None
+    """Default: <task>-<source hash>, or the file's stem."""
     evolve_metadata: dict[str, Any] | None = None
-    """E.g. {'plan': ...}."""
+    """Stored with it, e.g. {'plan': ...}."""
 
 
 def list_backends(
