@@ -10,6 +10,8 @@ evaluation naming the line as its author knows it, without starting the backend.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -19,16 +21,20 @@ from accelopt_mcp.backends.base import Backend, Baseline
 from accelopt_mcp.backends.cluster import cluster_address
 from accelopt_mcp.backends.placement import local_backend, local_options_only
 from accelopt_mcp.backends.registry import backend_class
+from accelopt_mcp.comparing import MAX_KERNELS, compare_kernels, unique_labels
 from accelopt_mcp.hashing import CURRENT_HASH_VERSION, benchmark_config_hash, solution_hash
-from accelopt_mcp.linking import StoredKernel, plan_links, store_kernel
+from accelopt_mcp.linking import StoredKernel, plan_links, short, store_kernel
 from accelopt_mcp.models import (
     BenchmarkConfig,
+    Comparison,
     Environment,
     Evaluation,
     EvaluationStatus,
+    KernelComparison,
     Solution,
     Task,
 )
+from accelopt_mcp.models.evaluation import Verdict
 from accelopt_mcp.stats import finite_or_none
 from accelopt_mcp.store.base import KernelStore, StoredSolution, UnknownReferenceError
 from accelopt_mcp.tasks.kernels import syntax_problem
@@ -330,3 +336,205 @@ def _initial(
         return None
     ancestors = store.ancestors(parent.id)
     return (ancestors[-1] if ancestors else parent).id
+
+
+# --------------------------------------------------------------------------- several candidates
+
+
+MAX_CANDIDATES = MAX_KERNELS - 1
+"""Candidates one call times beside their parent (the parent takes one of the kernels a
+comparison holds)."""
+
+
+class Candidate(BaseModel):
+    """One candidate of a round: its solution and how it is to be stored."""
+
+    solution: Solution
+    evolve_metadata: dict[str, Any] | None = None
+    name_given: bool = False
+    """Whether solution.name was chosen by the caller (see profile_kernel)."""
+    origin: str | None = None
+    """How a syntax error names it (tasks.kernels.syntax_problem)."""
+
+
+class CandidatesOutcome(BaseModel):
+    """Several candidates of one parent, timed in one evaluation."""
+
+    outcomes: list[ProfileOutcome]
+    """One per candidate, in the order given, each as profile_kernel would return it."""
+    labels: list[str]
+    """How the comparison names each candidate (its name, made unique), in the same order."""
+    parent_id: str
+    parent_label: str
+    """How the comparison names the parent."""
+    comparison: KernelComparison | None = None
+    """The parent and every candidate that could run, timed against each other (None when
+    none could: each failed before the backend started)."""
+
+
+def profile_candidates(
+    task: Task,
+    candidates: Sequence[Candidate],
+    *,
+    parent_id: str,
+    store: KernelStore,
+    backend: str = "cpu",
+    config: BenchmarkConfig | None = None,
+    save: bool = True,
+    backend_options: dict[str, Any] | None = None,
+    cluster: str | None = None,
+) -> CandidatesOutcome:
+    """Evaluate 1 to MAX_CANDIDATES candidates derived from one parent in ONE comparison
+    (Backend.compare: the parent, every candidate and the reference in the same interleaved
+    rounds where the backend can), and record each as profile_kernel records one: linked to
+    the parent, its profile stored with the parent's figure in those rounds as its
+    'parent' comparison (so lineage views read it as timed in the same rounds). A candidate
+    that fails never fails the others. parent_id: a full id. Links are checked for every
+    candidate before anything runs (ConflictError, UnknownReferenceError)."""
+    if not 1 <= len(candidates) <= MAX_CANDIDATES:
+        raise ValueError(
+            f"give 1 to {MAX_CANDIDATES} candidates (the parent is timed beside them, "
+            f"{MAX_KERNELS} kernels at most), got {len(candidates)}"
+        )
+    config = config or BenchmarkConfig()
+    parent: StoredSolution | None = None
+    for candidate in candidates:
+        found = _parent(
+            store,
+            candidate.solution,
+            parent_id,
+            candidate.evolve_metadata,
+            save=save,
+            name_given=candidate.name_given,
+        )
+        parent = parent or found
+    assert parent is not None  # parent_id is given: _parent found it or raised
+    if parent.definition_name != task.definition.name:
+        raise ValueError(
+            f"the parent {short(parent.id)} is a kernel of {parent.definition_name!r}, not of "
+            f"the task's {task.definition.name!r}: give a parent of this task"
+        )
+    local_options_only(backend_options, cluster_address(cluster))
+    options = backend_class(backend).options_from_store(store) | dict(backend_options or {})
+    engine = local_backend(backend, options)
+    key = config.profile_key(cores=engine.cores_per_evaluation)
+    labelled = unique_labels(
+        [Baseline(label=PARENT_LABEL, solution=parent.solution)]
+        + [Baseline(label=c.solution.name, solution=c.solution) for c in candidates]
+    )
+    parent_label, labels = labelled[0].label, [b.label for b in labelled[1:]]
+    evaluations: dict[int, Evaluation] = {}
+    runnable: list[int] = []
+    for index, candidate in enumerate(candidates):
+        problem = syntax_problem(candidate.solution, candidate.origin)
+        if problem is not None:
+            evaluations[index] = _compile_error(engine, problem)
+        else:
+            runnable.append(index)
+    comparison = None
+    if runnable:
+        comparison = compare_kernels(
+            task,
+            [labelled[0], *(labelled[i + 1] for i in runnable)],
+            backend=backend,
+            config=config,
+            backend_options=options,
+            cluster=cluster,
+        )
+        timed = {k.label: k.evaluation for k in comparison.kernels}
+        for index in runnable:
+            evaluation = timed[labels[index]]
+            beside = (
+                versus_baseline(comparison, labels[index], parent_label, timed[parent_label])
+                if comparison.interleaved
+                else None
+            )
+            if beside is not None:
+                # Stored as profile_kernel stores a parent timed in the same rounds.
+                beside = beside.model_copy(
+                    update={"baseline": PARENT_LABEL, "baseline_id": parent.id}
+                )
+                evaluation = evaluation.model_copy(update={"comparisons": [beside]})
+            evaluations[index] = evaluation
+    outcomes = []
+    for index, candidate in enumerate(candidates):
+        outcome = ProfileOutcome(
+            evaluation=evaluations[index].redacted(),
+            definition_name=task.definition.name,
+            workload_uuid=task.workload.uuid,
+            solution_name=candidate.solution.name,
+            parent_id=parent.id,
+        )
+        if save:
+            _save(outcome, store, task, candidate, parent.id, key)
+        _relate(outcome, store, task, key, parent, candidate.evolve_metadata)
+        outcomes.append(outcome)
+    return CandidatesOutcome(
+        outcomes=outcomes,
+        labels=labels,
+        parent_id=parent.id,
+        parent_label=parent_label,
+        comparison=comparison,
+    )
+
+
+TURNED: dict[Verdict, Verdict] = {
+    "faster": "slower",
+    "slower": "faster",
+    "indistinguishable": "indistinguishable",
+}
+"""A verdict read the other way round."""
+
+
+def versus_baseline(
+    comparison: KernelComparison, kernel: str, baseline: str, baseline_evaluation: Evaluation
+) -> Comparison | None:
+    """`kernel` against `baseline` as a Comparison (speedup = baseline median / kernel
+    median), from the pair of a comparison that timed both, whichever of the two it lists
+    first; None when the comparison holds no such pair (one of them did not pass)."""
+    perf = baseline_evaluation.performance
+    for pair in comparison.pairs:
+        if {pair.kernel, pair.baseline} != {kernel, baseline} or perf is None:
+            continue
+        speedup, low, high, verdict = pair.speedup, pair.ci_low, pair.ci_high, pair.verdict
+        if pair.kernel == baseline:  # the baseline was the faster: turn the pair around
+            speedup = 1.0 / speedup if speedup > 0 else math.inf
+            low, high = (1.0 / high if high > 0 else 0.0), (1.0 / low if low > 0 else math.inf)
+            verdict = TURNED[verdict]
+        return Comparison(
+            baseline=baseline,
+            baseline_latency_ms=perf.latency_ms,
+            speedup=speedup,
+            ci_low=low,
+            ci_high=high,
+            verdict=verdict,
+        )
+    return None
+
+
+def _save(
+    outcome: ProfileOutcome,
+    store: KernelStore,
+    task: Task,
+    candidate: Candidate,
+    parent_id: str,
+    key: dict[str, Any],
+) -> None:
+    """Store a candidate (linked) and its profile, as profile_kernel does."""
+    store.upsert_definition(task.definition)
+    store.upsert_workload(task.definition.name, task.workload)
+    outcome.stored = store_kernel(
+        store,
+        candidate.solution,
+        parent_id=parent_id,
+        evolve_metadata=candidate.evolve_metadata,
+        name_given=candidate.name_given,
+        author_given=False,
+    )
+    outcome.solution_id = outcome.stored.solution_id
+    outcome.solution_name = outcome.stored.name
+    outcome.profile_id = store.upsert_profile(
+        task.workload.uuid, outcome.solution_id, outcome.evaluation, key
+    )
+    pooled = store.get_profile(outcome.profile_id)
+    outcome.pooled = pooled.evaluation if pooled is not None else None

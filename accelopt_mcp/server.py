@@ -25,7 +25,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from accelopt_mcp import __version__
 from accelopt_mcp.isolation.cgroups import remove_stale_groups
-from accelopt_mcp.mcp_tools import AccelOptServer, ServerState, build_server
+from accelopt_mcp.mcp_tools import (
+    ADMIN_TOOLS_ENV,
+    AccelOptServer,
+    ServerState,
+    admin_tools_from_env,
+    build_server,
+)
 from accelopt_mcp.mcp_tools.roots import ROOTS_ENV, Roots, accelopt_home
 from accelopt_mcp.store import STORE_ENV
 
@@ -230,6 +236,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "working directory and ACCELOPT_HOME).",
     )
     parser.add_argument(
+        "--admin-tools",
+        action="store_true",
+        default=admin_tools_from_env(),
+        help="Also list the tools that write records by hand (insert_definition, "
+        "insert_workload, insert_solution, insert_profile, import_directory); default "
+        f"${ADMIN_TOOLS_ENV}=1, else off: an optimizing agent never needs them.",
+    )
+    parser.add_argument(
         "--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
     return parser.parse_args(argv)
@@ -253,7 +267,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     # The server's lifespan resumes interrupted jobs as it starts and closes the state as it
     # stops; the `finally` below covers a start that never got that far.
-    server = build_server(state, resume_jobs=not args.no_resume, log_level=args.log_level)
+    server = build_server(
+        state,
+        resume_jobs=not args.no_resume,
+        admin_tools=args.admin_tools,
+        log_level=args.log_level,
+    )
     try:
         if args.http:
             token = http_token(args.host)

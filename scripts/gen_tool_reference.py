@@ -19,10 +19,12 @@ from typing import Any
 
 from mcp import Client
 
-from accelopt_mcp.mcp_tools import ServerState, build_server
+from accelopt_mcp.mcp_tools import ADMIN_TOOLS_ENV, ServerState, build_server
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = REPO / "docs" / "tools.md"
+
+ADMIN_GROUP = "Admin (listed only with --admin-tools)"
 
 GROUPS = {
     "Profiling": ["list_backends", "profile_kernel", "compare_kernels"],
@@ -34,11 +36,6 @@ GROUPS = {
         "get_solution",
         "solution_lineage",
         "query_profiles",
-        "insert_definition",
-        "insert_workload",
-        "insert_solution",
-        "insert_profile",
-        "import_directory",
     ],
     "Optimization memory": ["list_memory", "search_memory", "add_memory", "remove_memory"],
     "Optimization jobs": [
@@ -48,6 +45,13 @@ GROUPS = {
         "job_result",
         "cancel_job",
         "list_jobs",
+    ],
+    ADMIN_GROUP: [
+        "insert_definition",
+        "insert_workload",
+        "insert_solution",
+        "insert_profile",
+        "import_directory",
     ],
 }
 
@@ -137,7 +141,10 @@ async def collect() -> tuple[list[Any], list[Any], list[Any], list[Any]]:
     with tempfile.TemporaryDirectory() as folder:
         state = ServerState(str(Path(folder) / "reference.db"))
         try:
-            async with Client(build_server(state), mode="legacy") as client:
+            # Every tool, the admin ones included: their group's heading says when they are
+            # listed.
+            server = build_server(state, admin_tools=True)
+            async with Client(server, mode="legacy") as client:
                 tools = (await client.list_tools()).tools
                 resources = (await client.list_resources()).resources
                 templates = (await client.list_resource_templates()).resource_templates
@@ -171,6 +178,14 @@ def render(tools: list[Any], resources: list[Any], templates: list[Any], prompts
         if not present:
             continue
         lines += [f"## {group}", ""]
+        if group == ADMIN_GROUP:
+            lines += [
+                "A server lists these only when started with `--admin-tools` (or "
+                f"`{ADMIN_TOOLS_ENV}=1`): they write records by hand, which an optimizing agent "
+                "never needs (profile_kernel stores and links what it profiles), and every "
+                "listed tool's schema costs each session context.",
+                "",
+            ]
         for name in present:
             tool = by_name[name]
             hints = tool.annotations

@@ -5,7 +5,9 @@ where to list ids for one that names nothing. Real SQLite file, the commands in 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -13,6 +15,8 @@ from typer.testing import CliRunner
 from accelopt_mcp.cli import _register, app
 from accelopt_mcp.store.base import ExperienceIn, RunRecord
 from accelopt_mcp.store.sqlite import SqliteStore
+from tests.id_twins import TWIN, stored_records
+from tests.mcp.conftest import SILU_FAST, SILU_TASK
 from tests.store.lineage_samples import DEF, Family, store_family
 
 _register()
@@ -97,3 +101,108 @@ def test_memory_add_takes_prefixes_and_stores_whole_ids(
         "--run", "abcdef01",
     )  # fmt: skip
     assert code == 2 and "matches 2 runs" in out
+
+
+# --------------------------------------------------------------------------- every id argument
+
+
+def _id_params() -> set[tuple[str, str]]:
+    """(command, parameter) for every argument or option of every command whose help says it
+    takes an id by its first 8+ characters, and every one named like an id (so that an id
+    parameter whose help forgets to say so is found too)."""
+    import typer
+
+    named = {"run", "suite", "call", "first", "second", "parent", "solution", "job"}
+    found: set[tuple[str, str]] = set()
+
+    def walk(command: Any, path: list[str]) -> None:
+        subs = getattr(command, "commands", None)
+        if subs:
+            for name, sub in subs.items():
+                walk(sub, [*path, name])
+            return
+        for param in command.params:
+            help_text = getattr(param, "help", None) or ""
+            if "8+" in help_text or param.name.endswith("_id") or param.name in named:
+                found.add((" ".join(path), param.name))
+
+    walk(typer.main.get_command(app), [])
+    return found
+
+
+def _cli_cases(
+    task: str, other: dict[str, str]
+) -> dict[tuple[str, str], tuple[str, Callable[[str], list[str]]]]:
+    """(command, parameter) -> (the kind it names, the command line given that id); `other`:
+    whole ids for the command's other id arguments."""
+    return {
+        ("resume", "run_id"): ("run", lambda i: ["resume", i]),
+        ("db lineage", "solution_id"): ("solution", lambda i: ["db", "lineage", i]),
+        ("runs show", "run_id"): ("run", lambda i: ["runs", "show", i, "--calls"]),
+        ("runs show", "call"): ("call", lambda i: ["runs", "show", other["run"], "--call", i]),
+        ("runs call", "call_id"): ("call", lambda i: ["runs", "call", i]),
+        ("memory list", "run"): ("run", lambda i: ["memory", "list", "--run", i]),
+        ("memory add", "run"): (
+            "run",
+            lambda i: [
+                "memory",
+                "add",
+                "--definition",
+                TWIN_DEF,
+                "--title",
+                "t",
+                "--strategy",
+                "s",
+                "--run",
+                i,
+            ],
+        ),
+        ("memory remove", "item_id"): ("experience", lambda i: ["memory", "remove", i]),
+        ("suite resume", "suite"): ("suite", lambda i: ["suite", "resume", i]),
+        ("suite show", "suite"): ("suite", lambda i: ["suite", "show", i]),
+        ("suite compare", "first"): ("suite", lambda i: ["suite", "compare", i, other["suite"]]),
+        ("suite compare", "second"): ("suite", lambda i: ["suite", "compare", other["suite"], i]),
+        ("compare", "kernels"): (
+            "solution",
+            lambda i: [
+                "compare",
+                i,
+                str(SILU_FAST),
+                "--task",
+                task,
+                "--iterations",
+                "3",
+                "--max-timing",
+                "1",
+                "--seeds",
+                "1",
+            ],
+        ),
+    }
+
+
+TWIN_DEF = "silu_n1024"
+
+
+def test_every_id_argument_takes_a_prefix_and_names_an_ambiguous_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "k.db"
+    with SqliteStore(path) as store:
+        unique, pair = stored_records(store, monkeypatch)
+    table = _cli_cases(str(SILU_TASK), unique)
+    found = _id_params()
+    assert found == set(table), (
+        f"id parameters without a case: {found - set(table)}; cases for none: {set(table) - found}"
+    )
+    db = ["--store", str(path)]
+    for (command, param), (kind, line) in table.items():
+        code, out = invoke(*line(TWIN), *db)
+        assert code == 2, (command, param, out)
+        assert "matches" in out and "give more of the id" in out, (command, param, out)
+        if kind != "call":  # the ledger's own message does not list them
+            assert pair[0][kind] in out and pair[1][kind] in out, (command, param, out)
+    for (command, param), (kind, line) in table.items():
+        code, out = invoke(*line(unique[kind][:8]), *db)
+        assert "matches" not in out and "no " + kind not in out, (command, param, out)
+        assert code == 0 or unique[kind] in out, (command, param, out)

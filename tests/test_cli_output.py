@@ -23,7 +23,7 @@ from accelopt_mcp.cli.optimize import EventLines, LiveDisplay, event_line, outco
 from accelopt_mcp.cli.output import fail, say
 from accelopt_mcp.engine.checkpoint import Checkpoint, IterationSummary
 from accelopt_mcp.engine.events import Activity, EngineEvent, describe_activity
-from accelopt_mcp.engine.report import best_latency_figure
+from accelopt_mcp.engine.report import REFERENCE_LABEL, best_latency_figure, reference_latency
 from accelopt_mcp.engine.selection import AttemptRecord, BeamEntry
 from accelopt_mcp.llm.config import (
     MODEL_ENV,
@@ -258,8 +258,18 @@ def test_outcome_of_a_run_in_which_nothing_passed() -> None:
     assert code == 0
     assert line == (
         "run r1: completed, but no attempt passed: the initial kernel (0.62 ms) is still the "
-        "best (4 attempts failed: 3 RUNTIME_ERROR, 1 LLM_FAILED)"
+        "best (3 kernels failed: 3 RUNTIME_ERROR; 1 attempt got no kernel from the LLM: "
+        "1 LLM_FAILED)"
     )
+
+
+def test_outcome_of_a_run_whose_planner_call_failed_counts_no_kernels() -> None:
+    # One failed planner call leaves all six attempts of its plans without a kernel: they are
+    # not six failed LLM calls (the ledger holds that one call's requests).
+    attempts = [_attempt(n, "LLM_FAILED") for n in range(6)]
+    line, _ = outcome(*_ended("completed", attempts))
+    assert "(6 attempts got no kernel from the LLM: 6 LLM_FAILED)" in line
+    assert "failed: 6" not in line
 
 
 def test_outcome_of_a_run_in_which_nothing_was_faster() -> None:
@@ -267,7 +277,7 @@ def test_outcome_of_a_run_in_which_nothing_was_faster() -> None:
     line, code = outcome(*_ended("completed", attempts))
     assert (line, code) == (
         "run r1: completed, but no attempt beat the initial kernel (0.62 ms): 1 passed; "
-        "1 failed: 1 NO_CODE",
+        "1 attempt got no kernel from the LLM: 1 NO_CODE",
         0,
     )
 
@@ -388,6 +398,41 @@ def test_plot_is_on_a_log_axis_with_every_point_labelled() -> None:
         assert labels == ["10.8 ms", "1.2 ms\n9.00x", "0.4 ms\n27.00x"]
         low, high = axes.get_ylim()
         assert low < 0.4 and high > 10.8
+    finally:
+        plt.close(figure)
+
+
+def test_the_plot_draws_the_reference_line() -> None:
+    import matplotlib.pyplot as plt
+
+    history = [
+        IterationSummary(
+            iteration=1, best_latency_ms=0.4, attempts=1, passed=1, failed=0, experiences_added=0
+        )
+    ]
+    # The initial kernel is 3x slower than the reference: the line sits below its point.
+    reference = reference_latency(1.2, 1 / 3)
+    assert reference == pytest.approx(0.4)
+    figure = best_latency_figure(history, 1.2, "softmax", reference_latency(1.2, 1 / 3))
+    try:
+        (axes,) = figure.axes
+        [line] = [a for a in axes.get_lines() if a.get_label().startswith(REFERENCE_LABEL)]
+        assert line.get_label() == "reference (0.4 ms)"
+        assert list(line.get_ydata()) == pytest.approx([0.4, 0.4])
+        legend = axes.get_legend()
+        assert legend is not None and [t.get_text() for t in legend.get_texts()] == [
+            "reference (0.4 ms)"
+        ]
+        low, high = axes.get_ylim()
+        assert low < 0.4 < high
+    finally:
+        plt.close(figure)
+    # Without a reference figure, no line and no legend.
+    figure = best_latency_figure(history, 1.2, "softmax", reference_latency(1.2, None))
+    try:
+        (axes,) = figure.axes
+        assert not [a for a in axes.get_lines() if a.get_label().startswith(REFERENCE_LABEL)]
+        assert axes.get_legend() is None
     finally:
         plt.close(figure)
 

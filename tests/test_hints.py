@@ -37,13 +37,15 @@ OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 
 
 def mcp_tool_names() -> set[str]:
-    """The tools of every mcp_tools module (each lists its own in TOOLS)."""
+    """The tools of every mcp_tools module (each lists its own in TOOLS; the admin ones,
+    listed with --admin-tools, in ADMIN_TOOLS)."""
     import accelopt_mcp.mcp_tools as package
 
     names = set()
     for info in pkgutil.iter_modules(package.__path__):
         module = importlib.import_module(f"{package.__name__}.{info.name}")
         names.update(tool.name for tool in getattr(module, "TOOLS", ()))
+        names.update(tool.name for tool in getattr(module, "ADMIN_TOOLS", ()))
     assert {"start_optimization", "job_status", "list_jobs"} <= names
     return names
 

@@ -66,7 +66,8 @@ def compare(
     kernels: Annotated[
         list[str],
         typer.Argument(
-            help="2 to 8 kernels: kernel .py / solution .json files, or stored solution ids.",
+            help="2 to 8 kernels: kernel .py / solution .json files, or stored solution ids (or "
+            "their 8+ first characters).",
             show_default=False,
         ),
     ],

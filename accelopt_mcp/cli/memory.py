@@ -42,15 +42,17 @@ BackendOption = Annotated[
 
 # The search of `memory list --search` and `memory search`, and how many items either shows.
 WORDS_HELP = (
-    "Words that must all occur in title, strategy or pseudocode, any order, each as the start "
-    "of a word; best match first."
+    "Words to look for in title, strategy or pseudocode, any order, each as the start of a "
+    "word; items holding more of them first, one is enough to be found."
 )
 LimitOption = Annotated[int, typer.Option(help="At most this many.")]
 
 
 @app.command("list")
 def list_items(
-    run: Annotated[str | None, typer.Option("--run", help="Items of this run.")] = None,
+    run: Annotated[
+        str | None, typer.Option("--run", help="Items of this run (id, or 8+ characters).")
+    ] = None,
     namespace: Annotated[
         str | None, typer.Option(help="Items of this namespace (default: the backend's).")
     ] = None,
@@ -115,7 +117,9 @@ def add(
         typer.Option(help="Memory namespace (default: the backend's, which its runs read)."),
     ] = None,
     backend: BackendOption = DEFAULT_BACKEND,
-    run: Annotated[str | None, typer.Option("--run", help="Attach to this run.")] = None,
+    run: Annotated[
+        str | None, typer.Option("--run", help="Attach to this run (id, or 8+ characters).")
+    ] = None,
     store: StoreOption = None,
 ) -> None:
     """Add an item by hand (e.g. a known trick for this hardware); says when no run reads its

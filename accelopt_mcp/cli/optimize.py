@@ -29,7 +29,7 @@ from accelopt_mcp.engine.checkpoint import Checkpoint
 from accelopt_mcp.engine.config import resolve_optimize_config
 from accelopt_mcp.engine.events import Activity, ActivitySource, EngineEvent
 from accelopt_mcp.engine.presets import PRESETS
-from accelopt_mcp.engine.report import plot_best_latency
+from accelopt_mcp.engine.report import plot_best_latency, reference_latency
 from accelopt_mcp.engine.runs import (
     RunNotFound,
     change_settings,
@@ -433,6 +433,7 @@ def _summary(db: KernelStore, run_id: str, output_dir: Path, crash: str | None) 
             initial,
             output_dir / run_id / "best_latency.png",
             f"{spec.task.definition.name} ({run_id[:8]})",
+            reference_latency(initial, checkpoint.initial.reference_speedup),
         )
         if plot is not None:
             say(f"plot: {plot}")

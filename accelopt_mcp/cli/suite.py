@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from accelopt_mcp.backends.cluster import cluster_address
-from accelopt_mcp.cli.common import ClusterOption, JsonOption, StoreOption, opened_store
+from accelopt_mcp.cli.common import ClusterOption, JsonOption, StoreOption, full_id, opened_store
 from accelopt_mcp.cli.output import Table, console, fail, plain, print_json, say, short_id
 from accelopt_mcp.cli.run_options import with_run_options
 from accelopt_mcp.engine.config import resolve_optimize_config
@@ -40,10 +40,12 @@ OutOption = Annotated[
 
 
 def _suite(db: KernelStore, given: str) -> SuiteRecord:
-    """The suite by id or unique prefix (8+ characters), or stop with a one-line error."""
-    record = db.get_suite(given.strip())
-    if record is None:
-        fail(f"no suite {given!r}; `accelopt suite list` shows them")
+    """The suite by id or unique prefix (8+ characters), or stop with a one-line error (the
+    one resolver every id argument goes through: cli.common.full_id)."""
+    hint = "`accelopt suite list` shows them"
+    record = db.get_suite(full_id(db, "suite", given.strip(), noun="suite", hint=hint))
+    if record is None:  # removed in between
+        fail(f"no suite with id {given!r}; {hint}")
     return record
 
 
@@ -178,7 +180,9 @@ def show(
 @app.command("compare")
 def compare(
     first: Annotated[str, typer.Argument(help="A suite (id, or 8+ characters).")],
-    second: Annotated[str, typer.Argument(help="Another suite, e.g. another model or preset.")],
+    second: Annotated[
+        str, typer.Argument(help="Another suite (id, or 8+ characters): another model or preset.")
+    ],
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:

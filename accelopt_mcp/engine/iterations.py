@@ -65,6 +65,9 @@ class Iterations:
             f"iteration {iteration}/{cfg.iterations}: {len(beam)} beam kernel(s), "
             f"{len(memory)} memory item(s)",
         )
+        # What this iteration's failed calls were, for a message that matches the ledger.
+        calls_before = self.health.failed_calls
+        requests_before = self.health.failed_requests
         chains = [
             self.control.spawn(self.planning.beam_kernel(iteration, b, entry, memory))
             for b, entry in enumerate(beam)
@@ -76,9 +79,15 @@ class Iterations:
         attempts = checkpoint.slots_of(iteration)
         if attempts and all(a.status == LLM_FAILED for a in attempts):
             # Nothing to select from, and the next iteration would fail the same way.
+            # Counted as the ledger counts them: a failed planner call leaves every attempt
+            # of its plans without a kernel, and each call may be several requests (retries).
+            calls = self.health.failed_calls - calls_before
+            requests = self.health.failed_requests - requests_before
             self.control.request_stop(
                 "llm_unavailable",
-                f"every LLM call of iteration {iteration} failed ({len(attempts)} attempts); "
+                f"every LLM call of iteration {iteration} failed: {_count(calls, 'call')} "
+                f"({_count(requests, 'request')} with retries, each a row of list_llm_calls), "
+                f"so none of its {_count(len(attempts), 'attempt')} got a kernel; "
                 f"last: {self.health.last_error or attempts[-1].error}",
             )
         if self.control.stopping:
@@ -153,3 +162,8 @@ class Iterations:
             + "; re-measuring them head-to-head",
         )
         return await head_to_head(self.ctx.profiles, tie.placed, tie.challenger)
+
+
+def _count(n: int, noun: str) -> str:
+    """'1 call', '3 calls'."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")

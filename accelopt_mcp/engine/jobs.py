@@ -147,7 +147,7 @@ class JobStatus(BaseModel):
     outcome: str | None = None
     """Once the job has ended: what it found, in one line ("best 0.41 ms (1.52x over the
     initial kernel, ...)", or "but no attempt passed: the initial kernel ... is still the
-    best (18 attempts failed: ...)"); None while it runs."""
+    best (18 kernels failed: ...)"); None while it runs."""
     resume_hint: str | None = None
     """For an interrupted job: why this server does not resume it by itself, and the command
     that does (or that it will once its lease ends / the database is back)."""

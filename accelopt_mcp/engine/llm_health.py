@@ -34,6 +34,9 @@ class LlmHealth:
     consecutive: int = 0
     last_error: str | None = None
     failed_calls: int = 0
+    failed_requests: int = 0
+    """The HTTP requests of the failed calls, retries included: one ledger row each (what
+    list_llm_calls shows), so that a message can count what the ledger holds."""
     ok_calls: int = 0
     roles_failed: set[str] = field(default_factory=set)
 
@@ -41,9 +44,11 @@ class LlmHealth:
         self.consecutive = 0
         self.ok_calls += 1
 
-    def failed(self, role: str, error: str) -> str | None:
-        """Count a failed call; the reason to stop the run, once the limit is reached."""
+    def failed(self, role: str, error: str, requests: int = 1) -> str | None:
+        """Count a failed call (of `requests` HTTP requests, retries included); the reason to
+        stop the run, once the limit is reached."""
         self.failed_calls += 1
+        self.failed_requests += max(requests, 0)
         self.last_error = error
         self.roles_failed.add(role)
         if not service_gone(error):

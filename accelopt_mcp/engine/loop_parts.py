@@ -97,6 +97,7 @@ class LoopScope:
 
     def llm_failed(self, role: str, exc: Exception) -> None:
         """A call failed for good: stop the run once the LLM looks gone (llm_health)."""
-        reason = self.health.failed(role, str(exc))
+        # LlmCallFailed.attempts: the requests it sent, each a row of the ledger.
+        reason = self.health.failed(role, str(exc), requests=getattr(exc, "attempts", 1))
         if reason is not None:
             self.control.request_stop("llm_unavailable", reason)

@@ -21,8 +21,26 @@ def latency_label(latency_ms: float, initial_ms: float | None) -> str:
     return text
 
 
+REFERENCE_LABEL = "reference"
+"""How the plot's legend names the task's reference line (followed by its latency)."""
+
+
+def reference_latency(
+    initial_latency_ms: float | None, reference_speedup: float | None
+) -> float | None:
+    """The reference's latency from the initial kernel's latency and its speedup over the
+    reference (timed in the same rounds: speedup = reference / kernel); None without both."""
+    if not initial_latency_ms or not reference_speedup or reference_speedup <= 0:
+        return None
+    return initial_latency_ms * reference_speedup
+
+
 def plot_best_latency(
-    history: list[IterationSummary], initial_latency_ms: float | None, path: Path, title: str
+    history: list[IterationSummary],
+    initial_latency_ms: float | None,
+    path: Path,
+    title: str,
+    reference_latency_ms: float | None = None,
 ) -> Path | None:
     """Writes the plot (best_latency_figure); None when matplotlib cannot be imported."""
     try:
@@ -32,7 +50,7 @@ def plot_best_latency(
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    figure = best_latency_figure(history, initial_latency_ms, title)
+    figure = best_latency_figure(history, initial_latency_ms, title, reference_latency_ms)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path)
     plt.close(figure)
@@ -40,11 +58,15 @@ def plot_best_latency(
 
 
 def best_latency_figure(
-    history: list[IterationSummary], initial_latency_ms: float | None, title: str
+    history: list[IterationSummary],
+    initial_latency_ms: float | None,
+    title: str,
+    reference_latency_ms: float | None = None,
 ) -> Figure:
     """Best latency per iteration on a logarithmic y axis, so that a gain after a large first
     one stays visible; every point labelled with its latency and its speedup over the initial
-    kernel. Needs matplotlib; close the figure when done (matplotlib.pyplot.close)."""
+    kernel; the task's reference as a dashed line (labelled in the legend) where its latency
+    is known. Needs matplotlib; close the figure when done (matplotlib.pyplot.close)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, never a window
@@ -70,8 +92,12 @@ def best_latency_figure(
                 va="bottom" if index % 2 == 0 else "top",
                 fontsize=7,
             )
-        low = min(p[1] for p in points)
-        high = max(p[1] for p in points)
+        reference = (
+            reference_latency_ms if reference_latency_ms and reference_latency_ms > 0 else None
+        )
+        shown = [p[1] for p in points] + ([reference] if reference is not None else [])
+        low = min(shown)
+        high = max(shown)
         # Room for the labels above the highest and below the lowest point.
         axes.set_ylim(low / 2.0, high * 1.8)
         # Plain numbers (0.6, not 6x10^-1). The in-between ticks are labelled only where there
@@ -83,6 +109,16 @@ def best_latency_figure(
         axes.set_xlim(min(p[0] for p in points) - 0.5, max(p[0] for p in points) + 0.5)
         if initial_latency_ms:
             axes.axhline(initial_latency_ms, color="grey", linestyle=":", linewidth=0.8)
+        if reference is not None:
+            # What "speedup over the reference" is against: below this line a kernel beats it.
+            axes.axhline(
+                reference,
+                color="tab:red",
+                linestyle="--",
+                linewidth=1.0,
+                label=f"{REFERENCE_LABEL} ({reference:.3g} ms)",
+            )
+            axes.legend(loc="upper right", fontsize=7)
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("iteration (0 = initial kernel)")
     axes.set_ylabel("best latency (ms, log scale)")

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, computed_field
 
 from accelopt_mcp.engine.checkpoint import Checkpoint, RunSpec, read_run, run_config
 from accelopt_mcp.engine.config import OptimizeConfig
-from accelopt_mcp.engine.selection import BeamEntry
+from accelopt_mcp.engine.selection import LLM_FAILED, NO_CODE, NO_PLAN, BeamEntry
 from accelopt_mcp.isolation.sandbox import proc_stat_fields
 from accelopt_mcp.models import Solution, Task
 from accelopt_mcp.stats import Interval, Verdict, finite_or_none, ratio_of_independent, verdict
@@ -369,18 +369,43 @@ def result_text(run: RunRecord, checkpoint: Checkpoint) -> str:
             against.append(f"{figures.over_reference.estimate:.2f}x over the reference")
         shown = f" ({', '.join(against)})" if against else ""
         return f"best {run.best_latency_ms:.4g} ms{shown}"
-    failed = Counter(a.status for a in attempts if not a.passed)
-    failures = ", ".join(f"{n} {status}" for status, n in failed.most_common())
+    failures = _failures_text(attempts)
     passed = sum(1 for a in attempts if a.passed)
     start = f" ({initial.latency_ms:.4g} ms)" if initial is not None else ""
     if not attempts:
         return f"but no attempt was made: the initial kernel{start} is still the best"
     if passed == 0:
-        return (
-            f"but no attempt passed: the initial kernel{start} is still the best "
-            f"({len(attempts)} attempts failed: {failures})"
-        )
+        return f"but no attempt passed: the initial kernel{start} is still the best ({failures})"
     flagged = sum(1 for a in attempts if a.passed and not a.trusted)
     untrusted = f", {flagged} of them flagged untrusted" if flagged else ""
-    failed_text = f"; {sum(failed.values())} failed: {failures}" if failed else ""
+    failed_text = f"; {failures}" if failures else ""
     return f"but no attempt beat the initial kernel{start}: {passed} passed{untrusted}{failed_text}"
+
+
+NO_KERNEL = frozenset({LLM_FAILED, NO_PLAN, NO_CODE})
+"""Attempt states in which no kernel was written: the LLM call failed (a failed planner call
+leaves every attempt of its plans so, with one call in the ledger), gave no plan, or answered
+without code."""
+
+
+def _failures_text(attempts: list[Any]) -> str:
+    """'2 kernels failed: 2 RUNTIME_ERROR; 6 attempts got no kernel from the LLM: 6
+    LLM_FAILED': kernels that ran and failed apart from attempts that never had one, so that
+    the counts are not read as LLM calls (list_llm_calls counts those)."""
+
+    def listing(statuses: Counter[str]) -> str:
+        return ", ".join(f"{n} {status}" for status, n in statuses.most_common())
+
+    ran = Counter(a.status for a in attempts if not a.passed and a.status not in NO_KERNEL)
+    none = Counter(a.status for a in attempts if not a.passed and a.status in NO_KERNEL)
+    parts = []
+    if ran:
+        count = sum(ran.values())
+        parts.append(f"{count} kernel{'s' if count != 1 else ''} failed: {listing(ran)}")
+    if none:
+        count = sum(none.values())
+        parts.append(
+            f"{count} attempt{'s' if count != 1 else ''} got no kernel from the LLM: "
+            f"{listing(none)}"
+        )
+    return "; ".join(parts)

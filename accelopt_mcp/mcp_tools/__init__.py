@@ -5,6 +5,7 @@ takes `ctx: ToolContext` and gets the ServerState the server's lifespan hands ev
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 from accelopt_mcp.mcp_tools.app import AccelOptServer, compact_tool
@@ -18,7 +19,9 @@ summarized experience memory, in a beam search) and keeps every kernel, profile 
 in a kernel database with lineage.
 Start with check_database (stop and relay its next_steps when ok is false) and list_backends.
 profile_kernel checks, times and stores one kernel; give parent_id, name and evolve_metadata
-to link a candidate in the same call. compare_kernels ranks 2-8 against each other.
+to link a candidate in the same call, or parent_id and candidates to time a round of up to 7
+beside their parent in one evaluation (a verdict each). Read `status`: TIMEOUT is slow, not
+wrong. compare_kernels ranks 2-8 against each other.
 start_optimization runs the whole loop as a background job: follow it with wait_for_job /
 job_status, read job_result, cancel_job to stop. start_suite runs a whole benchmark (one
 optimization per task, e.g. builtin='cpu-nkibench') and suite_status gives its percent-of-peak
@@ -29,17 +32,29 @@ Browse with list_definitions, list_solutions, get_solution, solution_lineage, qu
 read and curate the optimization memory with list_memory, search_memory, add_memory,
 remove_memory. Long texts come in slices: pass next_offset back to get more."""
 
+ADMIN_TOOLS_ENV = "ACCELOPT_ADMIN_TOOLS"
+"""Set to 1 (or true, yes, on) to list the admin tools without --admin-tools."""
+
+
+def admin_tools_from_env() -> bool:
+    """Whether $ACCELOPT_ADMIN_TOOLS asks for the admin tools."""
+    return os.environ.get(ADMIN_TOOLS_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
 
 def build_server(
-    state: ServerState, *, resume_jobs: bool = False, **settings: Any
+    state: ServerState, *, resume_jobs: bool = False, admin_tools: bool = False, **settings: Any
 ) -> AccelOptServer:
-    """An MCP server exposing every tool over the given state (database, jobs). Its lifespan
+    """An MCP server exposing the tools over the given state (database, jobs). Its lifespan
     hands the state to each request, resumes interrupted jobs first when `resume_jobs`, and
-    closes the state when the server stops."""
+    closes the state when the server stops. `admin_tools` adds the tools that write records
+    by hand (insert_*, import_directory: kernels.ADMIN_TOOLS); an agent that optimizes never
+    needs them, and each listed tool costs every session context."""
     from accelopt_mcp import __version__
     from accelopt_mcp.mcp_tools import browse, compare, kernels, llm_calls, profiling
 
     tools = [*profiling.TOOLS, *compare.TOOLS, *kernels.TOOLS, *llm_calls.TOOLS]
+    if admin_tools:
+        tools += kernels.ADMIN_TOOLS
     try:
         from accelopt_mcp.mcp_tools import jobs, memory, suites
     except ModuleNotFoundError as exc:  # a build without the engine still browses and profiles
@@ -63,4 +78,10 @@ def build_server(
     return server
 
 
-__all__ = ["AccelOptServer", "ServerState", "build_server"]
+__all__ = [
+    "ADMIN_TOOLS_ENV",
+    "AccelOptServer",
+    "ServerState",
+    "admin_tools_from_env",
+    "build_server",
+]

@@ -20,6 +20,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult, InputRequiredResult, TextContent
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import AnyUrl
 
 from accelopt_mcp.backends.base import BackendUnavailableError
@@ -130,7 +131,7 @@ class AccelOptServer(MCPServer[ServerState]):
             raise
         if isinstance(result, CallToolResult):
             if not result.is_error:
-                result = compact_json(result)
+                result = self._tips_once(compact_json(result), context)
             size = sum(len(getattr(block, "text", "")) for block in result.content)
             if size > MAX_RESULT_CHARS:
                 raise ToolError(
@@ -139,6 +140,34 @@ class AccelOptServer(MCPServer[ServerState]):
                     "(and `offset` to page), or a smaller `source_limit` / `source_offset`."
                 )
         return result
+
+    def _tips_once(
+        self, result: CallToolResult, context: Context[Any, Any] | None
+    ) -> CallToolResult:
+        """The result with each repeated tip shortened after its first showing in this
+        session (tips.py)."""
+        try:
+            request = context.request_context if context is not None else None
+        except ValueError:  # a call outside a request
+            request = None
+        state = getattr(request, "lifespan_context", None)
+        if not isinstance(state, ServerState):
+            return result
+        # The SDK makes a ServerSession per request; on the handshake protocols the connection
+        # behind it is the client's session (no public accessor yet). The 2026 protocol is
+        # stateless, a connection per request: there, and without a connection, tips are
+        # once per server.
+        proxy = getattr(request, "session", None)
+        session = getattr(proxy, "_connection", None)
+        if getattr(proxy, "protocol_version", None) in MODERN_PROTOCOL_VERSIONS:
+            session = None
+        blocks = [
+            block.model_copy(update={"text": state.tips.once(session, block.text)})
+            if isinstance(block, TextContent)
+            else block
+            for block in result.content
+        ]
+        return result.model_copy(update={"content": blocks})
 
     async def read_resource(
         self, uri: AnyUrl | str, context: Context[Any, Any] | None = None

@@ -24,6 +24,7 @@ from accelopt_mcp.models import (
     ComparedKernel,
     EvaluationStatus,
     KernelComparison,
+    PairVerdict,
     Task,
 )
 from accelopt_mcp.stats import finite_or_none
@@ -167,18 +168,20 @@ def report(
         confidence=found.confidence,
         interleaved=found.interleaved,
         kernels=[_row(k, problems or {}) for k in found.kernels],
-        pairs=[
-            PairResult(
-                kernel=p.kernel,
-                baseline=p.baseline,
-                verdict=p.verdict,
-                speedup_vs_baseline=p.speedup,
-                ci_low=p.ci_low,
-                ci_high=finite_or_none(p.ci_high),
-                summary=comparing.pair_text(p),
-            )
-            for p in found.pairs
-        ],
+        pairs=[pair_result(p) for p in found.pairs],
+    )
+
+
+def pair_result(pair: PairVerdict) -> PairResult:
+    """A pair's verdict as the tools report it."""
+    return PairResult(
+        kernel=pair.kernel,
+        baseline=pair.baseline,
+        verdict=pair.verdict,
+        speedup_vs_baseline=pair.speedup,
+        ci_low=pair.ci_low,
+        ci_high=finite_or_none(pair.ci_high),
+        summary=comparing.pair_text(pair),
     )
 
 

@@ -1,5 +1,7 @@
-"""Kernel-database tools: check it, browse definitions, solutions, lineage and profiles, insert
-records (idempotent upserts), import directories."""
+"""Kernel-database tools: check it, browse definitions, solutions, lineage and profiles; and the
+admin tools, insert records (idempotent upserts) and import directories, which a server lists
+only when started with --admin-tools (ADMIN_TOOLS: an optimizing agent never calls them, and
+every listed tool's schema costs each session context)."""
 
 from __future__ import annotations
 
@@ -215,7 +217,7 @@ def _definition(store: KernelStore, name: str) -> StoredDefinition:
     if found is None:
         raise NotFoundError(
             f"no definition named {name!r}; list_definitions shows the stored ones, and "
-            "insert_definition or import_directory adds one"
+            "profile_kernel on a kernel of the task stores its definition"
         )
     return found
 
@@ -630,6 +632,9 @@ TOOLS = [
     Tool.from_function(get_solution, annotations=READ_ONLY),
     Tool.from_function(solution_lineage, annotations=READ_ONLY),
     Tool.from_function(query_profiles, annotations=READ_ONLY),
+]
+
+ADMIN_TOOLS = [
     Tool.from_function(insert_definition, annotations=UPSERT),
     Tool.from_function(insert_workload, annotations=UPSERT),
     Tool.from_function(insert_solution, annotations=UPSERT),

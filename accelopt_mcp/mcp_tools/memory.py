@@ -20,6 +20,7 @@ from accelopt_mcp.engine.memory import (
     memory_namespace_of,
     namespace_note,
 )
+from accelopt_mcp.mcp_tools import ids
 from accelopt_mcp.mcp_tools.app import NotFoundError
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
 from accelopt_mcp.mcp_tools.views import MAX_PAGE, MemoryItem, View, memory_item
@@ -82,9 +83,7 @@ def list_memory(
         raise ValueError("give run_id or namespace, not both")
     store = state_of(ctx).store()
     if run_id is not None:
-        found = store.resolve_id("run", run_id)
-        if found is None:
-            raise NotFoundError(f"no run with id {run_id!r}; list_jobs shows the runs")
+        found = ids.run_id(store, run_id)
         items = store.recent_experiences(run_id=found, limit=limit)
         return MemoryList(scope=f"run {found}", items=[memory_item(e) for e in items])
     chosen = memory_namespace_of(namespace, backend)
@@ -97,9 +96,9 @@ def search_memory(
     text: Annotated[
         str | None,
         Field(
-            description="Words that must all occur in title, strategy or pseudocode, in any "
-            "order, each as the start of a word (threads finds thread); stop words and "
-            "punctuation are ignored."
+            description="Words to look for in title, strategy or pseudocode, any order, each "
+            "as the start of a word (threads finds thread); items holding more of them rank "
+            "first, one is enough to be found."
         ),
     ] = None,
     definition_name: str | None = None,
@@ -164,9 +163,7 @@ def remove_memory(
 ) -> MemoryRemoved:
     """Take an item out of the working memory (the row stays as history)."""
     store = state_of(ctx).store()
-    found = store.resolve_id("experience", experience_id)
-    if found is None:
-        raise NotFoundError(f"no memory item with id {experience_id!r}")
+    found = ids.experience_id(store, experience_id)
     return MemoryRemoved(id=found, removed=store.remove_experience(found))
 
 

@@ -1,4 +1,5 @@
-"""Profiling tools: which backends run here, and profile (and link) one kernel of a task."""
+"""Profiling tools: which backends run here, and profile (and link) one kernel of a task, or a
+round of candidates of one parent in one interleaved evaluation."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ from accelopt_mcp.backends.cluster import NodeReport, cluster_address, describe_
 from accelopt_mcp.comparing import figures_text, shown_counters, speedup_text
 from accelopt_mcp.linking import short
 from accelopt_mcp.mcp_tools import ids
+from accelopt_mcp.mcp_tools.compare import PairResult, pair_result
 from accelopt_mcp.mcp_tools.roots import KERNEL_SUFFIXES
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
 from accelopt_mcp.mcp_tools.views import ClusterArg, View, clip
-from accelopt_mcp.models import BenchmarkConfig, Evaluation
+from accelopt_mcp.models import BenchmarkConfig, Evaluation, Task
+from accelopt_mcp.models.evaluation import BreakdownEntry, Verdict
 from accelopt_mcp.tasks.kernels import SOURCE_ORIGIN, kernel_solution
 from accelopt_mcp.tasks.loader import load_task
 
@@ -71,6 +74,10 @@ class ProfileReport(View):
     speedup_vs_parent_ci_high: float | None = None
     """null with a lower end given: no upper bound (too few samples, or
     a latency interval reaching 0)."""
+    speedup_vs_parent_verdict: Verdict | None = None
+    """From the interval, when the parent was timed in the same rounds: faster / slower when
+    the whole interval is above / below 1, else indistinguishable (a tie: neither is shown
+    faster; re-measure or keep the simpler)."""
     parent_timing: str | None = None
     """interleaved (timed in the same rounds) or stored (the parent's stored profile on the
     same workload, settings and hardware)."""
@@ -88,11 +95,56 @@ class ProfileReport(View):
     flags: list[str] = Field(default_factory=list)
     log: str = ""
     """The tail of the run log (errors are here)."""
+    breakdown: list[BreakdownEntry] = Field(default_factory=list)
+    """Where one call spends its time, largest first (asked for with breakdown: true; empty
+    where the backend has none)."""
     profile_id: str | None = None
     measurements: int | None = None
     """How many measurements of this kernel the stored profile pools (this one too)."""
     pooled_summary: str | None = None
     """The pooled figure over every measurement, with its interval."""
+
+
+class CandidateRound(View):
+    """Several candidates of one parent, timed with it in one evaluation."""
+
+    definition_name: str
+    workload_uuid: str
+    backend: str
+    hardware: str
+    parent_id: str
+    parent_latency_ms: float | None = None
+    """The parent's median in these rounds (null when it did not pass)."""
+    interleaved: bool
+    """True: the parent, the candidates and the reference were timed in the same rounds;
+    false: one by one, intervals combined (wider), and no candidate stores a same-round
+    figure against its parent."""
+    confidence: float
+    """Level of the intervals."""
+    candidates: list[ProfileReport]
+    """One per candidate, in the order given, each as a single profile_kernel call reports it
+    (stored and linked, speedup_vs_parent with interval and verdict)."""
+    best: str | None = None
+    """The solution id of the fastest candidate whose verdict against the parent is faster;
+    null when none is."""
+    pairs: list[PairResult]
+    """Every pair that passed (candidates by name, the parent as 'parent'), once, with a
+    verdict."""
+    summary: str
+    """One line per candidate: name, id, verdict against the parent."""
+
+
+class CandidateInput(View):
+    """One candidate: exactly one of kernel_path and kernel_source."""
+
+    kernel_path: str | None = None
+    """A kernel .py or solution .json."""
+    kernel_source: str | None = None
+    """Or its Python source."""
+    name: str | None = None
+    """Default: <task>-<source hash>, or the file's stem."""
+    evolve_metadata: dict[str, Any] | None = None
+    """Stored with it, e.g. {'plan': ...}."""
 
 
 def list_backends(
@@ -166,6 +218,14 @@ def profile_kernel(
         dict[str, Any] | None,
         Field(description="Notes stored with it, e.g. {'plan': ..., 'notes': ...}."),
     ] = None,
+    candidates: Annotated[
+        list[CandidateInput] | None,
+        Field(
+            description=f"Instead of one kernel: 1-{profiler.MAX_CANDIDATES} candidates of "
+            "parent_id (needed), timed with it in ONE interleaved evaluation; each is stored "
+            "and linked, with speedup_vs_parent and its verdict, plus every pair's verdict."
+        ),
+    ] = None,
     workload: Annotated[
         str | None, Field(description="Workload uuid or index; default the first.")
     ] = None,
@@ -174,6 +234,9 @@ def profile_kernel(
     time_parent: Annotated[
         bool, Field(description="Time the parent in the same rounds (where the backend can).")
     ] = True,
+    breakdown: Annotated[
+        bool, Field(description="Also return where one call spends its time (per operation).")
+    ] = False,
     iterations: Annotated[int, Field(ge=1, le=1000, description="Timed runs.")] = 10,
     timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 60.0,
     benchmark: Annotated[
@@ -183,12 +246,13 @@ def profile_kernel(
         ),
     ] = None,
     cluster: ClusterArg = None,
-) -> ProfileReport:
+) -> ProfileReport | CandidateRound:
     """Check a kernel against the task's reference (several seeds), time it, and store it
     with its lineage: one call profiles and links a candidate. Speedups are labelled by what
     they are against (reference, parent, initial kernel). A kernel that does not compile,
-    crashes or is wrong is reported in `status` and `log`, not as an error. A source already
-    stored gets a missing parent or name filled in; a contradicting one is refused."""
+    crashes, is wrong or times out is reported in `status` and `log`, not as an error. A
+    source already stored gets a missing parent or name filled in; a contradicting one is
+    refused. With `candidates`: a whole round of one parent in one call."""
     if backend not in backends.backend_names():
         raise ValueError(
             f"unknown backend {backend!r}; choose one of {', '.join(backends.backend_names())} "
@@ -198,6 +262,32 @@ def profile_kernel(
     task = load_task(
         roots.file_or_dir(task_path, "task_path"), workload=workload, within=roots.contains
     )
+    fields: dict[str, Any] = {"iterations": iterations, "timeout_seconds": timeout_seconds}
+    if breakdown:
+        # TODO(lead): drop this guard once BenchmarkConfig.breakdown is merged (the other
+        # helper adds it); until then a breakdown cannot be asked of the backend.
+        if "breakdown" not in BenchmarkConfig.model_fields:
+            raise ValueError("this server's backends cannot take a time breakdown yet")
+        fields["breakdown"] = True
+    config = BenchmarkConfig.model_validate({**fields, **(benchmark or {})})
+    if candidates is not None:
+        given: dict[str, Any] = {
+            "kernel_path": kernel_path,
+            "kernel_source": kernel_source,
+            "name": name,
+            "evolve_metadata": evolve_metadata,
+        }
+        clash = [k for k, v in given.items() if v is not None]
+        if clash:
+            raise ValueError(
+                f"give {', '.join(clash)} per candidate (in candidates), not beside them"
+            )
+        if parent_id is None or not store:
+            raise ValueError(
+                "candidates are timed beside their parent and stored linked to it: give "
+                "parent_id (and leave store on)"
+            )
+        return _round(ctx, task, candidates, parent_id, backend, config, cluster)
     solution = kernel_solution(
         task,
         kernel_path=(
@@ -208,9 +298,6 @@ def profile_kernel(
         kernel_source=kernel_source,
         name=name,
         target_hardware=list(backends.backend_info(backend).target_hardware),
-    )
-    config = BenchmarkConfig.model_validate(
-        {"iterations": iterations, "timeout_seconds": timeout_seconds, **(benchmark or {})}
     )
     db = state_of(ctx).store() if store or parent_id is not None else None
     parent = ids.solution_id(db, parent_id) if db is not None and parent_id is not None else None
@@ -228,10 +315,113 @@ def profile_kernel(
         origin=kernel_path if kernel_path is not None else SOURCE_ORIGIN,
         cluster=cluster,
     )
+    return _report(outcome, backend)
+
+
+def _round(
+    ctx: ToolContext,
+    task: Task,
+    given: list[CandidateInput],
+    parent_id: str,
+    backend: str,
+    config: BenchmarkConfig,
+    cluster: str | None,
+) -> CandidateRound:
+    """profile_kernel with candidates: one evaluation of the parent and every candidate."""
+    state = state_of(ctx)
+    hardware = list(backends.backend_info(backend).target_hardware)
+    chosen = []
+    for index, item in enumerate(given):
+        where = f"candidates[{index}]"
+        if (item.kernel_path is None) == (item.kernel_source is None):
+            raise ValueError(f"{where}: give exactly one of kernel_path and kernel_source")
+        path = None
+        if item.kernel_path is not None:
+            path = state.roots.file(
+                item.kernel_path, f"{where}.kernel_path", suffixes=KERNEL_SUFFIXES
+            )
+        solution = kernel_solution(
+            task,
+            kernel_path=path,
+            kernel_source=item.kernel_source,
+            name=item.name,
+            target_hardware=hardware,
+        )
+        chosen.append(
+            profiler.Candidate(
+                solution=solution,
+                evolve_metadata=item.evolve_metadata,
+                name_given=item.name is not None,
+                origin=item.kernel_path if item.kernel_path is not None else where,
+            )
+        )
+    db = state.store()
+    found = profiler.profile_candidates(
+        task,
+        chosen,
+        parent_id=ids.solution_id(db, parent_id),
+        store=db,
+        backend=backend,
+        config=config,
+        cluster=cluster,
+    )
+    reports = [_report(o, backend) for o in found.outcomes]
+    comparison = found.comparison
+    parent_ev = None
+    if comparison is not None:
+        parent_ev = next(
+            (k.evaluation for k in comparison.kernels if k.label == found.parent_label), None
+        )
+    faster = [
+        r
+        for r in reports
+        if r.speedup_vs_parent_verdict == "faster" and r.speedup_vs_parent is not None
+    ]
+    best = max(faster, key=lambda r: r.speedup_vs_parent or 0.0) if faster else None
+    lines = []
+    for label, report in zip(found.labels, reports, strict=True):
+        if not report.correct:
+            lines.append(f"{label} ({short(report.solution_id or '')}): {report.summary}")
+            continue
+        against = "n/a"
+        if report.speedup_vs_parent is not None:
+            against = speedup_text(
+                report.speedup_vs_parent,
+                report.speedup_vs_parent_ci_low,
+                report.speedup_vs_parent_ci_high,
+                "the parent",
+            ) + (
+                f" ({report.speedup_vs_parent_verdict})" if report.speedup_vs_parent_verdict else ""
+            )
+        lines.append(f"{label} ({short(report.solution_id or '')}): {against}")
+    first = reports[0]
+    return CandidateRound(
+        definition_name=first.definition_name,
+        workload_uuid=first.workload_uuid,
+        backend=backend,
+        hardware=first.hardware,
+        parent_id=found.parent_id,
+        parent_latency_ms=(
+            parent_ev.performance.latency_ms
+            if parent_ev is not None and parent_ev.passed and parent_ev.performance
+            else None
+        ),
+        interleaved=comparison.interleaved if comparison is not None else False,
+        confidence=comparison.confidence if comparison is not None else config.confidence,
+        candidates=reports,
+        best=best.solution_id if best is not None else None,
+        pairs=[pair_result(p) for p in comparison.pairs] if comparison is not None else [],
+        summary="; ".join(lines),
+    )
+
+
+def _report(outcome: profiler.ProfileOutcome, backend: str) -> ProfileReport:
+    """What profile_kernel returns for one kernel."""
     ev = outcome.evaluation
     perf, stats = ev.performance, ev.latency_stats
     vs_parent, vs_initial = outcome.versus_parent, outcome.versus_initial
     linked = outcome.stored
+    beside = next((c for c in ev.comparisons if c.baseline == profiler.PARENT_LABEL), None)
     return ProfileReport(
         status=ev.status.value,
         correct=ev.passed,
@@ -257,6 +447,11 @@ def profile_kernel(
         speedup_vs_parent=vs_parent.speedup if vs_parent else None,
         speedup_vs_parent_ci_low=vs_parent.ci_low if vs_parent else None,
         speedup_vs_parent_ci_high=vs_parent.ci_high if vs_parent else None,
+        speedup_vs_parent_verdict=(
+            beside.verdict
+            if beside is not None and vs_parent is not None and vs_parent.timing == "interleaved"
+            else None
+        ),
         parent_timing=vs_parent.timing if vs_parent else None,
         initial_solution_id=outcome.initial_solution_id,
         initial_latency_ms=vs_initial.baseline_latency_ms if vs_initial else None,
@@ -269,6 +464,7 @@ def profile_kernel(
         hardware_counters=shown_counters(ev),
         flags=list(ev.flags),
         log=clip(ev.log, 2000) or "",
+        breakdown=sorted(ev.breakdown, key=lambda e: -e.ms),
         profile_id=outcome.profile_id,
         measurements=pooled_count(outcome.pooled),
         pooled_summary=(

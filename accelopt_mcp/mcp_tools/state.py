@@ -17,6 +17,7 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 
 from accelopt_mcp.mcp_tools.roots import Roots
+from accelopt_mcp.mcp_tools.tips import TipsShown
 from accelopt_mcp.store import open_store
 from accelopt_mcp.store.base import KernelStore
 
@@ -44,6 +45,8 @@ class ServerState:
         self._jobs: JobManager | None = None
         self._lock = threading.Lock()
         self._resumed = False
+        # Which tips each client session was shown in full (tips.py).
+        self.tips = TipsShown()
 
     def store(self) -> KernelStore:
         """The open store; raises StoreError (with set-up steps) when it cannot be opened, and

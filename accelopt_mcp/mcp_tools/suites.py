@@ -20,6 +20,8 @@ from accelopt_mcp.engine.presets import PRESETS
 from accelopt_mcp.engine.runs import default_output_dir, local_worker_gone
 from accelopt_mcp.llm import load_role_configs
 from accelopt_mcp.llm.preflight import check_endpoints_now, roles_used
+from accelopt_mcp.mcp_tools import ids
+from accelopt_mcp.mcp_tools.app import NotFoundError
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
 from accelopt_mcp.mcp_tools.views import View
 from accelopt_mcp.store import STORE_ENV
@@ -29,6 +31,8 @@ from accelopt_mcp.suites.report import suite_json
 from accelopt_mcp.suites.runner import create_suite, spec_of
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
+SUITE_HINT = "start_suite returns a suite's id; `accelopt suite list` shows them"
+
 SuiteId = Annotated[str, Field(description="start_suite's id (or its 8+ first characters).")]
 
 
@@ -64,9 +68,11 @@ def _view(record: SuiteRecord, next_step: str | None = None) -> SuiteView:
 
 
 def _record(ctx: ToolContext, given: str) -> SuiteRecord:
-    record = state_of(ctx).store().get_suite(given.strip())
-    if record is None:
-        raise ValueError(f"no suite {given!r}; start one with start_suite")
+    """The suite `given` names (its id, or a unique prefix), through the one id resolver."""
+    store = state_of(ctx).store()
+    record = store.get_suite(ids.resolve(store, "suite", given.strip(), hint=SUITE_HINT))
+    if record is None:  # removed in between
+        raise NotFoundError(f"no suite with id {given!r}; {SUITE_HINT}")
     return record
 
 

@@ -3,13 +3,16 @@
 A search text is read as words: runs of letters and digits, lower-cased; everything else
 (punctuation, `*`, `"`, `:`, `-`, brackets) only separates words and is never query syntax.
 English stop words are dropped (the list is PostgreSQL's `english` one, so that no store
-drops a word another keeps). An item matches when every remaining word occurs, in any order
-and in any of title, strategy and pseudocode, as the start of a word of the item after English
-stemming: "threads" finds "thread", "vector" finds "vectorization", "GEMM thread" finds an
-item with "thread" in its title and "gemm" forty words later in its strategy.
+drops a word another keeps), and a word given twice, or once more with a plural `s`, counts
+once. A word matches an item when it occurs, in any of title, strategy and pseudocode, as the
+start of a word of the item after English stemming: "threads" finds "thread", "vector" finds
+"vectorization". An item matches when at least one word does: a search for "gelu tanh
+elementwise" finds the items about elementwise kernels even when none mentions gelu.
 
-Results are ranked best first: words in the title count most, then the strategy, then the
-pseudocode (SQLite FTS5: bm25 with column weights; PostgreSQL and Supabase: ts_rank over a
+Results are ranked best first: by how many of the words the item holds ("GEMM thread" puts an
+item with "thread" in its title and "gemm" forty words later in its strategy before one with
+"gemm" only), then by where they occur: words in the title count most, then the strategy, then
+the pseudocode (SQLite FTS5: bm25 with column weights; PostgreSQL and Supabase: ts_rank over a
 tsvector weighted A, B, C); ties, newest first.
 
 Each store indexes the same words: SQLite's FTS5 table uses the `porter unicode61` tokenizer
@@ -38,8 +41,8 @@ STOP_WORDS = frozenset(_ENGLISH_STOP.split())
 of every document and query."""
 
 MAX_WORDS = 32
-"""Words of one search beyond this are an error (every one must match, so more would only
-find nothing, slowly)."""
+"""Words of one search beyond this are an error (each is a query of its own: a text that long
+is a document, not a search)."""
 
 # Letters and digits of any script; `_` separates words, as it does for FTS5 and PostgreSQL.
 _WORD = re.compile(r"[^\W_]+")
@@ -48,13 +51,27 @@ _WORD = re.compile(r"[^\W_]+")
 FTS5_WEIGHTS = (10.0, 5.0, 1.0)
 
 
+def _same_word(word: str) -> str:
+    """What two spellings of one word share: the word without a plural `s` ("threads" and
+    "thread", "buffers" and "buffer"; "class" and "bus" keep theirs). The stores stem every
+    word themselves; this only keeps a word given twice from counting twice."""
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    return word
+
+
 def search_words(text: str | None) -> list[str] | None:
-    """The words a search text looks for, in order, each once; None for no text (no text
-    filter). Raises UnsearchableTextError for a text that holds no word to look for (only stop
-    words, punctuation or symbols), or too many words."""
+    """The words a search text looks for, in order, each once (a plural given beside its
+    singular is the same word); None for no text (no text filter). Raises
+    UnsearchableTextError for a text that holds no word to look for (only stop words,
+    punctuation or symbols), or too many words."""
     if text is None or not text.strip():
         return None
-    words = list(dict.fromkeys(w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS))
+    kept: dict[str, str] = {}
+    for word in _WORD.findall(text.lower()):
+        if word not in STOP_WORDS:
+            kept.setdefault(_same_word(word), word)
+    words = list(kept.values())
     if not words:
         raise UnsearchableTextError(
             f"the search text {text!r} holds no word to look for: only stop words (the, of, "
@@ -63,13 +80,18 @@ def search_words(text: str | None) -> list[str] | None:
         )
     if len(words) > MAX_WORDS:
         raise UnsearchableTextError(
-            f"the search text has {len(words)} words; at most {MAX_WORDS} (every word must "
-            "occur in an item, so give the few that matter)"
+            f"the search text has {len(words)} words; at most {MAX_WORDS}: give the few that "
+            "matter (items are ranked by how many of them they hold)"
         )
     return words
 
 
+def fts5_term(word: str) -> str:
+    """One word as an FTS5 prefix term. A word holds letters and digits only, so quoting it
+    makes AND, OR, NOT and NEAR plain words."""
+    return f'"{word}"*'
+
+
 def fts5_query(words: list[str]) -> str:
-    """An FTS5 MATCH expression: every word as a quoted prefix term (implicit AND). A word
-    holds letters and digits only, so quoting it makes AND, OR, NOT and NEAR plain words."""
-    return " ".join(f'"{word}"*' for word in words)
+    """An FTS5 MATCH expression for items holding any of the words."""
+    return " OR ".join(fts5_term(word) for word in words)

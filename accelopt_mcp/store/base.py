@@ -883,10 +883,11 @@ class KernelStore(abc.ABC):
         include_removed: bool = False,
         limit: int = 50,
     ) -> list[ExperienceRecord]:
-        """Items whose title, strategy and pseudocode hold every word of `text`, in any order,
+        """Items whose title, strategy or pseudocode hold any word of `text`, in any order,
         each as the start of a word after English stemming; stop words and punctuation in
-        `text` are ignored (store/_search.py). Ranked best first (title words count most,
-        then strategy, then pseudocode), ties newest first. No text: every item, newest
+        `text` are ignored (store/_search.py). Ranked best first: by how many of the words an
+        item holds, then where (title words count most, then strategy, then pseudocode),
+        ties newest first. No text: every item, newest
         first. Raises UnsearchableTextError for a text with no word left to look for."""
         check_limit(limit)
         check_strings(text=text, definition_name=definition_name, namespace=namespace)

@@ -85,6 +85,16 @@ _ADDED_FUNCTIONS = {
     "renew_run_lease()": "renew_run_lease(text, text, double precision)",
     "best_solutions()": "best_solutions(text, text, text, integer, boolean)",
 }
+# Functions whose body it changed (CREATE OR REPLACE, applied again): shown name -> (the
+# function's signature, a text its current body holds), and what `accelopt db init` says on
+# replacing it. A database with the older body answers, but not as this accelopt expects.
+_CHANGED_FUNCTIONS = {
+    "search_experiences() ranking partial matches": (
+        "search_experiences(text[])",
+        "' | '",
+        "memory search: an item holding any of the words is found, ranked by how many it holds",
+    ),
+}
 # Constraints it changed in place (DO blocks that check pg_constraint first): shown name ->
 # (table, the constraint this accelopt needs), and what `accelopt db init` says on adding it.
 _ADDED_CONSTRAINTS = {
@@ -123,7 +133,17 @@ def _facts_sql() -> str:
             f"AND conname = '{c}') AS \"{name}\""
             for name, (t, c, _) in _ADDED_CONSTRAINTS.items()
         )
+        + "".join(
+            f", EXISTS (SELECT 1 FROM pg_proc WHERE oid = to_regprocedure('{signature}') "
+            f'AND strpos(prosrc, {_literal(marker)}) > 0) AS "{name}"'
+            for name, (signature, marker, _) in _CHANGED_FUNCTIONS.items()
+        )
     )
+
+
+def _literal(text: str) -> str:
+    """`text` as an SQL string literal (its quotes doubled)."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 TEAM_ROLE = "accelopt_team"
@@ -168,6 +188,7 @@ def _object_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
         if names:
             changes.append(f"added {what}: {', '.join(names)}")
     changes += [said for name, (_, _, said) in _ADDED_CONSTRAINTS.items() if name in new]
+    changes += [said for name, (_, _, said) in _CHANGED_FUNCTIONS.items() if name in new]
     return changes
 
 
@@ -372,7 +393,7 @@ class PostgresStore(SqlKernelStore):
 
     def _check_schema(self) -> None:
         added = [f"{t}.{c}" for t, c in _ADDED_COLUMNS] + list(_ADDED_TABLES)
-        added += list(_ADDED_FUNCTIONS) + list(_ADDED_CONSTRAINTS)
+        added += list(_ADDED_FUNCTIONS) + list(_ADDED_CONSTRAINTS) + list(_CHANGED_FUNCTIONS)
         with self._tx(write=False) as cur:
             row = cur.one(_facts_sql())
         absent = [name for name, present in (row or {}).items() if not present]

@@ -540,12 +540,19 @@ class SqliteStore(SqlKernelStore):
 
     def _word_search(self, words: list[str]) -> tuple[str, str, str, list[Any]]:
         weights = ", ".join(f"{w:g}" for w in _search.FTS5_WEIGHTS)
+        # How many of the words each item holds: one FTS5 lookup per word (at most MAX_WORDS),
+        # counted per item. bm25 alone would not do: it can rank an item with one word many
+        # times above one with every word once.
+        per_word = " UNION ALL ".join(
+            "SELECT id FROM experiences_fts WHERE experiences_fts MATCH ?" for _ in words
+        )
         return (
-            "experiences_fts JOIN experiences e ON e.id = experiences_fts.id",
+            "experiences_fts JOIN experiences e ON e.id = experiences_fts.id "
+            f"JOIN (SELECT id, count(*) AS hits FROM ({per_word}) GROUP BY id) h ON h.id = e.id",
             "experiences_fts MATCH ?",
             # bm25 is lower for a better match; the id column's weight is unused.
-            f"bm25(experiences_fts, 0, {weights}), e.rowid DESC",
-            [_search.fts5_query(words)],
+            f"h.hits DESC, bm25(experiences_fts, 0, {weights}), e.rowid DESC",
+            [*(_search.fts5_term(w) for w in words), _search.fts5_query(words)],
         )
 
     def _no_limit(self) -> int:

@@ -55,14 +55,20 @@ def postgres_url(pg_admin_dsn: str) -> str:
 
 @contextlib.asynccontextmanager
 async def served(
-    url: str, tmp_path: Path, *, mode: str = "legacy", roots: Roots | None = None
+    url: str,
+    tmp_path: Path,
+    *,
+    mode: str = "legacy",
+    roots: Roots | None = None,
+    admin_tools: bool = False,
 ) -> AsyncIterator[Client]:
     """An in-process MCP client of a fresh server on the database `url` (jobs write under
-    tmp_path/jobs), closed with its state afterwards."""
+    tmp_path/jobs), closed with its state afterwards; `admin_tools`: as `--admin-tools`."""
     extra = {} if roots is None else {"roots": roots}
     state = ServerState(url, jobs_output_dir=tmp_path / "jobs", **extra)
     try:
-        async with Client(build_server(state), mode=mode) as connected:
+        server = build_server(state, admin_tools=admin_tools)
+        async with Client(server, mode=mode) as connected:
             yield connected
     finally:
         state.close()
@@ -72,6 +78,13 @@ async def served(
 async def client(sqlite_url: str, tmp_path: Path) -> AsyncIterator[Client]:
     """A server on a fresh SQLite file, over the legacy handshake Claude Code uses."""
     async with served(sqlite_url, tmp_path) as connected:
+        yield connected
+
+
+@pytest.fixture
+async def admin_client(sqlite_url: str, tmp_path: Path) -> AsyncIterator[Client]:
+    """As `client`, on a server started with --admin-tools (insert_*, import_directory)."""
+    async with served(sqlite_url, tmp_path, admin_tools=True) as connected:
         yield connected
 
 

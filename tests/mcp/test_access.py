@@ -99,7 +99,8 @@ def layout(tmp_path: Path) -> dict[str, Path]:
 
 @pytest.fixture
 async def client(layout: dict[str, Path], tmp_path: Path) -> AsyncIterator[Client]:
-    async with served(str(tmp_path / "k.db"), tmp_path, roots=Roots.of([layout["root"]])) as c:
+    roots = Roots.of([layout["root"]])
+    async with served(str(tmp_path / "k.db"), tmp_path, roots=roots, admin_tools=True) as c:
         yield c
 
 
@@ -133,6 +134,9 @@ async def test_kernel_paths_outside_the_roots_are_refused(
         await refused(
             client, "start_optimization", {"task_path": task, "kernel_path": path}, "kernel_path"
         )
+        # A round of candidates: each path checked, before the parent is even looked up.
+        round_ = {"task_path": task, "parent_id": "0" * 8, "candidates": kernels[::-1]}
+        await refused(client, "profile_kernel", round_, "candidates[1].kernel_path")
     # Nothing of the secret was stored.
     await fails(client, "list_solutions", {"definition_name": "silu_n1024"}, "no definition")
 

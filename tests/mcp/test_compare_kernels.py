@@ -16,6 +16,13 @@ from tests.mcp.helpers import fails, ok
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture
+def client(admin_client: Client) -> Client:
+    """These tests store records by hand (insert_*, import_directory): the admin tools."""
+    return admin_client
+
+
 TASK = NKIBENCH_DIR / "reference" / "softmax_M256_N1024_numpy_0.py"
 SLOW = NKIBENCH_DIR / "kernels" / "softmax_M256_N1024_0.py"
 FAST = NKIBENCH_DIR / "kernels" / "softmax_M256_N1024_fast.py"

@@ -22,6 +22,13 @@ from tests.mcp.processes import server_env
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture
+def client(admin_client: Client) -> Client:
+    """These tests store records by hand (insert_*, import_directory): the admin tools."""
+    return admin_client
+
+
 TASK = str(SILU_TASK)
 SLOW_SOURCE = json.loads(SILU_SLOW.read_text())["sources"][0]["content"]
 FAST_SOURCE = json.loads(SILU_FAST.read_text())["sources"][0]["content"]
@@ -65,6 +72,7 @@ async def test_one_call_profiles_and_links_each_candidate(client: Client) -> Non
     assert high is None or first["speedup_vs_parent"] <= high
     # A Python loop against one NumPy expression in the same rounds: ~3x quiet, ~2.6x when busy.
     assert first["speedup_vs_parent"] > 1.2
+    assert first["speedup_vs_parent_verdict"] == "faster"
     assert first["parent_latency_ms"] > first["latency_ms"]
     assert "over the parent" in first["summary"] and "over the reference" in first["summary"]
     assert first["initial_solution_id"] == root
@@ -86,6 +94,7 @@ async def test_one_call_profiles_and_links_each_candidate(client: Client) -> Non
         ),
     )
     assert second["parent_timing"] == "stored"
+    assert second["speedup_vs_parent_verdict"] is None  # no verdict from figures timed apart
     assert second["parent_latency_ms"] == pytest.approx(first["latency_ms"])
     assert second["speedup_vs_parent"] == pytest.approx(first["latency_ms"] / second["latency_ms"])
     assert second["initial_solution_id"] == root and second["initial_timing"] == "stored"

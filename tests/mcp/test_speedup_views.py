@@ -22,6 +22,12 @@ from tests.store.samples import make_solution
 pytestmark = pytest.mark.anyio
 
 
+@pytest.fixture
+def client(admin_client: Client) -> Client:
+    """These tests store records by hand (insert_*, import_directory): the admin tools."""
+    return admin_client
+
+
 def by_id(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {item["id"]: item for item in items}
 

@@ -41,11 +41,6 @@ EXPECTED_TOOLS = {
     "get_solution",
     "solution_lineage",
     "query_profiles",
-    "insert_definition",
-    "insert_workload",
-    "insert_solution",
-    "insert_profile",
-    "import_directory",
     "list_memory",
     "search_memory",
     "add_memory",
@@ -62,11 +57,22 @@ EXPECTED_TOOLS = {
     "list_llm_calls",
     "get_llm_call",
 }
+"""What a server lists by default: the tools an optimizing agent uses."""
+
+ADMIN_TOOLS = {
+    "insert_definition",
+    "insert_workload",
+    "insert_solution",
+    "insert_profile",
+    "import_directory",
+}
+"""Listed as well when the server is started with --admin-tools."""
 
 
 @pytest.fixture(params=MODES)
 async def client(request: pytest.FixtureRequest, sqlite_url: str, tmp_path: Path):
-    async with served(sqlite_url, tmp_path, mode=request.param) as c:
+    # The admin tools too: these tests store records by hand.
+    async with served(sqlite_url, tmp_path, mode=request.param, admin_tools=True) as c:
         yield c
 
 
@@ -76,7 +82,7 @@ async def client(request: pytest.FixtureRequest, sqlite_url: str, tmp_path: Path
 async def db_client(request: pytest.FixtureRequest, tmp_path: Path):
     url = request.getfixturevalue(f"{request.param}_url")
     # The protocol is covered by `client`; here the store varies, over the legacy handshake.
-    async with served(url, tmp_path) as c:
+    async with served(url, tmp_path, admin_tools=True) as c:
         yield c
 
 
@@ -101,7 +107,7 @@ def evaluation(latency_ms: float, hardware: str = "cpu/test") -> dict[str, Any]:
 async def test_every_tool_is_listed_with_lean_schemas(client: Client) -> None:
     listed = await client.list_tools()
     names = {t.name for t in listed.tools}
-    assert names == EXPECTED_TOOLS
+    assert names == EXPECTED_TOOLS | ADMIN_TOOLS
     for tool in listed.tools:
         assert tool.description and len(tool.description) > 30, tool.name
         assert "\n" not in tool.description and "  " not in tool.description, tool.name
@@ -109,10 +115,26 @@ async def test_every_tool_is_listed_with_lean_schemas(client: Client) -> None:
         assert "title" not in tool.input_schema, tool.name
         # A result is its JSON once, in text: no outputSchema promising a structured copy.
         assert tool.output_schema is None, tool.name
-    # What the client received, as the server put it on the wire (stdio writes exactly this;
-    # test_transports measures the raw stdout line too).
-    wire = listed.model_dump_json(by_alias=True, exclude_unset=True)
-    assert len(wire.encode()) < TOOLS_LIST_BYTES, len(wire.encode())
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_admin_tools_are_listed_only_when_asked_for(
+    mode: str, sqlite_url: str, tmp_path: Path
+) -> None:
+    async with served(sqlite_url, tmp_path, mode=mode) as plain:
+        listed = await plain.list_tools()
+        assert {t.name for t in listed.tools} == EXPECTED_TOOLS
+        # What the client received, as the server put it on the wire (stdio writes exactly
+        # this; test_transports measures the raw stdout line too): what every session pays.
+        plain_bytes = len(listed.model_dump_json(by_alias=True, exclude_unset=True).encode())
+        assert plain_bytes < TOOLS_LIST_BYTES, plain_bytes
+        # Not listed is not callable: the SDK refuses an unknown tool.
+        await fails(plain, "import_directory", {"path": str(TRACE_DIR)}, "import_directory")
+    async with served(sqlite_url, tmp_path, mode=mode, admin_tools=True) as admin:
+        listed = await admin.list_tools()
+        admin_bytes = len(listed.model_dump_json(by_alias=True, exclude_unset=True).encode())
+    # The admin tools' schemas are most of what they would cost: several KB per session.
+    assert admin_bytes - plain_bytes > 5_000, (plain_bytes, admin_bytes)
 
 
 class RecordingState(ServerState):

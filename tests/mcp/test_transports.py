@@ -13,6 +13,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from accelopt_mcp.mcp_tools import ADMIN_TOOLS_ENV
 from tests.mcp.conftest import TRACE_DIR
 from tests.mcp.helpers import TOOLS_LIST_BYTES, fails, ok
 from tests.mcp.processes import REPO_ROOT, HttpServer, console_script, server_env
@@ -25,7 +26,8 @@ TOKEN = "test-token-0123456789abcdef"
 async def exercise(client: Client) -> None:
     """A few calls that need the database, one that fails, and one after the failure."""
     tools = {t.name for t in (await client.list_tools()).tools}
-    assert {"profile_kernel", "list_definitions", "add_memory"} <= tools
+    # Each server here was started with the admin tools (by flag or by environment).
+    assert {"profile_kernel", "list_definitions", "add_memory", "import_directory"} <= tools
     imported = await ok(client, "import_directory", {"path": str(TRACE_DIR)})
     assert imported["counts"]["definitions"] == 5
     await fails(client, "get_solution", {"solution_id": "nope"}, "no solution with id 'nope'")
@@ -40,7 +42,7 @@ async def exercise(client: Client) -> None:
 async def test_stdio_console_script(mode: str, tmp_path: Path) -> None:
     params = StdioServerParameters(
         command=console_script(),
-        args=["--store", str(tmp_path / "k.db")],
+        args=["--store", str(tmp_path / "k.db"), "--admin-tools"],
         env=server_env(),
         cwd=str(tmp_path),
     )
@@ -111,7 +113,7 @@ def test_stdio_stdout_holds_only_protocol(tmp_path: Path) -> None:
 
 
 async def test_http_on_localhost_with_generated_token(tmp_path: Path) -> None:
-    with HttpServer(str(tmp_path / "k.db")) as server:
+    with HttpServer(str(tmp_path / "k.db"), env={ADMIN_TOOLS_ENV: "1"}) as server:
         health = httpx.get(f"{server.base}/health", timeout=5)
         assert health.json() == {"status": "ok"}  # open, and tells nothing
         token_file = server.home / "mcp_token"
@@ -131,7 +133,7 @@ async def test_http_on_localhost_with_generated_token(tmp_path: Path) -> None:
 
 
 async def test_http_token_required_when_set(tmp_path: Path) -> None:
-    with HttpServer(str(tmp_path / "k.db"), token=TOKEN) as server:
+    with HttpServer(str(tmp_path / "k.db"), token=TOKEN, extra_args=["--admin-tools"]) as server:
         assert httpx.get(f"{server.base}/health", timeout=5).status_code == 200
         body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):

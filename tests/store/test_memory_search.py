@@ -1,6 +1,7 @@
 """Memory search is a word search, the same in every store (SQLite FTS5, PostgreSQL full-text
-search, Supabase through PostgREST and the schema's search function): every word of the text,
-in any order, anywhere in title, strategy or pseudocode; ranked best first."""
+search, Supabase through PostgREST and the schema's search function): the words of the text,
+in any order, anywhere in title, strategy or pseudocode; an item holding any of them is found,
+ranked by how many it holds, then by where (title first)."""
 
 from __future__ import annotations
 
@@ -58,24 +59,34 @@ def _names(
     return [by_id[e.id] for e in found]
 
 
-def test_every_word_in_any_order_ranked_best_first(
+def test_items_holding_more_of_the_words_rank_first(
     store: KernelStore, items: dict[str, str]
 ) -> None:
     # Both words in the title (SQLite's bm25 ranks the shorter of these first, ts_rank the
     # newer: not compared here), then both in the strategy (far apart), then in the
-    # pseudocode; items with one of the words only are not found.
+    # pseudocode; then the items holding one of the words only, title before strategy.
     ranked = _names(store, items, "GEMM thread")
     assert set(ranked[:3]) == {"title", "other_namespace", "other_definition"}
-    assert ranked[3:] == ["far", "pseudocode"]
+    assert ranked[3:5] == ["far", "pseudocode"]
+    assert set(ranked[5:]) == {"gemm_only", "thread_only"}
     assert _names(store, items, "thread GEMM") == ranked
     assert _names(store, items, "  gemm,   THREAD! ") == ranked  # case, punctuation
     # A word is the start of a word after stemming: threads, thread, threading alike.
     assert _names(store, items, "threading gemms") == ranked
+    # A plural beside its singular is one word: it does not count twice.
+    assert _names(store, items, "GEMM thread threads") == ranked
     assert _names(store, items, "vector") == ["vectorize"]
     assert _names(store, items, "np.dot") == ["vectorize"]  # "np" and "dot", as written
-    assert _names(store, items, "GEMM cuda") == []
+    # A word no item holds takes nothing away: the items holding the others are found.
+    partial = _names(store, items, "GEMM cuda")
+    assert set(partial) == {
+        "title", "other_namespace", "other_definition", "far", "pseudocode", "gemm_only"
+    }  # fmt: skip
+    assert _names(store, items, "cuda tensorcore") == []
     # Filters apply before the ranking is cut.
-    assert _names(store, items, "GEMM thread", namespace="cpu") == ["title", "far", "pseudocode"]
+    assert _names(store, items, "GEMM thread", namespace="cpu") == [
+        "title", "far", "pseudocode", *[n for n in ranked[5:]]
+    ]  # fmt: skip
     assert _names(store, items, "GEMM thread", definition_name="other") == ["other_definition"]
     assert _names(store, items, "GEMM thread", limit=2) == ranked[:2]
     assert store.remove_experience(items["title"])
@@ -84,6 +95,30 @@ def test_every_word_in_any_order_ranked_best_first(
     # No text: every item not removed, newest first.
     assert _names(store, items, None) == [k for k in reversed(items) if k != "title"]
     assert _names(store, items, "   ") == _names(store, items, None)
+
+
+def test_what_an_agent_searched_for_finds_the_partial_matches(store: KernelStore) -> None:
+    # The searches that found nothing while every word had to match.
+    store.upsert_definition(make_definition(DEF))
+    elementwise = store.add_experience(
+        ExperienceIn(
+            definition_name=DEF,
+            title="Fuse elementwise steps with out= buffers",
+            strategy="One preallocated buffer for every elementwise ufunc; no temporaries.",
+        )
+    )
+    reuse = store.add_experience(
+        ExperienceIn(
+            definition_name=DEF,
+            title="Reuse the output buffer",
+            strategy="Write into the caller's array instead of allocating.",
+        )
+    )
+    store.add_experience(ExperienceIn(definition_name=DEF, title="Tile GEMM", strategy="64x64"))
+    found = [e.id for e in store.search_experiences(text="gelu tanh elementwise")]
+    assert found == [elementwise]
+    found = [e.id for e in store.search_experiences(text="buffer reuse")]
+    assert found[:2] == [reuse, elementwise]  # both words first, then one
 
 
 def test_equal_matches_rank_newest_first_and_page_in_order(store: KernelStore) -> None:
@@ -117,14 +152,21 @@ def test_the_text_is_words_never_query_syntax(store: KernelStore) -> None:
     def found(text: str) -> list[str]:
         return sorted(ids[e.id] for e in store.search_experiences(text=text))
 
+    def ranked(text: str) -> list[str]:
+        return [ids[e.id] for e in store.search_experiences(text=text)]
+
     # Operators of FTS5 (OR, NOT, AND, quotes, -) and of tsquery (& | ! :*) are stop words or
-    # separators: "tile OR fuse" wants both words, "NOT" and "AND" are stop words.
-    assert found("tile OR fuse") == ["fuse"]  # "tiled" starts with "tile" once stemmed
+    # separators: "tile OR fuse" looks for two words, "NOT" and "AND" are stop words. "fuse"
+    # holds both ("tiled" starts with "tile" once stemmed), so it ranks first.
+    assert ranked("tile OR fuse") == ["fuse", "tile"]
     assert found("NOT tile") == ["fuse", "tile"]
-    assert found('fuse" OR "tile') == ["fuse"]
-    assert found("(tile) AND -fuse") == ["fuse"]
-    assert found("tile:* & !fuse | x") == []  # x: no word of fuse's starts with it
-    assert found("a*b literal") == ["glob"]  # "*" is no wildcard: words "b", "literal"
+    assert ranked('fuse" OR "tile') == ["fuse", "tile"]
+    assert ranked("(tile) AND -fuse") == ["fuse", "tile"]
+    # x: a word of glob's ("x_y" is "x" and "y"), of no other.
+    assert ranked("tile:* & !fuse | x")[0] == "fuse"
+    assert found("tile:* & !fuse | x") == ["fuse", "glob", "tile"]
+    # "*" is no wildcard: "a" is a stop word, "b" a word (and the start of tile's "blocks").
+    assert ranked("a*b literal") == ["glob", "tile"]
     assert found("x_y 100%") == ["glob"]
     assert found("ÉMOJI café") == ["accent"]
     for text in ("the of and", "%%% *** ---", "✓ ✓"):

@@ -18,7 +18,13 @@ from accelopt_mcp import hashing
 from accelopt_mcp.models import LlmCallIn, LlmMessage
 from accelopt_mcp.models.evaluation import INFORMATIONAL_FLAGS, UNTRUSTED_FLAGS
 from accelopt_mcp.store import _rows
-from accelopt_mcp.store.base import KernelStore, RunRecord, StoreUnavailableError, SuiteRecord
+from accelopt_mcp.store.base import (
+    ExperienceIn,
+    KernelStore,
+    RunRecord,
+    StoreUnavailableError,
+    SuiteRecord,
+)
 from accelopt_mcp.store.postgres import (
     PostgresStore,
     behind_transaction_pooler,
@@ -564,7 +570,8 @@ def _v4_sqlite() -> str:
 
 
 def _check_search_migrated(store: KernelStore) -> None:
-    assert [e.id for e in store.search_experiences(text="GEMM thread")] == ["e-far"]
+    # Both words first, then the item holding one of them.
+    assert [e.id for e in store.search_experiences(text="GEMM thread")] == ["e-far", "e-gemm"]
     assert [e.id for e in store.search_experiences(text="float32")] == ["e-gemm"]
     store.put_hardware_peaks("cpu/x", {"fp32_gflops": 1.0})
     assert store.get_hardware_peaks("cpu/x").peaks == {"fp32_gflops": 1.0}  # type: ignore[union-attr]
@@ -636,8 +643,31 @@ def test_reapplying_the_schema_adds_word_search_and_peaks(
     with PostgresStore(pg_dsn, init_schema=True) as store:
         _check_search_migrated(store)
     with SupabaseStore(running.url, key=running.key) as remote:
-        assert [e.id for e in remote.search_experiences(text="thread GEMM")] == ["e-far"]
+        found = [e.id for e in remote.search_experiences(text="thread GEMM")]
+        assert found == ["e-far", "e-gemm"]
         assert remote.get_hardware_peaks("cpu/x").peaks == {"fp32_gflops": 1.0}  # type: ignore[union-attr]
+
+
+@pytest.mark.postgres
+def test_a_search_function_that_wants_every_word_is_replaced(pg_dsn: str) -> None:
+    # A database whose search_experiences is the older one, which wanted every word: it
+    # answers, but not as this accelopt expects, so it is named and `db init` replaces it.
+    with PostgresStore(pg_dsn, init_schema=True) as store:
+        store.upsert_definition(make_definition("d"))
+        for title in ("GEMM threads", "GEMM in float32"):
+            store.add_experience(ExperienceIn(definition_name="d", title=title, strategy="s"))
+    current = SCHEMA.read_text("utf-8")
+    body = re.search(r"CREATE OR REPLACE FUNCTION search_experiences.*?\$\$;", current, re.S)
+    assert body is not None and "' | '" in body.group(0)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(body.group(0).replace("' | '", "' & '"))
+    with pytest.raises(StoreUnavailableError, match=r"older than this accelopt") as caught:
+        PostgresStore(pg_dsn)
+    assert "search_experiences() ranking partial matches" in str(caught.value)
+    with PostgresStore(pg_dsn, init_schema=True) as store:  # `accelopt db init` does this
+        assert any("memory search" in change for change in store.schema_changes)
+        found = [e.title for e in store.search_experiences(text="GEMM thread")]
+        assert found == ["GEMM threads", "GEMM in float32"]
 
 
 # --------------------------------------------------------------------------- suites

@@ -74,4 +74,4 @@ def test_the_cli_lists_shows_and_compares_stored_suites(tmp_path: Path) -> None:
     shown = run_accelopt("suite", "compare", a.id[:8], b.id[:8], "--store", db)
     assert "(B - A: +30.0 points)" in shown.stdout
     missing = run_accelopt("suite", "show", "deadbeef", "--store", db)
-    assert missing.returncode == 2 and "no suite 'deadbeef'" in missing.stderr
+    assert missing.returncode == 2 and "no suite with id 'deadbeef'" in missing.stderr
