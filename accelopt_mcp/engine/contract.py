@@ -43,7 +43,8 @@ def _cpu_contract(config: BenchmarkConfig, cores: int | None, uses_torch: bool) 
         # the correctness pass; a fresh draw (secrets.randbits) for every timed call.
         f"- Inputs: {_seeds(config)}, at least {FRESH_CORRECTNESS_SETS} sets drawn fresh per "
         "evaluation, and new inputs for every timed call (its outputs are checked too): an "
-        "answer that does not follow its inputs fails.",
+        "answer that does not follow its inputs fails. Stress sets the task declares (inputs "
+        "scaled up, edge cases) are checked by the same rule: keep numerically safe forms.",
         # cpu_candidate: inputs are views of the kernel's own arena, rewritten by the harness
         # before every call; the reference runs in another process on its own copy.
         "- The inputs are the kernel's own copy, rewritten before each call: it may overwrite "
@@ -82,7 +83,8 @@ def _nki_contract(config: BenchmarkConfig) -> list[str]:
         "- Correct: each output has the reference's shape and dtype, and ||out - ref||_2 <= "
         f"rtol * ||ref||_2 + atol (rtol {config.rtol:g}, atol {config.atol:g}): one L2 norm "
         "over the whole output, not a test per element. " + _nonfinite_rule(config),
-        f"- Inputs: {_seeds(config)}; the latency comes from neuron-profile on the device.",
+        f"- Inputs: {_seeds(config)} and any stress sets the task declares (checked by the "
+        "same rule); the latency comes from neuron-profile on the device.",
         "- One NeuronCore per evaluation. Imports: neuronxcc.nki (nki, nki.language, "
         "nki.isa), numpy and the standard library only; no network.",
     ]

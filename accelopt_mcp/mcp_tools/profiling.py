@@ -3,6 +3,7 @@ round of candidates of one parent in one interleaved evaluation."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Annotated, Any
 
 from mcp.server.mcpserver.tools import Tool
@@ -14,6 +15,7 @@ from accelopt_mcp.backends import registry as backends
 from accelopt_mcp.backends.base import Availability
 from accelopt_mcp.backends.cluster import NodeReport, cluster_address, describe_nodes
 from accelopt_mcp.comparing import figures_text, shown_counters, speedup_text
+from accelopt_mcp.engine.contract import contract_text
 from accelopt_mcp.linking import short
 from accelopt_mcp.mcp_tools import ids
 from accelopt_mcp.mcp_tools.compare import PairResult, pair_result
@@ -264,10 +266,6 @@ def profile_kernel(
     )
     fields: dict[str, Any] = {"iterations": iterations, "timeout_seconds": timeout_seconds}
     if breakdown:
-        # TODO(lead): drop this guard once BenchmarkConfig.breakdown is merged (the other
-        # helper adds it); until then a breakdown cannot be asked of the backend.
-        if "breakdown" not in BenchmarkConfig.model_fields:
-            raise ValueError("this server's backends cannot take a time breakdown yet")
         fields["breakdown"] = True
     config = BenchmarkConfig.model_validate({**fields, **(benchmark or {})})
     if candidates is not None:
@@ -484,6 +482,11 @@ TOOLS = [
         list_backends, annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True)
     ),
     Tool.from_function(
-        profile_kernel, annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=True)
+        profile_kernel,
+        # The contract the harness holds every kernel to, from the text the prompts use, so an
+        # agent writing kernels by hand reads the same rule as the executor LLM.
+        description=f"{inspect.getdoc(profile_kernel)}\n\nThe contract on cpu (default "
+        f"settings; nki and flashinfer apply their own):\n{contract_text('cpu')}",
+        annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=True),
     ),
 ]

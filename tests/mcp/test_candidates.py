@@ -104,3 +104,16 @@ async def test_a_round_refuses_what_it_cannot_do(client: Client) -> None:
         profile(parent_id=parent, candidates=[]),
         "1 to 7 candidates",
     )
+
+
+async def test_a_breakdown_is_returned_when_asked_for(client: Client) -> None:
+    plain = await ok(client, "profile_kernel", profile(kernel_path=str(SILU_SLOW), store=False))
+    assert plain["breakdown"] == []
+    traced = await ok(
+        client, "profile_kernel", profile(kernel_path=str(SILU_SLOW), store=False, breakdown=True)
+    )
+    assert traced["status"] == "PASSED"
+    # The slow silu loops over rows in Python: the busiest parts are its own source lines.
+    lines = [entry["what"] for entry in traced["breakdown"]]
+    assert lines and all(entry["ms"] >= 0 for entry in traced["breakdown"])
+    assert any(what.startswith("L") and ":" in what for what in lines), lines

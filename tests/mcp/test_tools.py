@@ -115,6 +115,11 @@ async def test_every_tool_is_listed_with_lean_schemas(client: Client) -> None:
         assert "title" not in tool.input_schema, tool.name
         # A result is its JSON once, in text: no outputSchema promising a structured copy.
         assert tool.output_schema is None, tool.name
+    # The contract an agent writing kernels by hand is held to, with the harness's numbers:
+    # the same rule the executor's prompt states (engine/contract.py).
+    profile = next(t for t in listed.tools if t.name == "profile_kernel")
+    assert "||out - ref||_2 <= rtol * ||ref||_2 + atol * sqrt(n) (rtol 2e-05" in profile.description
+    assert "it may overwrite them" in profile.description
 
 
 @pytest.mark.parametrize("mode", MODES)
