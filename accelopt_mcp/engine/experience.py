@@ -204,7 +204,7 @@ async def _summarize_one(ctx: RunContext, control: RunControl, iteration: int, p
                 f"{shown[summary.known - 1].id[:8]} already; not stored again",
             )
         return 0
-    replaced = _refined_item(summary, shown)
+    replaced = _refined_item(summary, shown, ctx.run_id)
     lesson = "\n".join((summary.title, summary.strategy, summary.pseudocode))
     refusal = lesson_refusal(lesson, slow.entry_source.content, fast.entry_source.content)
     if refusal is not None:
@@ -250,10 +250,16 @@ async def _summarize_one(ctx: RunContext, control: RunControl, iteration: int, p
     return 1
 
 
-def _refined_item(summary: Summary, shown: list[ExperienceRecord]) -> ExperienceRecord | None:
+def _refined_item(
+    summary: Summary, shown: list[ExperienceRecord], run_id: str
+) -> ExperienceRecord | None:
     """The memory item the summary says it refines ("refines": N, numbered as the prompt
-    listed `shown`), or None: none named, or a number the prompt did not list."""
+    listed `shown`), or None: none named, a number the prompt did not list, or an item this
+    run did not learn. A seed (added by hand, or by another run of the namespace) is shared:
+    one model reply must not take it out of every run's memory, so the new item is stored
+    beside it."""
     number = summary.refines
     if number is None or not 1 <= number <= len(shown):
         return None
-    return shown[number - 1]
+    item = shown[number - 1]
+    return item if item.run_id == run_id else None

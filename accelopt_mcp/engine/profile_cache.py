@@ -91,6 +91,8 @@ class ProfileCache:
         self._beside_parent: dict[tuple[str, str], Comparison] = {}
         """(source hash, parent id) -> the 'parent' comparison of this cache's fresh profile."""
         self._solutions: dict[str, Solution] = {}
+        self._breakdown_tried: set[str] = set()
+        """Sources this cache measured again for a breakdown (_measure_for_breakdown)."""
 
     async def store_solution(
         self, solution: Solution, parent_id: str | None, meta: dict[str, Any]
@@ -141,7 +143,7 @@ class ProfileCache:
                 sid, source_hash, evaluation, True, self._comparison(source_hash, parent_id)
             )
         stored = await self.stored_evaluation(sid)
-        if stored is not None:
+        if stored is not None and not self._measure_for_breakdown(source_hash, stored):
             comparison = self._comparison(source_hash, parent_id)
             if comparison is None and stored_beside_parent:
                 comparison = next(
@@ -174,6 +176,20 @@ class ProfileCache:
             self._beside_parent[(source_hash, parent_id)] = comparison
         future.set_result(pooled)
         return ProfiledSolution(sid, source_hash, pooled, False, comparison)
+
+    def _measure_for_breakdown(self, source_hash: str, stored: Evaluation) -> bool:
+        """Whether a passing stored profile without a breakdown is measured once more, because
+        this run asks for breakdowns (its planner reads them): once per source and cache, so a
+        kernel that cannot give one (a builtin entry point, a CUDA source) costs one extra
+        evaluation per run, not one per use. The new measurement joins the same stored
+        profile, which keeps its breakdown from then on (pool_evaluations). Readers of the
+        store (stored_evaluation: the planner, the summarizer) take the profile as it is."""
+        if not (self.benchmark.breakdown and stored.passed and not stored.breakdown):
+            return False
+        if source_hash in self._breakdown_tried:
+            return False
+        self._breakdown_tried.add(source_hash)
+        return True
 
     def _comparison(self, source_hash: str, parent_id: str | None) -> Comparison | None:
         if parent_id is None:
@@ -218,14 +234,6 @@ class ProfileCache:
                 # (a latency does not): with a longer one the kernel may finish, so it is timed
                 # again rather than handed back as the old verdict.
                 and profile.evaluation.status != EvaluationStatus.TIMEOUT
-                # A run that asks for breakdowns (its planner reads them) measures a passing
-                # kernel stored without one once more: the new measurement joins the same
-                # profile, which then keeps its breakdown (pool_evaluations).
-                and not (
-                    self.benchmark.breakdown
-                    and profile.evaluation.passed
-                    and not profile.evaluation.breakdown
-                )
             ):
                 return profile.evaluation
         return None

@@ -121,12 +121,18 @@ def test_a_lesson_already_in_memory_is_its_own_answer() -> None:
         parse_summary('{"already_known": "yes"}')
 
 
-def test_only_a_listed_item_can_be_refined() -> None:
+def test_only_a_listed_item_of_this_run_can_be_refined() -> None:
     shown = [
-        ExperienceRecord(id="e1", definition_name="d", title="one", strategy="s"),
-        ExperienceRecord(id="e2", definition_name="d", title="two", strategy="s"),
+        ExperienceRecord(id="e1", definition_name="d", title="one", strategy="s", run_id="r1"),
+        ExperienceRecord(id="e2", definition_name="d", title="two", strategy="s", run_id="r1"),
+        # A seed: added by hand (no run), or learned by another run of the namespace.
+        ExperienceRecord(id="e3", definition_name="d", title="by hand", strategy="s"),
+        ExperienceRecord(id="e4", definition_name="d", title="other", strategy="s", run_id="r0"),
     ]
     summary = Summary(title="t", strategy="s", refines=2)
-    assert _refined_item(summary, shown) is shown[1]
-    assert _refined_item(summary.model_copy(update={"refines": 3}), shown) is None
-    assert _refined_item(summary.model_copy(update={"refines": None}), shown) is None
+    assert _refined_item(summary, shown, "r1") is shown[1]
+    assert _refined_item(summary.model_copy(update={"refines": 5}), shown, "r1") is None
+    assert _refined_item(summary.model_copy(update={"refines": None}), shown, "r1") is None
+    # A shared item stays in every run's memory, whatever the reply says.
+    assert _refined_item(summary.model_copy(update={"refines": 3}), shown, "r1") is None
+    assert _refined_item(summary.model_copy(update={"refines": 4}), shown, "r1") is None
