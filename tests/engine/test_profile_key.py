@@ -130,8 +130,7 @@ def test_a_kernel_that_gives_no_breakdown_is_measured_again_once_per_run(
     store: KernelStore,
 ) -> None:
     # Its entry point is compiled under a file name outside its folder: no line of its own
-    # files runs, so the traced
-    # call has nothing to report.
+    # files runs, so the traced call has nothing to report.
     task = scale_task()
     kernel = python_solution(GENERATED_ENTRY)
     pool = DevicePool([DeviceSlot(kind="cpu", id="c", backend_kwargs={"cpus": {0}})])
