@@ -264,6 +264,7 @@ def test_the_browser_opens_a_private_redirect_file_and_no_command_line_holds_the
         deadline = time.monotonic() + 30
         while not said.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
+        assert said.exists(), "accelopt view did not open the browser $BROWSER names"
         (argument,) = said.read_text().splitlines()
         assert argument.startswith("file:///") and viewer.token not in argument
         redirect = Path(unquote(urlparse(argument).path))
