@@ -8,5 +8,6 @@ code, diff, profile, LLM calls and lessons, the memory, the suites).
   the network).
 - `links.py` records where a viewer of a database listens (no token), so that `accelopt
   optimize` and the `job_status` tool can point at a run in it.
-- `serve.py` binds 127.0.0.1, prints the URL with its token and serves until stopped.
+- `serve.py` binds 127.0.0.1, prints the URL with its token, opens the browser through a
+  private redirect file (no token on a command line) and serves until stopped.
 """

@@ -2,14 +2,18 @@
 front end from the package.
 
 Who may read: the viewer serves kernels' source and LLM prompts, and a loopback port is open to
-every local user and, through DNS rebinding, to any web page the user visits. So every request
-must carry the token `accelopt view` printed: in the URL once (`?token=`; the answer is a
-redirect to the same page without it, setting the token as a cookie of this port), then as the
-cookie, or as `Authorization: Bearer <token>`. Tokens are compared in constant time. The Host
-header must name the loopback address the viewer listens on (a rebound name is refused even
-before the token is looked at). Pages carry a Content-Security-Policy that runs only the
-package's own script: kernel and LLM text is untrusted, and the front end writes it as text,
-never as markup (the policy is the second line of defence).
+every local user and, through DNS rebinding, to any web page the user visits. So every data
+request (`/api/...`) must carry the token `accelopt view` printed, as `Authorization: Bearer
+<token>`, and nothing else: no cookie, no query parameter. Cookies are not scoped by port, so a
+cookie holding the token would be sent to every other service on 127.0.0.1, another user's
+included. The shell (the pages, app.js, app.css: code, no data) is served without the token:
+its script takes `?token=` from the printed URL once, keeps it in the browser's localStorage
+(scoped by origin, so by port), takes it out of the address bar and sends it as that header.
+Tokens are compared in constant time. The Host header must name the loopback address the viewer
+listens on (a rebound name is refused even before the token is looked at). Pages carry a
+Content-Security-Policy that runs only the package's own script: kernel and LLM text is
+untrusted, and the front end writes it as text, never as markup (the policy is the second line
+of defence).
 """
 
 from __future__ import annotations
@@ -21,13 +25,12 @@ import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
 
 from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -55,13 +58,27 @@ SECURITY_HEADERS = {
 }
 
 
-def cookie_name(port: int) -> str:
-    """Cookies are shared by every port of a host: one name per port keeps two viewers apart."""
-    return f"accelopt_view_{port}"
-
-
 def allowed_hosts(port: int) -> frozenset[bytes]:
     return frozenset(f"{name}:{port}".encode() for name in ("127.0.0.1", "localhost", "[::1]"))
+
+
+NEED_TOKEN = (
+    "this viewer needs its token: open the URL `accelopt view` printed (with ?token=...) once "
+    "in this browser; start it again for a new one"
+)
+
+
+def is_shell(path: str) -> bool:
+    """The paths served without the token: the pages and the static files, named exactly (an
+    allowlist, so that no spelling of a data path slips through as a page)."""
+    if path in PAGES or path == "/favicon.ico":
+        return True
+    if path.startswith("/static/"):
+        return path[len("/static/") :] in STATIC_FILES
+    if path.startswith("/run/"):
+        run_id = path[len("/run/") :]
+        return bool(run_id) and "/" not in run_id
+    return False
 
 
 class Gate:
@@ -72,7 +89,6 @@ class Gate:
         self.token = token.encode()
         self.port = port
         self.hosts = allowed_hosts(port)
-        self.cookie = cookie_name(port)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -88,39 +104,26 @@ class Gate:
                 "this viewer answers only to 127.0.0.1 or localhost on its own port",
             )
             return
-        request = Request(scope)
-        given = request.query_params.get("token")
-        if given is not None:
-            if not self._matches(given):
-                await _refuse(scope, receive, send, 403, "wrong token")
+        if is_shell(scope["path"]):
+            # The page's script reads a `?token=` and stores it; a wrong one is said here, at
+            # once, rather than as a refused data request after the page loaded.
+            given = Request(scope).query_params.get("token")
+            if given is not None and not self._matches(given):
+                await _refuse(
+                    scope,
+                    receive,
+                    send,
+                    403,
+                    "wrong token: open the URL the running `accelopt view` printed last",
+                )
                 return
-            # Out of the address bar and the history: the cookie carries it from here.
-            rest = [
-                (k, v)
-                for k, v in parse_qsl(scope.get("query_string", b"").decode())
-                if k != "token"
-            ]
-            target = scope["path"] + (f"?{urlencode(rest)}" if rest else "")
-            response = RedirectResponse(target, status_code=303, headers=SECURITY_HEADERS)
-            response.set_cookie(self.cookie, given, httponly=True, samesite="lax", path="/")
-            await response(scope, receive, send)
+            await self.app(scope, receive, send)
             return
         bearer = headers.get(b"authorization", b"")
         if bearer.startswith(b"Bearer ") and self._matches(bearer[7:].decode(errors="replace")):
             await self.app(scope, receive, send)
             return
-        cookie = request.cookies.get(self.cookie)
-        if cookie is not None and self._matches(cookie):
-            await self.app(scope, receive, send)
-            return
-        await _refuse(
-            scope,
-            receive,
-            send,
-            401,
-            "this viewer needs its token: open the URL `accelopt view` printed (with "
-            "?token=...) once in this browser; start it again for a new one",
-        )
+        await _refuse(scope, receive, send, 401, NEED_TOKEN)
 
     def _matches(self, given: str) -> bool:
         return hmac.compare_digest(given.encode(), self.token)

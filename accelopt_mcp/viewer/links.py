@@ -3,9 +3,10 @@ point at a run in it.
 
 `accelopt view` writes $ACCELOPT_HOME/viewers/<hash of the database's identity>.json as it starts
 (its port and process) and removes it as it stops. The file holds no token: a link made from it
-(`run_url`) opens in a browser that has opened the viewer's own URL once (the token is then a
-cookie of that browser), and is refused elsewhere. So the link may go where a secret must not: a
-job's status read by an agent, a run's log. A record whose process is gone is ignored.
+(`run_url`) shows its run in a browser that has opened the viewer's own URL once (the page kept
+the token in that browser's storage for this port), and nothing elsewhere. So the link may go
+where a secret must not: a job's status read by an agent, a run's log. A record whose
+process is gone is ignored.
 """
 
 from __future__ import annotations

@@ -176,11 +176,15 @@ def made_run(tmp_path_factory: pytest.TempPathFactory) -> MadeRun:
 
 class ViewerProcess:
     """`accelopt view --store DB --port 0 --no-browser` as a subprocess; `url` is its first
-    stdout line."""
+    stdout line. With `open_browser`, without --no-browser: it opens the browser that $BROWSER
+    (in `env`) names."""
 
-    def __init__(self, store_url: str, *, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, store_url: str, *, env: dict[str, str] | None = None, open_browser: bool = False
+    ) -> None:
         self.store_url = store_url
         self.env = env
+        self.open_browser = open_browser
         self.url = ""
         self.port = 0
         self.token = ""
@@ -190,8 +194,9 @@ class ViewerProcess:
 
     def __enter__(self) -> ViewerProcess:
         accelopt = Path(sys.executable).with_name("accelopt")
+        command = [str(accelopt), "view", "--store", self.store_url, "--port", "0"]
         self.process = subprocess.Popen(
-            [str(accelopt), "view", "--store", self.store_url, "--port", "0", "--no-browser"],
+            command if self.open_browser else [*command, "--no-browser"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -15,6 +15,7 @@ import pytest
 from accelopt_mcp.engine.runs import worker_id_of
 from accelopt_mcp.store.base import ExperienceIn
 from accelopt_mcp.store.sqlite import SqliteStore
+from accelopt_mcp.viewer.serve import remove_redirect, write_redirect
 from tests.viewer.conftest import HOSTILE, MadeRun, ViewerProcess, artifacts_dir
 from tests.viewer.synthetic import passed, variant, write_broken_run, write_run
 
@@ -33,8 +34,8 @@ def test_optimize_links_its_run_in_the_viewer_serving_its_database(made_run: Mad
 
 @pytest.fixture(scope="module")
 def page(browser: Any, viewer: ViewerProcess) -> Iterator[Any]:
-    """One page of one browser context, opened on the URL the viewer printed (which leaves
-    the token as a cookie of this context)."""
+    """One page of one browser context, opened on the URL the viewer printed (whose page keeps
+    the token in this context's localStorage for the viewer's origin)."""
     context = browser.new_context(viewport={"width": 1500, "height": 1000})
     opened = context.new_page()
     errors: list[str] = []
@@ -48,11 +49,81 @@ def page(browser: Any, viewer: ViewerProcess) -> Iterator[Any]:
     assert errors == [], f"the page raised: {errors}"
 
 
+def test_the_printed_url_keeps_its_token_out_of_the_address_bar_and_cookies_and_opens_run_links(
+    browser: Any, viewer: ViewerProcess, made_run: MadeRun
+) -> None:
+    """A fresh browser: a run link without the token says to open the printed URL; the printed
+    URL shows the runs, with no token left in the address bar, the history or a cookie; then
+    the tokenless run link (what `accelopt optimize` prints) shows the run in that browser."""
+    context = browser.new_context()
+    try:
+        opened = context.new_page()
+        opened.set_default_timeout(TIMEOUT_MS)
+        run_link = f"{viewer.base}/run/{made_run.run_id}"
+        opened.goto(run_link)
+        need = opened.locator("[data-need-token]")
+        need.wait_for()
+        assert "the URL `accelopt view` printed" in need.inner_text()
+        assert opened.locator("[data-solution-id]").count() == 0
+        opened.goto(viewer.url)
+        opened.locator(f'tr[data-run-id="{made_run.run_id}"]').wait_for()
+        assert "token" not in opened.url and opened.url == f"{viewer.base}/"
+        assert "token" not in opened.evaluate("location.href")
+        assert opened.evaluate("localStorage.getItem('accelopt_view_token')") == viewer.token
+        assert context.cookies() == []
+        opened.goto(run_link)
+        opened.wait_for_selector("[data-solution-id]")
+        # A second tab of the same browser too.
+        other = context.new_page()
+        other.set_default_timeout(TIMEOUT_MS)
+        other.goto(run_link)
+        other.wait_for_selector("[data-solution-id]")
+    finally:
+        context.close()
+
+
+def test_the_redirect_file_the_browser_is_opened_on_leads_to_the_runs(
+    browser: Any, viewer: ViewerProcess, made_run: MadeRun
+) -> None:
+    """What `accelopt view` opens the browser on (a file:// page, so that no command line holds
+    the token) forwards a real chromium to the printed URL."""
+    redirect = write_redirect(viewer.url)
+    context = browser.new_context()
+    try:
+        opened = context.new_page()
+        opened.set_default_timeout(TIMEOUT_MS)
+        opened.goto(redirect.as_uri())
+        opened.locator(f'tr[data-run-id="{made_run.run_id}"]').wait_for()
+        assert opened.url == f"{viewer.base}/"
+    finally:
+        context.close()
+        remove_redirect(redirect)
+    assert not redirect.parent.exists()
+
+
+def test_a_stale_token_is_forgotten_and_the_page_says_what_to_open(
+    browser: Any, viewer: ViewerProcess, made_run: MadeRun
+) -> None:
+    """A token kept from an earlier viewer on this port is refused, dropped, and the page says
+    to open the printed URL."""
+    context = browser.new_context()
+    try:
+        opened = context.new_page()
+        opened.set_default_timeout(TIMEOUT_MS)
+        opened.goto(f"{viewer.base}/memory")
+        opened.evaluate("localStorage.setItem('accelopt_view_token', 'from-an-earlier-viewer')")
+        opened.goto(f"{viewer.base}/run/{made_run.run_id}")
+        opened.locator("[data-need-token]").wait_for()
+        assert opened.evaluate("localStorage.getItem('accelopt_view_token')") is None
+    finally:
+        context.close()
+
+
 def test_open_the_run_click_a_node_see_its_diff_and_profile_and_follow_its_parent(
     page: Any, viewer: ViewerProcess, made_run: MadeRun
 ) -> None:
     page.goto(viewer.url)  # the URL accelopt view printed, as a person opens it
-    assert "token=" not in page.url  # the printed URL's token went into a cookie
+    assert "token=" not in page.url  # the page took it out of the address bar
     row = page.locator(f'tr[data-run-id="{made_run.run_id}"]')
     row.wait_for()
     assert "completed" in row.inner_text()
@@ -193,12 +264,12 @@ def test_the_memory_page_lists_namespaces_and_searches_and_suites_say_there_are_
 def test_sixteen_browsers_at_once_each_see_the_run(
     browser: Any, viewer: ViewerProcess, made_run: MadeRun
 ) -> None:
-    """Sixteen tabs of one browser (one context: they share the cookie the printed URL set)
-    open the run at once and keep polling it."""
+    """Sixteen tabs of one browser (one context: they share the token the printed URL's page
+    stored) open the run at once and keep polling it."""
     context = browser.new_context()
     try:
         first = context.new_page()
-        first.goto(viewer.url)  # sets the cookie for the context
+        first.goto(viewer.url)  # stores the token for the context
         pages = [first, *(context.new_page() for _ in range(15))]
         for opened in pages:
             opened.set_default_timeout(TIMEOUT_MS * 2)

@@ -1,5 +1,6 @@
 """`accelopt view` as a real subprocess, over HTTP (no browser): the URL it prints, the token
-gate, the Host check, the static route, and where the token never goes."""
+gate, the Host check, the static route, and where the token never goes (records, logs, cookies,
+command lines: the browser is opened on a private redirect file)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import httpx
 import pytest
@@ -45,46 +48,72 @@ def raw_get(port: int, path: str, headers: dict[str, str] | None = None) -> tupl
         connection.close()
 
 
-def test_a_request_without_the_token_is_refused(
+def test_a_data_request_without_the_token_in_its_header_is_refused(
     served: tuple[ViewerProcess, Synthetic, Path],
 ) -> None:
     viewer, made, _ = served
-    for path in (
-        "/",
-        f"/run/{made.run_id}",
-        "/api/runs",
-        f"/api/run/{made.run_id}",
-        "/static/app.js",
-    ):
+    cookie = {f"accelopt_view_{viewer.port}": viewer.token}  # what an older viewer set
+    for path in ("/api/runs", f"/api/run/{made.run_id}", "/api/memory", "/nowhere"):
+        for given in (
+            httpx.get(viewer.base + path),
+            # The token anywhere but the header: as a cookie, in the query.
+            httpx.get(viewer.base + path, cookies=cookie),
+            httpx.get(viewer.base + path, params={"token": viewer.token}),
+            httpx.get(viewer.base + path, headers={"Authorization": "Bearer nope"}),
+            httpx.get(viewer.base + path, headers={"Authorization": viewer.token}),
+        ):
+            assert given.status_code == 401, (path, given.request.headers)
+            assert made.run_id not in given.text
+    assert "open the URL `accelopt view` printed" in httpx.get(f"{viewer.base}/api/runs").text
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "//api/runs",
+        "/api/runs/",
+        "/%61pi/runs",
+        "/run/..%2fapi%2fruns",
+        "/run/x/../../api/runs",
+        "/static/../api/runs",
+        "/static/..%2fapi%2fruns",
+        "/runs/../api/runs",
+    ],
+)
+def test_no_spelling_of_a_data_path_passes_as_a_page(
+    served: tuple[ViewerProcess, Synthetic, Path], path: str
+) -> None:
+    viewer, made, _ = served
+    status, body = raw_get(viewer.port, path, {"Host": f"127.0.0.1:{viewer.port}"})
+    assert status in (401, 404), (path, status)
+    assert made.run_id.encode() not in body
+
+
+def test_the_shell_is_served_without_the_token_and_holds_no_data(
+    served: tuple[ViewerProcess, Synthetic, Path],
+) -> None:
+    viewer, made, _ = served
+    for path in ("/", f"/run/{made.run_id}", "/memory", "/static/app.js", "/static/app.css"):
         response = httpx.get(viewer.base + path)
-        assert response.status_code == 401, path
-        assert made.run_id not in response.text
-    wrong = httpx.get(f"{viewer.base}/api/runs", params={"token": "x" * 43})
-    assert wrong.status_code == 403
-    bad_cookie = httpx.get(
-        f"{viewer.base}/api/runs", cookies={f"accelopt_view_{viewer.port}": "nope"}
-    )
-    assert bad_cookie.status_code == 401
-    bad_bearer = httpx.get(f"{viewer.base}/api/runs", headers={"Authorization": "Bearer nope"})
-    assert bad_bearer.status_code == 401
+        assert response.status_code == 200, path
+        assert made.run_id not in response.text and "set-cookie" not in response.headers
+        assert "script-src 'self'" in response.headers["content-security-policy"]
+    wrong = httpx.get(viewer.base + "/", params={"token": "x" * 43})
+    assert wrong.status_code == 403 and "wrong token" in wrong.text
 
 
-def test_the_printed_url_sets_a_cookie_and_leaves_the_address_bar(
+def test_the_printed_url_serves_the_page_and_its_token_opens_the_data(
     served: tuple[ViewerProcess, Synthetic, Path],
 ) -> None:
     viewer, made, _ = served
     first = httpx.get(viewer.url, follow_redirects=False)
-    assert first.status_code == 303
-    assert first.headers["location"] == "/"  # the token is not carried on
-    cookie = first.cookies.get(f"accelopt_view_{viewer.port}")
-    assert cookie == viewer.token
-    assert "httponly" in first.headers["set-cookie"].lower()
+    # The page itself, which takes the token out of the address bar; no cookie.
+    assert first.status_code == 200 and "/static/app.js" in first.text
+    assert "set-cookie" not in first.headers
+    assert viewer.token not in first.text
     with httpx.Client(
-        base_url=viewer.base, cookies={f"accelopt_view_{viewer.port}": cookie}
+        base_url=viewer.base, headers={"Authorization": f"Bearer {viewer.token}"}
     ) as client:
-        page = client.get("/")
-        assert page.status_code == 200 and "/static/app.js" in page.text
-        assert "script-src 'self'" in page.headers["content-security-policy"]
         runs = client.get("/api/runs").json()
         assert [r["id"] for r in runs["runs"]] == [made.run_id]
         detail = client.get(f"/api/run/{made.run_id}")
@@ -95,10 +124,6 @@ def test_the_printed_url_sets_a_cookie_and_leaves_the_address_bar(
         assert again.status_code == 304
         missing = client.get("/api/run/00000000-0000-4000-8000-000000000000")
         assert missing.status_code == 404 and "no run" in missing.json()["error"]
-    bearer = httpx.get(
-        f"{viewer.base}/api/runs", headers={"Authorization": f"Bearer {viewer.token}"}
-    )
-    assert bearer.status_code == 200
 
 
 def test_a_rebound_host_name_is_refused_even_with_the_token(
@@ -167,10 +192,10 @@ def test_sixteen_clients_polling_at_once_all_get_answers(
     served: tuple[ViewerProcess, Synthetic, Path],
 ) -> None:
     viewer, made, _ = served
-    cookies = {f"accelopt_view_{viewer.port}": viewer.token}
+    auth = {"Authorization": f"Bearer {viewer.token}"}
 
     def poll(_: int) -> list[int]:
-        with httpx.Client(base_url=viewer.base, cookies=cookies, timeout=30) as client:
+        with httpx.Client(base_url=viewer.base, headers=auth, timeout=30) as client:
             return [client.get(f"/api/run/{made.run_id}").status_code for _ in range(5)]
 
     with ThreadPoolExecutor(16) as pool:
@@ -216,3 +241,44 @@ def test_a_busy_port_is_refused_in_one_line(tmp_path: Path) -> None:
     assert done.stdout == ""  # no URL: nothing serves it
     (line,) = [x for x in done.stderr.splitlines() if "error" in x or "cannot" in x]
     assert f"127.0.0.1:{port}" in line and "--port 0" in line
+
+
+def test_the_browser_opens_a_private_redirect_file_and_no_command_line_holds_the_token(
+    tmp_path: Path,
+) -> None:
+    """`accelopt view` opens "the browser" $BROWSER names (here a script that records its
+    command line): it is given a file:// URL of a 0600 file in a 0700 folder, the only place
+    the token is written, which is gone once the viewer stops."""
+    path = tmp_path / "kernels.db"
+    SqliteStore(path).close()
+    said = tmp_path / "browser-argv"
+    browser = tmp_path / "browser.sh"
+    browser.write_text(
+        "#!/bin/sh\n"
+        f'printf "%s\\n" "$@" > "{said}.part"\n'
+        f'cat "$(echo "$1" | sed "s|^file://||")" > "{said}.page"\n'
+        f'mv "{said}.part" "{said}"\n'
+    )
+    browser.chmod(0o700)
+    with ViewerProcess(str(path), env={"BROWSER": str(browser)}, open_browser=True) as viewer:
+        deadline = time.monotonic() + 30
+        while not said.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert said.exists(), "accelopt view did not open the browser $BROWSER names"
+        (argument,) = said.read_text().splitlines()
+        assert argument.startswith("file:///") and viewer.token not in argument
+        redirect = Path(unquote(urlparse(argument).path))
+        assert redirect.stat().st_mode & 0o777 == 0o600
+        assert redirect.parent.stat().st_mode & 0o777 == 0o700
+        assert redirect.stat().st_uid == os.getuid()
+        assert viewer.url in redirect.read_text()
+        assert viewer.url in Path(f"{said}.page").read_text()  # what the browser read
+        # No command line on this machine holds the token while the viewer serves.
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                held = cmdline.read_bytes()
+            except OSError:  # a process that ended meanwhile, or not ours to read
+                continue
+            assert viewer.token.encode() not in held, cmdline
+    assert not redirect.exists() and not redirect.parent.exists()
+    assert viewer.token not in viewer.stderr_text

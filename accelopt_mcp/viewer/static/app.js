@@ -2,6 +2,10 @@
 // Everything that comes from the database (kernel source, plans, prompts, replies, names) is
 // untrusted: it is only ever written as text (textContent, createTextNode, setAttribute on
 // data-/class/title attributes), never as markup.
+//
+// The token: the URL `accelopt view` printed carries it once (?token=). It is kept in this
+// origin's localStorage (scoped by port, unlike a cookie), taken out of the address bar, and
+// sent as `Authorization: Bearer` on every data request; the server takes it in no other way.
 "use strict";
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -12,8 +16,45 @@ const LETTER = {
   INCORRECT_DTYPE: "D", TIMEOUT: "T", NO_CODE: "∅", LLM_FAILED: "L",
 };
 
+const TOKEN_KEY = "accelopt_view_token";
+const NEED_TOKEN = "Open the URL `accelopt view` printed (the one with ?token=) in this browser to see this viewer.";
+
 let pollTimer = null;
 let current = { page: null };
+let tokenHere = null; // where localStorage cannot be used (storage disabled): this page only
+
+// ----------------------------------------------------------------------------- the token
+
+function takeTokenFromAddress() {
+  const params = new URLSearchParams(location.search);
+  const given = params.get("token");
+  if (given === null) return;
+  tokenHere = given;
+  try { localStorage.setItem(TOKEN_KEY, given); } catch (e) { /* kept for this page only */ }
+  params.delete("token");
+  const rest = params.toString();
+  history.replaceState(history.state, "", location.pathname + (rest ? `?${rest}` : "") + location.hash);
+}
+
+function storedToken() {
+  try { return localStorage.getItem(TOKEN_KEY) || tokenHere; } catch (e) { return tokenHere; }
+}
+
+function forgetToken(sent) {
+  // Only the token this request sent: another tab may have stored a newer one meanwhile.
+  if (tokenHere === sent) tokenHere = null;
+  try { if (localStorage.getItem(TOKEN_KEY) === sent) localStorage.removeItem(TOKEN_KEY); } catch (e) { /* nothing stored */ }
+}
+
+class NeedToken extends Error {
+  constructor() { super(NEED_TOKEN); this.name = "NeedToken"; }
+}
+
+function showNeedToken() {
+  clearTimeout(pollTimer);
+  setLive("");
+  setMain(h("p", { class: "error", "data-need-token": "" }, NEED_TOKEN));
+}
 
 // ----------------------------------------------------------------------------- helpers
 
@@ -66,8 +107,12 @@ function when(iso) {
 function runPath(id) { return `/run/${encodeURIComponent(id)}`; }
 
 async function getJSON(url, etag) {
-  const headers = etag ? { "If-None-Match": etag } : {};
-  const response = await fetch(url, { headers, credentials: "same-origin" });
+  const token = storedToken();
+  if (!token) throw new NeedToken();
+  const headers = { Authorization: `Bearer ${token}` };
+  if (etag) headers["If-None-Match"] = etag;
+  const response = await fetch(url, { headers, credentials: "omit" });
+  if (response.status === 401) { forgetToken(token); throw new NeedToken(); }
   if (response.status === 304) return { unchanged: true, etag };
   let body = null;
   try { body = await response.json(); } catch (e) { body = { error: `${response.status} ${response.statusText}` }; }
@@ -86,6 +131,7 @@ function setMain(...children) {
 }
 
 function showError(err) {
+  if (err instanceof NeedToken) { showNeedToken(); return; }
   setMain(h("p", { class: "error" }, String(err && err.message ? err.message : err)));
 }
 
@@ -113,6 +159,7 @@ window.addEventListener("popstate", route);
 
 function route() {
   clearTimeout(pollTimer);
+  if (!storedToken()) return showNeedToken();
   const path = location.pathname;
   const params = new URLSearchParams(location.search);
   if (path.startsWith("/run/")) return runPage(decodeURIComponent(path.slice(5)), params.get("node"));
@@ -608,4 +655,5 @@ async function suitesPage(params) {
   } catch (err) { showError(err); }
 }
 
+takeTokenFromAddress();
 route();
