@@ -297,6 +297,33 @@ def test_stress_scales_are_read_from_the_reference_without_running_it(tmp_path: 
     assert "stress set 'inputs_x100'" in evaluation.log
 
 
+@pytest.mark.parametrize(
+    "declaration",
+    [
+        f"STRESS_SCALES = ({10**400},)",
+        f"STRESS_SCALES = (-{10**400},)",
+        "STRESS_SCALES = (1j, 2.0)",
+        "STRESS_SCALES = (float('inf'),)",
+        "STRESS_SCALES = (1e400,)",
+        "STRESS_SCALES = ((6.0,),)",
+        "STRESS_SCALES = {6.0}",
+    ],
+)
+def test_garbage_stress_scales_are_the_tasks_clear_error_not_a_crash(
+    tmp_path: Path, declaration: str
+) -> None:
+    with pytest.raises(InputError, match="STRESS_SCALES must be"):
+        stress_scales(declaration)
+    evaluation = _evaluate(_task_with(tmp_path, declaration), FAST)
+    assert evaluation.status == EvaluationStatus.RUNTIME_ERROR, evaluation.log
+    assert evaluation.log.startswith("the task cannot be run: STRESS_SCALES must be")
+
+
+def test_unparsable_source_declares_no_stress_scales() -> None:
+    # An int literal past the interpreter's digit limit fails to parse with a ValueError.
+    assert stress_scales(f"STRESS_SCALES = ({'9' * 5000},)\n") == []
+
+
 BAD_TASKS = {
     "raises": ("def stress_inputs():\n    raise ValueError('no')\n", "stress_inputs() failed"),
     "garbage": ("def stress_inputs():\n    return 5\n", "it returned a int"),
