@@ -8,6 +8,7 @@ or too many sets gives one clear error."""
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
 
@@ -217,6 +218,54 @@ def test_a_hostile_kernel_cannot_break_the_evaluation_through_its_breakdown(
         # Bounded by the harness's own clock around the traced call (seconds at most).
         assert evaluation.breakdown and all(e.ms < 60_000 for e in evaluation.breakdown)
         assert all(e.calls <= 10**9 for e in evaluation.breakdown)
+
+
+LONG_LOOP = """
+import sys
+
+
+def kernel(n, hostile):
+    tracer = sys._getframe().f_trace  # the harness's line tracer (None when not traced)
+    total = 0
+    for i in range(n):
+        if hostile and tracer is not None and sys.gettrace() is None:
+            sys.settrace(tracer)  # put the tracer back, for the whole thread
+        a = i + 1
+        b = a * 3
+        c = b - a
+        total += c ^ i
+    return total
+"""
+
+
+@pytest.mark.parametrize("hostile", [False, True], ids=["honest", "reinstalls-the-tracer"])
+def test_a_traced_call_far_past_the_cap_ends_near_it(tmp_path: Path, hostile: bool) -> None:
+    import importlib.util
+    import time
+
+    from accelopt_mcp.backends.cpu_candidate import traced_call
+
+    path = tmp_path / "looping.py"
+    path.write_text(LONG_LOOP)
+    spec = importlib.util.spec_from_file_location("looping_kernel", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    # About 0.25 s untraced; traced line by line it would take tens of times that.
+    n = 200_000
+    started = time.perf_counter()
+    module.kernel(n, hostile)
+    while time.perf_counter() - started < 0.25:
+        n *= 2
+        started = time.perf_counter()
+        module.kernel(n, hostile)
+    untraced = time.perf_counter() - started
+    cap = 0.2
+    _, report = traced_call(lambda: module.kernel(n, hostile), str(tmp_path), path.name, cap)
+    assert report["capped"] and report["lines"], report
+    # The cap, then the rest of the call at (about) full speed.
+    assert report["total_ms"] / 1e3 < cap + 3 * untraced + 0.3, (report["total_ms"], untraced)
+    assert sys.gettrace() is None
 
 
 def test_shape_breakdown_trusts_nothing_in_the_report() -> None:
