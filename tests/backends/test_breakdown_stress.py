@@ -220,6 +220,47 @@ def test_a_hostile_kernel_cannot_break_the_evaluation_through_its_breakdown(
         assert all(e.calls <= 10**9 for e in evaluation.breakdown)
 
 
+# Only the breakdown's call runs under a tracer: there it holds ~384 MB more and prints.
+HUNGRY_WHEN_TRACED = (
+    FAST.replace("def kernel(x)", "def _softmax(x)")
+    + """
+
+import sys as _sys
+
+
+_said = []
+
+
+def kernel(x):
+    if not _said:
+        _said.append(print("PRINTED BY AN UNTRACED CALL", file=_sys.stderr))
+    if _sys.gettrace() is not None:
+        hog = np.ones(96 * 2**20, dtype=np.float32)
+        print("PRINTED BY THE TRACED CALL", file=_sys.stderr)
+        hog[::4096] += 1.0
+    return _softmax(x)
+"""
+)
+
+
+def test_the_traced_call_changes_no_figure_of_the_timed_work(softmax: Task) -> None:
+    from accelopt_mcp.isolation.jail_probe import jail_status
+
+    evaluation = _evaluate(softmax, HUNGRY_WHEN_TRACED, WITH_BREAKDOWN)
+    assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
+    assert evaluation.breakdown, evaluation.log
+    # What the kernel prints reaches the log, but not what the traced call printed.
+    assert "PRINTED BY AN UNTRACED CALL" in evaluation.log, evaluation.log
+    assert "PRINTED BY THE TRACED CALL" not in evaluation.log
+    measurement = evaluation.measurement
+    if "jail_memory_peak_mb" not in measurement:
+        assert jail_status().kind != "bwrap"
+        pytest.skip("no memory cgroup here: no jail peak is reported")
+    # The timed work's peak leaves the traced call's 384 MB out; that one is reported apart.
+    assert measurement["jail_memory_peak_mb"] < 300, measurement
+    assert measurement["breakdown_jail_memory_peak_mb"] > 384, measurement
+
+
 LONG_LOOP = """
 import sys
 
