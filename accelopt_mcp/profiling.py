@@ -344,6 +344,11 @@ def _initial(
 MAX_CANDIDATES = MAX_KERNELS - 1
 """Candidates one call times beside their parent (the parent takes one of the kernels a
 comparison holds)."""
+CANDIDATES_NO_BREAKDOWN = (
+    "breakdown is not taken in a round of candidates (they are timed interleaved, with no "
+    "traced call): profile the candidate you want broken down on its own, with breakdown"
+)
+"""Why profile_candidates refuses a config with breakdown on (one line, for every front end)."""
 
 
 class Candidate(BaseModel):
@@ -397,6 +402,8 @@ def profile_candidates(
             f"{MAX_KERNELS} kernels at most), got {len(candidates)}"
         )
     config = config or BenchmarkConfig()
+    if config.breakdown:
+        raise ValueError(CANDIDATES_NO_BREAKDOWN)
     parent: StoredSolution | None = None
     for candidate in candidates:
         found = _parent(
