@@ -204,3 +204,29 @@ def stress_scales(reference: str) -> list[float]:
             scales.append(as_float)
         return scales
     return []
+
+
+def stress_signature(reference: str) -> str | None:
+    """A short hash of the stress sets a task declares: its top-level STRESS_SCALES
+    assignment and `stress_inputs` function as parsed (formatting and comments left out),
+    for the key stored profiles are filed under (BenchmarkConfig.profile_key). None when it
+    declares neither (or its source does not parse)."""
+    import ast
+    import hashlib
+
+    try:
+        module = ast.parse(reference)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    declared = [
+        ast.dump(node)
+        for node in module.body
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "STRESS_SCALES" for t in node.targets)
+        )
+        or (isinstance(node, ast.FunctionDef) and node.name == "stress_inputs")
+    ]
+    if not declared:
+        return None
+    return hashlib.sha256("\n".join(declared).encode()).hexdigest()[:16]
