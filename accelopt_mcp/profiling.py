@@ -37,6 +37,7 @@ from accelopt_mcp.models import (
 from accelopt_mcp.models.evaluation import Verdict
 from accelopt_mcp.stats import finite_or_none
 from accelopt_mcp.store.base import KernelStore, StoredSolution, UnknownReferenceError
+from accelopt_mcp.tasks.inputs import stress_signature
 from accelopt_mcp.tasks.kernels import syntax_problem
 
 PARENT_LABEL = "parent"
@@ -129,7 +130,9 @@ def profile_kernel(
         options = backend_class(backend).options_from_store(store) | options
     engine = local_backend(backend, options)
     # One evaluation alone, on the cores the backend pins it to (a cpu one: all when None).
-    key = config.profile_key(cores=engine.cores_per_evaluation)
+    key = config.profile_key(
+        cores=engine.cores_per_evaluation, stress=stress_signature(task.definition.reference)
+    )
     problem = syntax_problem(solution, origin)
     if problem is not None:
         evaluation = _compile_error(engine, problem)
@@ -344,6 +347,11 @@ def _initial(
 MAX_CANDIDATES = MAX_KERNELS - 1
 """Candidates one call times beside their parent (the parent takes one of the kernels a
 comparison holds)."""
+CANDIDATES_NO_BREAKDOWN = (
+    "breakdown is not taken in a round of candidates (they are timed interleaved, with no "
+    "traced call): profile the candidate you want broken down on its own, with breakdown"
+)
+"""Why profile_candidates refuses a config with breakdown on (one line, for every front end)."""
 
 
 class Candidate(BaseModel):
@@ -397,6 +405,8 @@ def profile_candidates(
             f"{MAX_KERNELS} kernels at most), got {len(candidates)}"
         )
     config = config or BenchmarkConfig()
+    if config.breakdown:
+        raise ValueError(CANDIDATES_NO_BREAKDOWN)
     parent: StoredSolution | None = None
     for candidate in candidates:
         found = _parent(
@@ -417,7 +427,9 @@ def profile_candidates(
     local_options_only(backend_options, cluster_address(cluster))
     options = backend_class(backend).options_from_store(store) | dict(backend_options or {})
     engine = local_backend(backend, options)
-    key = config.profile_key(cores=engine.cores_per_evaluation)
+    key = config.profile_key(
+        cores=engine.cores_per_evaluation, stress=stress_signature(task.definition.reference)
+    )
     labelled = unique_labels(
         [Baseline(label=PARENT_LABEL, solution=parent.solution)]
         + [Baseline(label=c.solution.name, solution=c.solution) for c in candidates]

@@ -653,6 +653,11 @@ class CpuBackend(Backend):
                     # The kernel's jails as wholes (children and tmpfs files included), not
                     # the harness's largest single process; absent without a memory cgroup.
                     "jail_memory_peak_mb": (result.get("jail_memory_peak_mb") or {}).get(label),
+                    # The same, with the breakdown's untimed traced call (its process only),
+                    # apart from the figure above, which the traced call never changes.
+                    "breakdown_jail_memory_peak_mb": result.get("breakdown_memory_peak_mb")
+                    if label == PRIMARY
+                    else None,
                     # 1.0: memory_limit_mb held each jail as a whole (its memory cgroup); 0.0:
                     # only RLIMIT_AS per process (the log names which).
                     "jail_memory_cgroup": memory_cgroup(result, label),

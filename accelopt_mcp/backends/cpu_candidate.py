@@ -33,6 +33,7 @@ a 64-byte aligned offset: {"sets": [[{"dtype": "float32", "shape": [2, 3], "offs
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import itertools
 import json
@@ -384,6 +385,14 @@ def traced_call(
         sys.settrace(None)
 
     def local(frame: Any, event: str, arg: Any) -> Any:
+        if state["capped"]:
+            # Frames traced before the cap keep this function as their f_trace (a trace
+            # function returning None does not clear it), and a kernel may even have
+            # installed it as the thread's tracer (sys.settrace(frame.f_trace)): past the
+            # cap it drops tracing again at once, so the call runs at full speed.
+            frame.f_trace = None
+            sys.settrace(None)
+            return None
         now = clock()
         charge(now)
         if event == "line" and stack:
@@ -511,7 +520,7 @@ def main(argv: list[str]) -> int:
                 extra = buffers_for(0) if destination_passing else []
                 entry = Path(spec["entry"])
                 _, report = traced_call(
-                    lambda args=args, extra=extra: kernel(*args, *extra),
+                    functools.partial(kernel, *args, *extra),
                     str(entry.parent),
                     entry.name,
                     float(spec.get("trace_cap_s", 2.0)),

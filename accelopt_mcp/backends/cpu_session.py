@@ -219,6 +219,10 @@ class Session:
         """Whether every jail's CPU time could be read (else samples are wall clock)."""
         self.load_before = load_average()
         self.stderr: dict[str, str] = {}
+        self.traced: JailedRunner | None = None
+        """The process the breakdown's traced call ran in: its memory peak and what it printed
+        were noted before that call (_breakdown), and are not taken again when it closes."""
+        self.traced_stderr = ""
         self.timed_ns: dict[str, int] = {}
         self.timed_calls = 0
         self.round_trips: list[float] = []
@@ -336,6 +340,13 @@ class Session:
         record_stage("breakdown")
         harness = self.harness
         limit = self.call_limit.get(PRIMARY, float(self.job.get("timeout_seconds", 60.0)))
+        # The figures of the timed work are taken now, so the untimed traced call changes
+        # none of them: the jail's memory peak so far (its own peak is reported apart, as
+        # breakdown_memory_peak_mb) and what the kernel printed so far (what the traced call
+        # prints is left out of candidate_stderr).
+        self._note_peak(PRIMARY, runner)
+        self.traced = runner
+        self.traced_stderr = runner.process.stderr_tail(4000).strip()
         started = time.perf_counter()
         try:
             inputs = as_arena_values(harness.inputs(secrets.randbits(31)))
@@ -348,16 +359,21 @@ class Session:
             self.result["breakdown_error"] = repr(exc)[:300]
         # What it cost this evaluation (inputs, the traced call, reading the report).
         self.result["breakdown_s"] = time.perf_counter() - started
+        peak = runner.process.memory_peak_mb
+        if peak is not None:
+            self.result["breakdown_memory_peak_mb"] = peak
 
     def _close_set(self, pset: ProcessSet) -> None:
         for label, runner in pset.runners.items():
+            traced = runner is self.traced
             if label != REFERENCE:
                 # What each kernel printed, every process's (the newest last, capped).
-                tail = runner.process.stderr_tail(4000).strip()
+                tail = self.traced_stderr if traced else runner.process.stderr_tail(4000).strip()
                 if tail:
                     self.stderr[label] = (self.stderr.get(label, "") + "\n" + tail)[-4000:]
             runner.close()
-            self._note_peak(label, runner)
+            if not traced:  # noted before the traced call (_breakdown)
+                self._note_peak(label, runner)
         pset.runners.clear()
 
     def _note_peak(self, label: str, runner: JailedRunner) -> None:

@@ -29,7 +29,7 @@ from accelopt_mcp.backends.base import (
     BackendUnavailableError,
     Baseline,
 )
-from accelopt_mcp.backends.breakdown import breakdown_from
+from accelopt_mcp.backends.breakdown import breakdown_from, clean_text
 from accelopt_mcp.backends.flashinfer_runner import FlashInferRunResult, FlashInferSettings
 from accelopt_mcp.backends.roofline import is_above_peak, peak_counters, peak_for, percent_of_peak
 from accelopt_mcp.isolation.sandbox import (
@@ -209,7 +209,6 @@ class FlashInferBackend(Backend):
                 solution=solution.name,
                 workload_uuid=task.workload.uuid,
                 benchmark=benchmark_settings(config),
-                breakdown=config.breakdown,
             )
             settings_file, result_file = work / "settings.json", work / "result.json"
             settings_file.write_text(settings.model_dump_json(), encoding="utf-8")
@@ -258,7 +257,11 @@ class FlashInferBackend(Backend):
         if result.evaluation is not None:
             evaluation = to_evaluation(result.evaluation, task)
             if config.breakdown and evaluation.passed:
-                evaluation = with_breakdown(evaluation, result)
+                # Only now, the verdict read and checked: the breakdown loads the solution into
+                # its own process, whose output is never read for the verdict.
+                evaluation = with_breakdown(
+                    evaluation, self._breakdown(task, solution, config, settings)
+                )
             return evaluation
         error = result.error or "no result"
         if error.startswith(("flashinfer-bench not installed", "No CUDA")):
@@ -270,6 +273,48 @@ class FlashInferBackend(Backend):
             log=error,
             flags=["backend_error"],
         )
+
+    def _breakdown(
+        self, task: Task, solution: Solution, config: BenchmarkConfig, settings: FlashInferSettings
+    ) -> FlashInferRunResult:
+        """The breakdown of one call, from a runner invocation of its own (own work directory,
+        own result file) started after the evaluation's result was read: the solution runs
+        inside that process and may rewrite anything it writes, so only its breakdown (or why
+        there is none) is kept, and with_breakdown validates that."""
+        with tempfile.TemporaryDirectory(prefix=work_dir_prefix("flashinfer")) as scratch:
+            work = Path(scratch)
+            root = work / "traces"
+            write_trace_set(root, task, solution)
+            settings_file, result_file = work / "settings.json", work / "result.json"
+            settings_file.write_text(
+                settings.model_copy(update={"breakdown": True}).model_dump_json(),
+                encoding="utf-8",
+            )
+            sandbox = run_sandboxed(
+                [
+                    self.python,
+                    "-m",
+                    "accelopt_mcp.backends.flashinfer_runner",
+                    str(root),
+                    str(settings_file),
+                    str(result_file),
+                ],
+                # Two calls (a warm-up that may compile, then the traced one) and torch's start.
+                timeout_s=max(300.0, 2 * config.timeout_seconds),
+                memory_limit_mb=_CUDA_ADDRESS_SPACE_MB,
+                cwd=work,
+                env=self._child_env(),
+                max_processes=4096,
+            )
+            raw = None if sandbox.timed_out else read_result_file(result_file)
+            try:
+                found = FlashInferRunResult.model_validate_json(raw or "")
+            except (ValidationError, RecursionError):  # missing, oversized or garbled
+                return FlashInferRunResult(
+                    breakdown_error=f"the breakdown's process left no readable result "
+                    f"({sandbox.describe()})"
+                )
+        return FlashInferRunResult(breakdown=found.breakdown, breakdown_error=found.breakdown_error)
 
     def _child_env(self) -> dict[str, str]:
         # Only the chosen GPU is visible, so flashinfer-bench (which uses every GPU it sees)
@@ -327,7 +372,8 @@ def with_breakdown(evaluation: Evaluation, result: FlashInferRunResult) -> Evalu
     if entries:
         return evaluation.model_copy(update={"breakdown": entries})
     why = result.breakdown_error or "the profiler saw no device kernel"
-    line = f"no time breakdown: {why[:300]}"
+    # Written by the process the solution ran in: one printable line, bounded.
+    line = f"no time breakdown: {clean_text(why, 300)}"
     return evaluation.model_copy(
         update={"log": f"{evaluation.log}\n{line}" if evaluation.log else line}
     )

@@ -4,6 +4,13 @@ Run as `python -m accelopt_mcp.backends.flashinfer_runner ROOT SETTINGS.json RES
 the sandbox. ROOT is a FlashInfer-Trace directory with one definition, its workload and the
 solution to check; the result file holds flashinfer-bench's Evaluation as JSON, or an error.
 flashinfer-bench and torch are imported here only, so the server never loads CUDA.
+
+An invocation does one of two things, never both: evaluate (flashinfer-bench runs the solution
+in worker processes of its own; this process never imports it), or, with `breakdown` set, take
+the breakdown of one call, which loads the solution into this very process. A solution loaded
+here can rewrite anything this process writes, so the backend runs the breakdown as a second
+invocation, after it has read and checked the first one's result, and reads nothing of the
+second's but the (validated) breakdown.
 """
 
 from __future__ import annotations
@@ -25,8 +32,9 @@ class FlashInferSettings(BaseModel):
     benchmark: dict[str, Any]
     """Keyword arguments of flashinfer_bench.bench.BenchmarkConfig."""
     breakdown: bool = False
-    """After a PASSED evaluation, also time one call of the solution under torch.profiler and
-    report its device kernels (`FlashInferRunResult.breakdown`)."""
+    """Only take the breakdown (no flashinfer-bench run): time one call of the solution under
+    torch.profiler and report its device kernels (`FlashInferRunResult.breakdown`). Asked by
+    the backend in an invocation of its own, after another one's evaluation passed."""
 
 
 class FlashInferRunResult(BaseModel):
@@ -34,8 +42,9 @@ class FlashInferRunResult(BaseModel):
     error: str | None = None
     """Why flashinfer-bench could not evaluate at all (not installed, no CUDA, no trace)."""
     breakdown: list[dict[str, Any]] = []
-    """Per device kernel of one call ({"what", "ms", "share", "calls"}, largest first), when
-    asked for and the solution passed; validated again by the backend (backends.breakdown)."""
+    """Per device kernel of one call ({"what", "ms", "share", "calls"}, largest first), from a
+    breakdown invocation; written by a process the solution ran in, so the backend reads it as
+    hostile data (backends.breakdown.breakdown_from) and nothing else of that result."""
     breakdown_error: str | None = None
     """Why there is no breakdown although one was asked for."""
 
@@ -43,12 +52,20 @@ class FlashInferRunResult(BaseModel):
 def run(root: Path, settings: FlashInferSettings) -> FlashInferRunResult:
     try:
         import torch
-        from flashinfer_bench.bench import Benchmark, BenchmarkConfig
-        from flashinfer_bench.data import TraceSet
     except ImportError as exc:
         return FlashInferRunResult(error=f"flashinfer-bench not installed: {exc}")
     if not torch.cuda.is_available():
         return FlashInferRunResult(error="No CUDA devices available")
+    if settings.breakdown:
+        try:
+            return FlashInferRunResult(breakdown=device_breakdown(root, settings, torch))
+        except Exception as exc:  # no breakdown is never a failed evaluation
+            return FlashInferRunResult(breakdown_error=f"{type(exc).__name__}: {exc}"[:300])
+    try:
+        from flashinfer_bench.bench import Benchmark, BenchmarkConfig
+        from flashinfer_bench.data import TraceSet
+    except ImportError as exc:
+        return FlashInferRunResult(error=f"flashinfer-bench not installed: {exc}")
     config = BenchmarkConfig(
         **settings.benchmark,
         definitions=[settings.definition],
@@ -62,14 +79,7 @@ def run(root: Path, settings: FlashInferSettings) -> FlashInferRunResult:
         benchmark.close()
     for trace in results.traces.get(settings.definition, []):
         if trace.solution == settings.solution and trace.workload.uuid == settings.workload_uuid:
-            result = FlashInferRunResult(evaluation=trace.evaluation.model_dump(mode="json"))
-            if settings.breakdown and str(result.evaluation.get("status")) == "PASSED":
-                # After flashinfer-bench is done with the device: its timings are untouched.
-                try:
-                    result.breakdown = device_breakdown(root, settings, torch)
-                except Exception as exc:  # no breakdown is never a failed evaluation
-                    result.breakdown_error = f"{type(exc).__name__}: {exc}"[:300]
-            return result
+            return FlashInferRunResult(evaluation=trace.evaluation.model_dump(mode="json"))
     return FlashInferRunResult(
         error=(
             f"flashinfer-bench returned no trace for solution {settings.solution!r} on workload "

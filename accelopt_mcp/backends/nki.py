@@ -52,7 +52,7 @@ from accelopt_mcp.models import (
     Solution,
     Task,
 )
-from accelopt_mcp.tasks.inputs import stress_scales
+from accelopt_mcp.tasks.inputs import InputError, stress_scales
 
 INSTALL_HINT = (
     "neuronxcc comes from AWS's Neuron pip repository, not PyPI: pip install neuronx-cc "
@@ -310,6 +310,11 @@ class NkiBackend(Backend):
                 "the nki backend runs solutions whose spec.language is 'nki'"
             )
         explicit = config.model_fields_set
+        try:
+            scales = stress_scales(task.definition.reference)
+        except InputError as exc:
+            # A malformed STRESS_SCALES is the task's fault, reported as a task_error is.
+            raise ValueError(f"task {task.definition.name!r} cannot be run: {exc}") from None
         with tempfile.TemporaryDirectory(prefix=work_dir_prefix("nki")) as scratch:
             work = Path(scratch)
             task_file = work / "task.py"
@@ -341,7 +346,7 @@ class NkiBackend(Backend):
                 neuron_profile=self.neuron_profile,
                 retries=self.retries,
                 # Checked like the seeds, never timed (nki_runner._check_stress).
-                stress_scales=stress_scales(task.definition.reference),
+                stress_scales=scales,
             )
             job_file, result_file = work / "job.json", work / "result.json"
             job_file.write_text(job.model_dump_json(), encoding="utf-8")

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 from accelopt_mcp.backends.cpu import JAIL_MAX_PROCESSES
 from accelopt_mcp.backends.cpu_session import FRESH_CORRECTNESS_SETS
+from accelopt_mcp.backends.flashinfer import benchmark_settings
 from accelopt_mcp.backends.registry import backend_info
 from accelopt_mcp.models import BenchmarkConfig
 
 FLASHINFER_DEFAULT_TOL = 1e-2
 """flashinfer-bench's own rtol and atol, used unless the benchmark settings set them
 (backends/flashinfer.benchmark_settings passes only what the caller set)."""
+FLASHINFER_DEFAULT_TRIALS = 3
+"""flashinfer-bench's own num_trials, used unless the benchmark settings give seeds (then one
+trial per seed: benchmark_settings)."""
 
 
 def _nonfinite_rule(config: BenchmarkConfig) -> str:
@@ -91,16 +95,20 @@ def _nki_contract(config: BenchmarkConfig) -> list[str]:
 
 
 def _gpu_contract(config: BenchmarkConfig) -> list[str]:
-    explicit = config.model_fields_set
-    rtol = config.rtol if "rtol" in explicit else FLASHINFER_DEFAULT_TOL
-    atol = config.atol if "atol" in explicit else FLASHINFER_DEFAULT_TOL
+    # What flashinfer-bench is actually handed (only the settings given explicitly, an atol
+    # of 0 as the smallest it accepts), else its own defaults: the numbers it checks with.
+    sent = benchmark_settings(config)
+    rtol = sent.get("rtol", FLASHINFER_DEFAULT_TOL)
+    atol = sent.get("atol", FLASHINFER_DEFAULT_TOL)
+    trials = int(sent.get("num_trials", FLASHINFER_DEFAULT_TRIALS))
     return [
         # flashinfer_bench.bench.utils.compute_error_stats: an element is off when both its
         # absolute error exceeds atol and its relative error exceeds rtol.
         "- Correct: flashinfer-bench's check per element: each element's absolute error within "
         f"atol or its relative error within rtol (rtol {rtol:g}, atol {atol:g}), with the "
         "reference's shapes and dtypes.",
-        f"- Inputs: {len(config.seeds)} trials of flashinfer-bench's workload inputs.",
+        f"- Inputs: {trials} trial{'s' if trials != 1 else ''} of flashinfer-bench's "
+        "workload inputs.",
         "- One GPU per evaluation (the only one visible). Imports: torch, triton and the "
         "standard library only; no network.",
     ]

@@ -38,6 +38,7 @@ from accelopt_mcp.models import (
 from accelopt_mcp.models.evaluation import Comparison
 from accelopt_mcp.redaction import redact
 from accelopt_mcp.store.base import KernelStore
+from accelopt_mcp.tasks.inputs import stress_signature
 
 
 class ProfiledSolution(NamedTuple):
@@ -84,7 +85,11 @@ class ProfileCache:
         )
         conditions = pool.measuring_conditions()
         self.perf = benchmark.profile_key(
-            workers=conditions["workers"] or 1, cores=conditions["cores"]
+            workers=conditions["workers"] or 1,
+            cores=conditions["cores"],
+            # A profile checked before the task declared stress sets never ran them: filed
+            # apart, so it is not handed back as PASSED (tasks.inputs.stress_signature).
+            stress=stress_signature(task.definition.reference),
         )
         self.perf_hash = benchmark_config_hash(self.perf)
         self._inflight: dict[str, asyncio.Future[Evaluation]] = {}

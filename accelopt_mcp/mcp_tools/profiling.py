@@ -285,6 +285,10 @@ def profile_kernel(
                 "candidates are timed beside their parent and stored linked to it: give "
                 "parent_id (and leave store on)"
             )
+        if config.breakdown:
+            # The interleaved round takes no breakdown of any kernel; saying so beats an
+            # answer whose breakdowns are silently empty.
+            raise ValueError(profiler.CANDIDATES_NO_BREAKDOWN)
         return _round(ctx, task, candidates, parent_id, backend, config, cluster)
     solution = kernel_solution(
         task,

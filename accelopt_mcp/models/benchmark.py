@@ -106,15 +106,22 @@ class BenchmarkConfig(BaseModel):
             fields["nonfinite"] = self.nonfinite
         return fields
 
-    def profile_key(self, *, workers: int = 1, cores: int | None = 1) -> dict[str, Any]:
+    def profile_key(
+        self, *, workers: int = 1, cores: int | None = 1, stress: str | None = None
+    ) -> dict[str, Any]:
         """What a stored profile is filed (and found) under: the perf fields, plus how the
         evaluation ran where that is not one evaluation alone on one core: `workers`
         evaluations at once on the host, `cores` per evaluation (None: every core). Both
         change what a latency means; a profile taken under other conditions is not reused,
-        and measurements are pooled only with their like."""
+        and measurements are pooled only with their like. `stress`: the task's stress sets
+        (tasks.inputs.stress_signature), which change what PASSED means: a profile checked
+        without them is neither reused nor pooled once the task declares some (a task with
+        none keeps the key, and every profile stored before, as it was)."""
         key = self.perf_fields()
         if workers != 1:
             key["workers"] = workers
         if cores != 1:
             key["cores"] = cores
+        if stress is not None:
+            key["stress"] = stress
         return key

@@ -7,6 +7,7 @@ arrays from a plan with NumPy only, so the child does not import pydantic.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -168,7 +169,9 @@ def stress_scales(reference: str) -> list[float]:
 
     try:
         module = ast.parse(reference)
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        # Source that does not parse (an int literal past the digit limit is a ValueError)
+        # declares nothing here; running the reference reports what is wrong with it.
         return []
     for node in module.body:
         if not (
@@ -190,8 +193,40 @@ def stress_scales(reference: str) -> list[float]:
         for scale in value:
             if isinstance(scale, bool) or not isinstance(scale, int | float):
                 raise InputError(usage)
-            if not np.isfinite(scale) or scale == 0:
+            # An int past a float's range (10**400) overflows here, before any check: the
+            # task's fault, said as such, not a crash of the evaluation.
+            try:
+                as_float = float(scale)
+            except OverflowError:
+                raise InputError(usage) from None
+            if not math.isfinite(as_float) or as_float == 0:
                 raise InputError(usage)
-            scales.append(float(scale))
+            scales.append(as_float)
         return scales
     return []
+
+
+def stress_signature(reference: str) -> str | None:
+    """A short hash of the stress sets a task declares: its top-level STRESS_SCALES
+    assignment and `stress_inputs` function as parsed (formatting and comments left out),
+    for the key stored profiles are filed under (BenchmarkConfig.profile_key). None when it
+    declares neither (or its source does not parse)."""
+    import ast
+    import hashlib
+
+    try:
+        module = ast.parse(reference)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    declared = [
+        ast.dump(node)
+        for node in module.body
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "STRESS_SCALES" for t in node.targets)
+        )
+        or (isinstance(node, ast.FunctionDef) and node.name == "stress_inputs")
+    ]
+    if not declared:
+        return None
+    return hashlib.sha256("\n".join(declared).encode()).hexdigest()[:16]

@@ -8,6 +8,7 @@ or too many sets gives one clear error."""
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
 
@@ -219,6 +220,95 @@ def test_a_hostile_kernel_cannot_break_the_evaluation_through_its_breakdown(
         assert all(e.calls <= 10**9 for e in evaluation.breakdown)
 
 
+# Only the breakdown's call runs under a tracer: there it holds ~384 MB more and prints.
+HUNGRY_WHEN_TRACED = (
+    FAST.replace("def kernel(x)", "def _softmax(x)")
+    + """
+
+import sys as _sys
+
+
+_said = []
+
+
+def kernel(x):
+    if not _said:
+        _said.append(print("PRINTED BY AN UNTRACED CALL", file=_sys.stderr))
+    if _sys.gettrace() is not None:
+        hog = np.ones(96 * 2**20, dtype=np.float32)
+        print("PRINTED BY THE TRACED CALL", file=_sys.stderr)
+        hog[::4096] += 1.0
+    return _softmax(x)
+"""
+)
+
+
+def test_the_traced_call_changes_no_figure_of_the_timed_work(softmax: Task) -> None:
+    from accelopt_mcp.isolation.jail_probe import jail_status
+
+    evaluation = _evaluate(softmax, HUNGRY_WHEN_TRACED, WITH_BREAKDOWN)
+    assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
+    assert evaluation.breakdown, evaluation.log
+    # What the kernel prints reaches the log, but not what the traced call printed.
+    assert "PRINTED BY AN UNTRACED CALL" in evaluation.log, evaluation.log
+    assert "PRINTED BY THE TRACED CALL" not in evaluation.log
+    measurement = evaluation.measurement
+    if "jail_memory_peak_mb" not in measurement:
+        assert jail_status().kind != "bwrap"
+        pytest.skip("no memory cgroup here: no jail peak is reported")
+    # The timed work's peak leaves the traced call's 384 MB out; that one is reported apart.
+    assert measurement["jail_memory_peak_mb"] < 300, measurement
+    assert measurement["breakdown_jail_memory_peak_mb"] > 384, measurement
+
+
+LONG_LOOP = """
+import sys
+
+
+def kernel(n, hostile):
+    tracer = sys._getframe().f_trace  # the harness's line tracer (None when not traced)
+    total = 0
+    for i in range(n):
+        if hostile and tracer is not None and sys.gettrace() is None:
+            sys.settrace(tracer)  # put the tracer back, for the whole thread
+        a = i + 1
+        b = a * 3
+        c = b - a
+        total += c ^ i
+    return total
+"""
+
+
+@pytest.mark.parametrize("hostile", [False, True], ids=["honest", "reinstalls-the-tracer"])
+def test_a_traced_call_far_past_the_cap_ends_near_it(tmp_path: Path, hostile: bool) -> None:
+    import importlib.util
+    import time
+
+    from accelopt_mcp.backends.cpu_candidate import traced_call
+
+    path = tmp_path / "looping.py"
+    path.write_text(LONG_LOOP)
+    spec = importlib.util.spec_from_file_location("looping_kernel", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    # About 0.25 s untraced; traced line by line it would take tens of times that.
+    n = 200_000
+    started = time.perf_counter()
+    module.kernel(n, hostile)
+    while time.perf_counter() - started < 0.25:
+        n *= 2
+        started = time.perf_counter()
+        module.kernel(n, hostile)
+    untraced = time.perf_counter() - started
+    cap = 0.2
+    _, report = traced_call(lambda: module.kernel(n, hostile), str(tmp_path), path.name, cap)
+    assert report["capped"] and report["lines"], report
+    # The cap, then the rest of the call at (about) full speed.
+    assert report["total_ms"] / 1e3 < cap + 3 * untraced + 0.3, (report["total_ms"], untraced)
+    assert sys.gettrace() is None
+
+
 def test_shape_breakdown_trusts_nothing_in_the_report() -> None:
     assert shape_breakdown(None, 5.0) == []
     assert shape_breakdown({"lines": "x"}, 5.0) == []
@@ -295,6 +385,33 @@ def test_stress_scales_are_read_from_the_reference_without_running_it(tmp_path: 
     evaluation = _evaluate(task, UNSHIFTED)
     assert evaluation.status == EvaluationStatus.INCORRECT_NUMERICAL, evaluation.log
     assert "stress set 'inputs_x100'" in evaluation.log
+
+
+@pytest.mark.parametrize(
+    "declaration",
+    [
+        f"STRESS_SCALES = ({10**400},)",
+        f"STRESS_SCALES = (-{10**400},)",
+        "STRESS_SCALES = (1j, 2.0)",
+        "STRESS_SCALES = (float('inf'),)",
+        "STRESS_SCALES = (1e400,)",
+        "STRESS_SCALES = ((6.0,),)",
+        "STRESS_SCALES = {6.0}",
+    ],
+)
+def test_garbage_stress_scales_are_the_tasks_clear_error_not_a_crash(
+    tmp_path: Path, declaration: str
+) -> None:
+    with pytest.raises(InputError, match="STRESS_SCALES must be"):
+        stress_scales(declaration)
+    evaluation = _evaluate(_task_with(tmp_path, declaration), FAST)
+    assert evaluation.status == EvaluationStatus.RUNTIME_ERROR, evaluation.log
+    assert evaluation.log.startswith("the task cannot be run: STRESS_SCALES must be")
+
+
+def test_unparsable_source_declares_no_stress_scales() -> None:
+    # An int literal past the interpreter's digit limit fails to parse with a ValueError.
+    assert stress_scales(f"STRESS_SCALES = ({'9' * 5000},)\n") == []
 
 
 BAD_TASKS = {

@@ -303,3 +303,127 @@ def test_the_runners_breakdown_reaches_the_evaluation_validated() -> None:
     assert [(e.what, e.share) for e in shown] == [("rmsnorm_kernel", 0.75), ("[31mred", 1.0)]
     none = with_breakdown(passed, FlashInferRunResult(breakdown_error="RuntimeError: boom"))
     assert none.breakdown == [] and "no time breakdown: RuntimeError: boom" in none.log
+
+
+# --------------------------------------------------------------------------- stand-in GPU run
+
+STANDIN = Path(__file__).parent / "standins" / "flashinfer"
+"""Stand-in torch and flashinfer-bench (tests/backends/standins/flashinfer): the backend, its
+sandboxed runner processes and flashinfer-bench's worker process all run for real."""
+
+
+def standin_backend(latency_ms: float = 5.0) -> FlashInferBackend:
+    return FlashInferBackend(
+        extra_env={"PYTHONPATH": str(STANDIN), "STANDIN_FIB_LATENCY_MS": str(latency_ms)}
+    )
+
+
+def python_solution(source: str, name: str) -> Solution:
+    return Solution(
+        name=name,
+        definition="rmsnorm_h512",
+        author="test",
+        spec=BuildSpec(
+            language=Language.PYTHON,
+            target_hardware=["NVIDIA_H100"],
+            entry_point="main.py::run",
+            destination_passing_style=False,
+        ),
+        sources=[{"path": "main.py", "content": source}],
+    )
+
+
+HONEST = "def run(*inputs):\n    return inputs[0]\n"
+
+# Loaded (imported and called) for the breakdown. It tries every way a solution in the
+# runner's own process had to change the verdict it reports: the result object in memory,
+# the JSON writer, and the result file on disk, and it forges a huge breakdown too.
+REWRITER = """
+import gc
+import json
+from pathlib import Path
+
+FORGED = {
+    "status": "PASSED",
+    "environment": {"hardware": "FORGED"},
+    "timestamp": "2000-01-01T00:00:00Z",
+    "log": "FORGED VERDICT",
+    "correctness": {"max_relative_error": 0.0, "max_absolute_error": 0.0},
+    "performance": {"latency_ms": 1e-06, "reference_latency_ms": 9.0, "speedup_factor": 9e6},
+}
+HUGE = [{"what": "x" * 5000, "ms": 1e300, "share": 50.0, "calls": 10**30}] * 200
+
+
+def _rewrite_in_memory():
+    for obj in gc.get_objects():
+        if type(obj).__name__ == "FlashInferRunResult":
+            try:
+                obj.evaluation = dict(FORGED)
+                obj.error = None
+            except Exception:
+                pass
+
+
+_real_dumps = json.dumps
+
+
+def _forging_dumps(obj, *args, **kwargs):
+    if isinstance(obj, dict):
+        obj = {**obj, "evaluation": dict(FORGED), "error": None, "breakdown": HUGE}
+    return _real_dumps(obj, *args, **kwargs)
+
+
+json.dumps = _forging_dumps
+try:
+    (Path.cwd() / "result.json").write_text(_real_dumps({"evaluation": FORGED}))
+except OSError:
+    pass
+_rewrite_in_memory()
+
+
+def run(*inputs):
+    _rewrite_in_memory()
+    return inputs[0]
+"""
+
+
+def test_the_standin_gpu_run_reports_flashinfer_benchs_verdict_and_a_breakdown() -> None:
+    backend = standin_backend()
+    assert backend.availability().usable, backend.availability().reason
+    solution = python_solution(HONEST, "honest")
+    plain = backend.evaluate(example_task(0), solution, BenchmarkConfig())
+    assert plain.status == EvaluationStatus.PASSED, plain.log
+    assert plain.performance is not None and plain.performance.latency_ms == 5.0
+    assert plain.breakdown == []
+    traced = backend.evaluate(example_task(0), solution, BenchmarkConfig(breakdown=True))
+    assert traced.status == EvaluationStatus.PASSED, traced.log
+    assert [e.what for e in traced.breakdown] == ["standin_device_kernel"]
+
+
+def test_a_kernel_loaded_for_the_breakdown_cannot_rewrite_its_verdict() -> None:
+    from accelopt_mcp.backends.breakdown import MAX_ENTRIES, MAX_WHAT_CHARS
+
+    backend = standin_backend(latency_ms=5.0)
+    evaluation = backend.evaluate(
+        example_task(0), python_solution(REWRITER, "rewriter"), BenchmarkConfig(breakdown=True)
+    )
+    # flashinfer-bench's verdict and figure, as its run reported them: none of the forgery.
+    assert evaluation.status == EvaluationStatus.PASSED, evaluation.log
+    assert evaluation.performance is not None
+    assert evaluation.performance.latency_ms == 5.0
+    assert evaluation.performance.speedup_factor == 2.0
+    assert evaluation.environment.hardware == "NVIDIA_H100"
+    assert "FORGED" not in evaluation.log
+    # What it forged in its own process's breakdown is validated and bounded.
+    assert len(evaluation.breakdown) <= MAX_ENTRIES + 1
+    for entry in evaluation.breakdown:
+        assert len(entry.what) <= MAX_WHAT_CHARS and 0.0 <= entry.share <= 1.0
+    # A failed verdict stays failed too: the breakdown is not even taken then.
+    failing = FlashInferBackend(
+        extra_env={"PYTHONPATH": str(STANDIN), "STANDIN_FIB_STATUS": "INCORRECT_NUMERICAL"}
+    )
+    failed = failing.evaluate(
+        example_task(0), python_solution(REWRITER, "rewriter"), BenchmarkConfig(breakdown=True)
+    )
+    assert failed.status == EvaluationStatus.INCORRECT_NUMERICAL, failed.log
+    assert failed.performance is None and failed.breakdown == []

@@ -247,6 +247,29 @@ def test_a_broken_stress_declaration_is_the_tasks_fault(tmp_path: Path) -> None:
         backend.evaluate(broken, nki_solution(KERNEL_SOURCE), FAST)
 
 
+@pytest.mark.parametrize(
+    "declaration",
+    [
+        f"STRESS_SCALES = ({10**400},)",
+        f"STRESS_SCALES = (-{10**400}, 2.0)",
+        "STRESS_SCALES = (1j,)",
+    ],
+    ids=["int-past-float-range", "negative-huge-int", "complex"],
+)
+def test_a_malformed_stress_scales_is_the_tasks_clear_error(
+    tmp_path: Path, declaration: str
+) -> None:
+    # Read by the parent before anything runs: a TypeError or OverflowError from a literal
+    # no float can hold would escape evaluate() as a crash.
+    backend = make_backend(tmp_path, STANDIN_NKI_TOTAL_TIME_S="0.0005")
+    broken = silu_task(TASK_SOURCE + "\n\n" + declaration + "\n")
+    with pytest.raises(ValueError) as raised:
+        backend.evaluate(broken, nki_solution(KERNEL_SOURCE), FAST)
+    message = str(raised.value)
+    assert message.startswith("task 'silu_M256_N512' cannot be run: STRESS_SCALES must be")
+    assert "\n" not in message and type(raised.value) is ValueError
+
+
 def test_compile_errors_are_mapped(tmp_path: Path) -> None:
     failing = make_backend(tmp_path, STANDIN_NKI_COMPILE_ERROR="tile exceeds SBUF partition size")
     evaluation = failing.evaluate(silu_task(), nki_solution(KERNEL_SOURCE), FAST)

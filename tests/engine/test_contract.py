@@ -90,6 +90,20 @@ def test_the_device_families_state_their_own_rules() -> None:
     assert "(rtol 0.0005, atol 0.01)" in contract_text("flashinfer", BenchmarkConfig(rtol=5e-4))
 
 
+def test_the_gpu_contract_states_what_flashinfer_bench_is_handed() -> None:
+    from accelopt_mcp.backends.flashinfer import benchmark_settings
+
+    # Seeds left at their default are not sent: flashinfer-bench runs its own 3 trials.
+    assert "num_trials" not in benchmark_settings(BenchmarkConfig())
+    assert "- Inputs: 3 trials of" in contract_text("flashinfer")
+    assert "- Inputs: 2 trials of" in contract_text("flashinfer", BenchmarkConfig(seeds=[1, 2]))
+    assert "- Inputs: 1 trial of" in contract_text("flashinfer", BenchmarkConfig(seeds=[7]))
+    # flashinfer-bench refuses an atol of 0: the smallest it takes is sent, and stated.
+    sent = benchmark_settings(BenchmarkConfig(atol=0.0))["atol"]
+    assert sent > 0
+    assert f"(rtol 0.01, atol {sent:g})" in contract_text("flashinfer", BenchmarkConfig(atol=0.0))
+
+
 def test_a_prompt_built_outside_a_run_takes_the_cores_its_profile_records(
     silu_task: Task, silu_baseline: Solution
 ) -> None:

@@ -13,7 +13,12 @@ from accelopt_mcp.hashing import benchmark_config_hash
 from accelopt_mcp.models import BenchmarkConfig, EvaluationStatus
 from accelopt_mcp.profiling import profile_kernel
 from accelopt_mcp.store.base import KernelStore
-from tests.backends.test_cpu_backend import VECTORIZED, python_solution, scale_task
+from tests.backends.test_cpu_backend import (
+    SLOW_REFERENCE,
+    VECTORIZED,
+    python_solution,
+    scale_task,
+)
 
 GENERATED_ENTRY = """
 import numpy as np
@@ -151,3 +156,55 @@ def test_a_kernel_that_gives_no_breakdown_is_measured_again_once_per_run(
         uses = [asyncio.run(cache.profile(sid, kernel, None)) for _ in range(3)]
         assert [u.reused for u in uses] == [False, True, True]
         assert measurements() == 1 + run
+
+
+STRESSED_REFERENCE = SLOW_REFERENCE + "\n\nSTRESS_SCALES = (6.0,)\n"
+
+
+def test_the_stress_sets_a_task_declares_are_part_of_the_key() -> None:
+    from accelopt_mcp.tasks.inputs import stress_signature
+
+    signature = stress_signature(STRESSED_REFERENCE)
+    assert signature is not None and stress_signature(SLOW_REFERENCE) is None
+    # Read as parsed: formatting and comments do not change it, another scale or a
+    # stress_inputs function does.
+    assert stress_signature("STRESS_SCALES=(6.0,)  # big") == stress_signature(
+        "STRESS_SCALES = (6.0, )"
+    )
+    others = {
+        stress_signature("STRESS_SCALES = (7.0,)"),
+        stress_signature("def stress_inputs():\n    return {}\n"),
+        stress_signature("def stress_inputs():\n    return {'a': (1,)}\n"),
+    }
+    assert len(others | {stress_signature("STRESS_SCALES = (6.0,)")}) == 4
+    # No stress sets: the key, and every profile filed under it before, stay as they were.
+    assert FAST.profile_key(stress=None) == FAST.profile_key()
+    stressed = FAST.profile_key(stress=signature)
+    assert benchmark_config_hash(stressed) != benchmark_config_hash(FAST.profile_key())
+
+
+def test_a_profile_checked_before_the_task_declared_stress_sets_is_filed_apart(
+    store: KernelStore,
+) -> None:
+    kernel = python_solution(VECTORIZED)
+    before = profile_kernel(scale_task(), kernel, config=FAST, store=store)
+    assert before.evaluation.status == EvaluationStatus.PASSED, before.evaluation.log
+    after = profile_kernel(scale_task(STRESSED_REFERENCE), kernel, config=FAST, store=store)
+    assert after.evaluation.status == EvaluationStatus.PASSED, after.evaluation.log
+    assert "inputs_x6" in after.evaluation.log  # the stress check ran
+    # Not pooled into the old profile (which never ran the stress check): a profile of its own.
+    assert after.profile_id != before.profile_id
+    assert before.profile_id is not None and len(store.list_measurements(before.profile_id)) == 1
+
+
+def test_a_run_does_not_reuse_a_profile_checked_before_the_task_declared_stress_sets(
+    store: KernelStore,
+) -> None:
+    outcome = profile_kernel(scale_task(), python_solution(VECTORIZED), config=FAST, store=store)
+    assert outcome.solution_id is not None
+    hardware = outcome.evaluation.environment.hardware
+    pool = DevicePool([DeviceSlot(kind="cpu", id="c", backend_kwargs={"cpus": {0}})])
+    same = ProfileCache(store, scale_task(), FAST, pool, CpuBackend, hardware)
+    assert same._find_stored_evaluation(outcome.solution_id) is not None
+    stressed = ProfileCache(store, scale_task(STRESSED_REFERENCE), FAST, pool, CpuBackend, hardware)
+    assert stressed._find_stored_evaluation(outcome.solution_id) is None

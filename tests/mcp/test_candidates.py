@@ -6,12 +6,13 @@ that fails (syntax, wrong values) never fails the others; bad requests say what 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp import Client
 
-from accelopt_mcp.profiling import MAX_CANDIDATES
+from accelopt_mcp.profiling import CANDIDATES_NO_BREAKDOWN, MAX_CANDIDATES
 from tests.mcp.conftest import BENCH, SILU_FAST, SILU_SLOW, SILU_TASK
 from tests.mcp.helpers import fails, ok
 
@@ -104,6 +105,18 @@ async def test_a_round_refuses_what_it_cannot_do(client: Client) -> None:
         profile(parent_id=parent, candidates=[]),
         "1 to 7 candidates",
     )
+    # No candidate of a round gets a breakdown (the round is one interleaved comparison):
+    # asked for either way, it is refused in one line, before anything runs or is stored.
+    before = await ok(client, "list_solutions", {"definition_name": "silu_n1024"})
+    for asked in ({"breakdown": True}, {"benchmark": {**BENCH, "breakdown": True}}):
+        text = await fails(
+            client,
+            "profile_kernel",
+            profile(parent_id=parent, candidates=[{"kernel_source": WRONG}], **asked),
+            CANDIDATES_NO_BREAKDOWN,
+        )
+        assert "\n" not in text.strip()
+    assert await ok(client, "list_solutions", {"definition_name": "silu_n1024"}) == before
 
 
 async def test_a_breakdown_is_returned_when_asked_for(client: Client) -> None:
@@ -117,3 +130,26 @@ async def test_a_breakdown_is_returned_when_asked_for(client: Client) -> None:
     lines = [entry["what"] for entry in traced["breakdown"]]
     assert lines and all(entry["ms"] >= 0 for entry in traced["breakdown"])
     assert any(what.startswith("L") and ":" in what for what in lines), lines
+
+
+async def test_the_library_refuses_a_breakdown_in_a_round(tmp_path: Path) -> None:
+    # Not only the tool: the library's own entry point says it, before the store is read.
+    from accelopt_mcp.models import BenchmarkConfig
+    from accelopt_mcp.profiling import Candidate, profile_candidates
+    from accelopt_mcp.store.sqlite import SqliteStore
+    from accelopt_mcp.tasks.kernels import solution_from_source
+    from accelopt_mcp.tasks.loader import load_task
+
+    task = load_task(SILU_TASK)
+    candidate = Candidate(solution=solution_from_source(FAST_SOURCE, task.definition.name))
+    store = SqliteStore(tmp_path / "k.db")
+    with pytest.raises(ValueError) as raised:
+        profile_candidates(
+            task,
+            [candidate],
+            parent_id="0" * 64,
+            store=store,
+            config=BenchmarkConfig(breakdown=True),
+        )
+    assert str(raised.value) == CANDIDATES_NO_BREAKDOWN
+    assert store.list_solutions(definition_name=task.definition.name) == []
