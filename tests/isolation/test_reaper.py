@@ -195,11 +195,22 @@ def wait_for(done: Callable[[], bool], within_s: float) -> bool:
     return done()
 
 
+_GONE = "(gone)"
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:  # it ended since it was seen alive
+        return _GONE
+
+
 def leftovers(pids: dict[int, str], owners: dict[int, str]) -> str:
     """What is still there: live processes, groups, reapers ("" when nothing)."""
     live = [p for p, s in pids.items() if alive(p, s)]
-    described = [f"{p} {stat_fields(p)[:1]} {Path(f'/proc/{p}/comm').read_text().strip()}"
-                 for p in live if stat_fields(p)]  # fmt: skip
+    described = [f"{p} {stat_fields(p)[:1]} {_comm(p)}" for p in live if stat_fields(p)]
+    # A process that ended between the two reads is gone, not a leftover.
+    described = [d for d in described if not d.endswith(_GONE)]
     parts = []
     if described:
         parts.append(f"alive: {described}")
