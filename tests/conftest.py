@@ -99,6 +99,7 @@ LONGEST_FIRST = (
     "tests/mcp/test_suites.py",  # 40 s
     "tests/engine/test_jobs_outage.py",  # 36 s
     "tests/engine/test_store_restart.py",  # 32 s
+    "tests/viewer/test_browser.py",  # 30 s (an accelopt optimize run, then chromium)
 )
 
 

@@ -218,8 +218,9 @@ class BreakdownEntry(Record):
     """Time spent in this part during one call, in milliseconds (all of its calls together)."""
     share: float = Field(default=0.0, ge=0.0, le=1.0)
     """Fraction of the call's measured time spent here (0 when the backend cannot say)."""
-    calls: int = Field(default=1, ge=0)
-    """How many times the part ran during the call (0 when the backend cannot say)."""
+    calls: int = Field(default=1, ge=0, le=10**12)
+    """How many times the part ran during the call (0 when the backend cannot say). Bounded:
+    no traced call runs a line 10^12 times, and a forged count must not reach a text."""
 
 
 class Evaluation(Record):

@@ -332,7 +332,10 @@ def test_shape_breakdown_trusts_nothing_in_the_report() -> None:
     assert sum(e["share"] for e in entries[:2]) == pytest.approx(1.0)
     assert entries[1]["calls"] == 0
     assert entries[2]["what"].startswith("(tracing stopped")
-    validated = breakdown_from([*entries, {"what": "", "ms": 1}, {"what": "x", "ms": -1}, 3])
+    forged = {"what": "y", "ms": 1, "calls": 10**30}
+    validated = breakdown_from(
+        [*entries, {"what": "", "ms": 1}, {"what": "x", "ms": -1}, 3, forged]
+    )
     assert [e.what for e in validated] == [e["what"] for e in entries]
 
 
