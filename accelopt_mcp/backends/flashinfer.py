@@ -33,6 +33,7 @@ from accelopt_mcp.backends.breakdown import breakdown_from, clean_text
 from accelopt_mcp.backends.flashinfer_runner import FlashInferRunResult, FlashInferSettings
 from accelopt_mcp.backends.roofline import is_above_peak, peak_counters, peak_for, percent_of_peak
 from accelopt_mcp.isolation.sandbox import (
+    SandboxResult,
     read_result_file,
     remove_abandoned_work_dirs,
     run_sandboxed,
@@ -200,36 +201,18 @@ class FlashInferBackend(Backend):
         availability = self.availability()
         if not availability.usable:
             raise BackendUnavailableError(availability.reason)
+        settings = FlashInferSettings(
+            definition=task.definition.name,
+            solution=solution.name,
+            workload_uuid=task.workload.uuid,
+            benchmark=benchmark_settings(config),
+        )
         with tempfile.TemporaryDirectory(prefix=work_dir_prefix("flashinfer")) as scratch:
             work = Path(scratch)
-            root = work / "traces"
-            write_trace_set(root, task, solution)
-            settings = FlashInferSettings(
-                definition=task.definition.name,
-                solution=solution.name,
-                workload_uuid=task.workload.uuid,
-                benchmark=benchmark_settings(config),
-            )
-            settings_file, result_file = work / "settings.json", work / "result.json"
-            settings_file.write_text(settings.model_dump_json(), encoding="utf-8")
             # flashinfer-bench enforces its own per-solution timeout; ours bounds the whole run
             # (baseline, build, trials), so it is generous.
-            sandbox = run_sandboxed(
-                [
-                    self.python,
-                    "-m",
-                    "accelopt_mcp.backends.flashinfer_runner",
-                    str(root),
-                    str(settings_file),
-                    str(result_file),
-                ],
-                timeout_s=max(600.0, 3 * config.timeout_seconds),
-                # CUDA reserves virtual address space far beyond physical memory and fails to
-                # start under an address-space limit, so the limit here is effectively lifted.
-                memory_limit_mb=_CUDA_ADDRESS_SPACE_MB,
-                cwd=work,
-                env=self._child_env(),
-                max_processes=4096,  # torch and triton compile with pools of workers
+            sandbox, result_file = self._run_runner(
+                work, task, solution, settings, timeout_s=max(600.0, 3 * config.timeout_seconds)
             )
             if not result_file.is_file():
                 environment = Environment(hardware=availability.hardware or self.device)
@@ -282,29 +265,13 @@ class FlashInferBackend(Backend):
         inside that process and may rewrite anything it writes, so only its breakdown (or why
         there is none) is kept, and with_breakdown validates that."""
         with tempfile.TemporaryDirectory(prefix=work_dir_prefix("flashinfer")) as scratch:
-            work = Path(scratch)
-            root = work / "traces"
-            write_trace_set(root, task, solution)
-            settings_file, result_file = work / "settings.json", work / "result.json"
-            settings_file.write_text(
-                settings.model_copy(update={"breakdown": True}).model_dump_json(),
-                encoding="utf-8",
-            )
-            sandbox = run_sandboxed(
-                [
-                    self.python,
-                    "-m",
-                    "accelopt_mcp.backends.flashinfer_runner",
-                    str(root),
-                    str(settings_file),
-                    str(result_file),
-                ],
+            sandbox, result_file = self._run_runner(
+                Path(scratch),
+                task,
+                solution,
+                settings.model_copy(update={"breakdown": True}),
                 # Two calls (a warm-up that may compile, then the traced one) and torch's start.
                 timeout_s=max(300.0, 2 * config.timeout_seconds),
-                memory_limit_mb=_CUDA_ADDRESS_SPACE_MB,
-                cwd=work,
-                env=self._child_env(),
-                max_processes=4096,
             )
             raw = None if sandbox.timed_out else read_result_file(result_file)
             try:
@@ -315,6 +282,41 @@ class FlashInferBackend(Backend):
                     f"({sandbox.describe()})"
                 )
         return FlashInferRunResult(breakdown=found.breakdown, breakdown_error=found.breakdown_error)
+
+    def _run_runner(
+        self,
+        work: Path,
+        task: Task,
+        solution: Solution,
+        settings: FlashInferSettings,
+        *,
+        timeout_s: float,
+    ) -> tuple[SandboxResult, Path]:
+        """One jailed invocation of flashinfer_runner in `work`: the trace set and the settings
+        written there, the process run; returns how it ended and where its result file is
+        (which it may not have written)."""
+        root = work / "traces"
+        write_trace_set(root, task, solution)
+        settings_file, result_file = work / "settings.json", work / "result.json"
+        settings_file.write_text(settings.model_dump_json(), encoding="utf-8")
+        sandbox = run_sandboxed(
+            [
+                self.python,
+                "-m",
+                "accelopt_mcp.backends.flashinfer_runner",
+                str(root),
+                str(settings_file),
+                str(result_file),
+            ],
+            timeout_s=timeout_s,
+            # CUDA reserves virtual address space far beyond physical memory and fails to
+            # start under an address-space limit, so the limit here is effectively lifted.
+            memory_limit_mb=_CUDA_ADDRESS_SPACE_MB,
+            cwd=work,
+            env=self._child_env(),
+            max_processes=4096,  # torch and triton compile with pools of workers
+        )
+        return sandbox, result_file
 
     def _child_env(self) -> dict[str, str]:
         # Only the chosen GPU is visible, so flashinfer-bench (which uses every GPU it sees)
