@@ -1,8 +1,8 @@
 """`accelopt view`: a local web app over the kernel database (runs, their lineage, each kernel's
 code, diff, profile, LLM calls and lessons, the memory, the suites).
 
-- `views.py` reads the store into pydantic views (what the JSON endpoints return); it never
-  raises on a broken run: a view says what it could not read (`problems`).
+- `views/` reads the store into pydantic views (what the JSON endpoints return), one module a
+  page; it never raises on a broken run: a view says what it could not read (`problems`).
 - `app.py` is the Starlette app: the token gate, the Host check, the JSON endpoints, the
   static front end (`static/`: plain JavaScript and SVG, no build step, nothing fetched from
   the network).

@@ -1,4 +1,4 @@
-"""The viewer's data layer (accelopt_mcp/viewer/views.py) on SQLite and PostgreSQL: what the
+"""The viewer's data layer (accelopt_mcp/viewer/views/) on SQLite and PostgreSQL: what the
 pages are built from."""
 
 from __future__ import annotations
