@@ -6,12 +6,15 @@ page, and text cut to a size an MCP client accepts (Claude Code rejects a tool r
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from accelopt_mcp.comparing import shown_counters
 from accelopt_mcp.models import MeasuringConditions
+
+# Re-exported: the tools' modules build their views with it from here (the viewer shares it).
+from accelopt_mcp.models import from_record as from_record
 from accelopt_mcp.redaction import redact
 from accelopt_mcp.store.base import (
     ExperienceRecord,
@@ -42,20 +45,6 @@ class View(BaseModel):
     output schema."""
 
     model_config = ConfigDict(use_attribute_docstrings=True)
-
-
-V = TypeVar("V", bound=View)
-
-
-def from_record(view: type[V], record: BaseModel, **fields: Any) -> V:
-    """`view` of a stored record: every field of the view that the record holds under the same
-    name, as stored, and `fields`: those renamed, clipped or masked for the reader."""
-    same = {
-        name: getattr(record, name)
-        for name in view.model_fields
-        if name not in fields and hasattr(record, name)
-    }
-    return view.model_validate(same | fields)
 
 
 def _iso(value: object) -> object:

@@ -16,7 +16,7 @@ from the submodules.
 
 from __future__ import annotations
 
-from accelopt_mcp.models.base import NonEmptyString, NonNegativeInt, Record, Tagged
+from accelopt_mcp.models.base import NonEmptyString, NonNegativeInt, Record, Tagged, from_record
 from accelopt_mcp.models.benchmark import BenchmarkConfig
 from accelopt_mcp.models.comparison import ComparedKernel, KernelComparison, PairVerdict
 from accelopt_mcp.models.conditions import MeasuringConditions, measuring_conditions_of
@@ -86,6 +86,7 @@ __all__ = [
     "TensorSpec",
     "Trace",
     "Workload",
+    "from_record",
     "measuring_conditions_of",
     "pool_evaluations",
 ]

@@ -4,7 +4,7 @@ JSON written the way flashinfer-bench writes it."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -25,6 +25,21 @@ class Record(BaseModel):
     def to_json(self) -> str:
         """The JSON form flashinfer-bench writes: fields never set are left out."""
         return self.model_dump_json(indent=2, exclude_unset=True)
+
+
+ViewT = TypeVar("ViewT", bound=BaseModel)
+
+
+def from_record(view: type[ViewT], record: BaseModel, **fields: Any) -> ViewT:
+    """`view` of a record (what a tool or a page shows of it): every field of the view that the
+    record holds under the same name, as stored, and `fields`: those renamed, computed, clipped
+    or masked for the reader."""
+    same = {
+        name: getattr(record, name)
+        for name in view.model_fields
+        if name not in fields and hasattr(record, name)
+    }
+    return view.model_validate(same | fields)
 
 
 # --------------------------------------------------------------------------- definition

@@ -3,6 +3,7 @@ by text; `LessonView` is how a lesson shows wherever the viewer lists one."""
 
 from __future__ import annotations
 
+from accelopt_mcp.models import from_record
 from accelopt_mcp.store.base import ExperienceRecord, KernelStore
 from accelopt_mcp.viewer.views.base import MAX_SCAN, View
 
@@ -21,18 +22,7 @@ class LessonView(View):
 
 
 def lesson_view(item: ExperienceRecord) -> LessonView:
-    return LessonView(
-        id=item.id,
-        title=item.title,
-        strategy=item.strategy,
-        pseudocode=item.pseudocode,
-        namespace=item.namespace,
-        speedup=item.speedup,
-        iteration=item.iteration,
-        slow_solution_id=item.slow_solution_id,
-        fast_solution_id=item.fast_solution_id,
-        removed=item.removed,
-    )
+    return from_record(LessonView, item)
 
 
 class MemoryPage(View):

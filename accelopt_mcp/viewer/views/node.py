@@ -12,7 +12,7 @@ from pydantic import Field
 
 from accelopt_mcp import comparing
 from accelopt_mcp.engine.memory import OptimizationMemory
-from accelopt_mcp.models import Evaluation
+from accelopt_mcp.models import Evaluation, from_record
 from accelopt_mcp.models.evaluation import untrusted_flags
 from accelopt_mcp.store.base import KernelStore, LlmCallRecord, StoredProfile, StoredSolution
 from accelopt_mcp.viewer.views.base import (
@@ -162,19 +162,7 @@ def _diff(old: StoredSolution | None, new: StoredSolution) -> list[DiffLine]:
 
 
 def call_view(call: LlmCallRecord) -> CallView:
-    return CallView(
-        id=call.id,
-        role=call.role,
-        model=call.model,
-        purpose=call.purpose,
-        status=call.status,
-        tokens_in=call.tokens_in,
-        tokens_out=call.tokens_out,
-        cost_usd=call.cost_usd,
-        latency_s=call.latency_s,
-        error=call.error,
-        started_at=call.started_at,
-    )
+    return from_record(CallView, call)
 
 
 def _made_it(purpose: str | None, slot: str | None, plan_key: str | None) -> bool:
@@ -277,12 +265,10 @@ def call_detail(store: KernelStore, call_id: str) -> CallDetail:
     call = store.get_llm_call(call_id)
     if call is None:
         raise NotFound(f"no LLM call {call_id!r} in this database")
-    view = call_view(call)
-    return CallDetail(
-        **view.model_dump(),
-        run_id=call.run_id,
+    return from_record(
+        CallDetail,
+        call,
         messages=[{"role": m.role, "content": m.content} for m in call.messages]
         if call.messages is not None
         else None,
-        reply=call.reply,
     )

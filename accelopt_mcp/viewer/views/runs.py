@@ -17,6 +17,7 @@ from accelopt_mcp.engine.runs import (
     result_text,
     run_state,
 )
+from accelopt_mcp.models import from_record
 from accelopt_mcp.store.base import KernelStore, RunRecord
 from accelopt_mcp.viewer.views.base import (
     ReadRun,
@@ -85,23 +86,15 @@ def run_row(store: KernelStore, run: RunRecord, read: ReadRun | None = None) -> 
     backend = spec.optimize.backend if spec else None
     if backend is None and isinstance(settings, dict):
         backend = settings.get("backend") if isinstance(settings.get("backend"), str) else None
-    row = RunRow(
-        id=run.id,
-        definition_name=run.definition_name,
-        status=run.status,
+    row = from_record(
+        RunRow,
+        run,
         state=state,
         iteration=run.current_iteration,
         iterations_total=spec.optimize.iterations if spec else None,
-        best_solution_id=run.best_solution_id,
-        best_latency_ms=run.best_latency_ms,
-        tokens_in=run.tokens_in,
-        tokens_out=run.tokens_out,
-        cost_usd=run.cost_usd,
         wall_s=_wall_s(read, alive),
         backend=backend,
         hardware=checkpoint.hardware,
-        created_at=run.created_at,
-        updated_at=run.updated_at,
         problems=list(read.problems),
     )
     if state not in ("running", "pending"):
