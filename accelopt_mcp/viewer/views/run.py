@@ -10,9 +10,10 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from accelopt_mcp import comparing
+from accelopt_mcp import comparing, stats
 from accelopt_mcp.engine.checkpoint import Checkpoint
 from accelopt_mcp.engine.selection import AttemptRecord, TieDecision
+from accelopt_mcp.models import from_record
 from accelopt_mcp.models.evaluation import untrusted_flags
 from accelopt_mcp.store.base import KernelStore, StoredProfile, StoredSolution
 from accelopt_mcp.viewer.views.base import (
@@ -146,16 +147,9 @@ def _over_parent(
     text = comparing.speedup_text(
         interval.estimate, low, high if low is not None else None, against
     )
-    verdict = None
-    if low is not None:
-        verdict = (
-            "faster"
-            if low > 1
-            else "slower"
-            if (high is not None and high < 1)
-            else "indistinguishable"
-        )
-    return f"{text} ({how})", interval.estimate, verdict
+    # With a lower end, `interval` is the stored one (an upper end of None unbounded).
+    said = stats.verdict(interval) if low is not None else None
+    return f"{text} ({how})", interval.estimate, said
 
 
 def _node_from_profile(node: Node, profile: StoredProfile | None) -> None:
@@ -401,14 +395,9 @@ def _iterations(checkpoint: Checkpoint, nodes: dict[str, Node]) -> list[Iteratio
 
 def _tie_view(tie: TieDecision) -> TieView:
     outcome = tie.head_to_head
-    return TieView(
-        iteration=tie.iteration,
-        place=tie.place,
-        slot=tie.slot,
-        placed=tie.placed,
-        challenger=tie.challenger,
-        kept=tie.kept,
-        reason=tie.reason,
+    return from_record(
+        TieView,
+        tie,
         verdict=outcome.verdict if outcome is not None else None,
         text=tie.describe(),
     )
