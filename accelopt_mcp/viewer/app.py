@@ -22,7 +22,7 @@ import hashlib
 import hmac
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
@@ -189,14 +189,24 @@ def build_app(store: KernelStore, *, token: str, port: int) -> ASGIApp:
     index = _static_file("index.html")
     static = {name: _static_file(name) for name in STATIC_FILES}
 
-    def json_endpoint(
-        make_key: Callable[[Request], tuple[Any, ...]],
-        compute: Callable[[Request], BaseModel],
-    ) -> Callable[[Request], Awaitable[Response]]:
+    def q(request: Request, name: str) -> str | None:
+        value = request.query_params.get(name)
+        return value or None
+
+    def api(
+        path: str, compute: Callable[[Request], BaseModel], query: tuple[str, ...] = ()
+    ) -> Route:
+        """A JSON endpoint at `path`: compute(request) read through the cache, by the path's
+        parameters and the `query` parameters it reads (every one compute reads must be named,
+        or one answer would be served for another)."""
+
+        def key(request: Request) -> tuple[Any, ...]:
+            return (path, *request.path_params.values(), *(q(request, n) for n in query))
+
         async def endpoint(request: Request) -> Response:
             try:
                 body, etag = await run_in_threadpool(
-                    cache.get, make_key(request), lambda: compute(request)
+                    cache.get, key(request), lambda: compute(request)
                 )
             except views.NotFound as exc:
                 return JSONResponse({"error": str(exc)}, status_code=404, headers=SECURITY_HEADERS)
@@ -209,11 +219,7 @@ def build_app(store: KernelStore, *, token: str, port: int) -> ASGIApp:
                 return Response(status_code=304, headers=headers)
             return Response(body, media_type="application/json", headers=headers)
 
-        return endpoint
-
-    def q(request: Request, name: str) -> str | None:
-        value = request.query_params.get(name)
-        return value or None
+        return Route(path, endpoint)
 
     async def page(_: Request) -> Response:
         return Response(index, media_type="text/html; charset=utf-8", headers=SECURITY_HEADERS)
@@ -232,49 +238,29 @@ def build_app(store: KernelStore, *, token: str, port: int) -> ASGIApp:
         Route("/favicon.ico", no_icon),
         Route("/run/{run_id}", page),
         Route("/static/{name:path}", static_file),
-        Route(
+        api(
             "/api/runs",
-            json_endpoint(
-                lambda r: ("runs", q(r, "task"), q(r, "status")),
-                lambda r: views.list_runs(
-                    store, task=q(r, "task"), status=q(r, "status"), finished_rows=finished_rows
-                ),
+            lambda r: views.list_runs(
+                store, task=q(r, "task"), status=q(r, "status"), finished_rows=finished_rows
             ),
+            query=("task", "status"),
         ),
-        Route(
-            "/api/run/{run_id}",
-            json_endpoint(
-                lambda r: ("run", r.path_params["run_id"]),
-                lambda r: views.run_detail(store, r.path_params["run_id"]),
-            ),
-        ),
-        Route(
+        api("/api/run/{run_id}", lambda r: views.run_detail(store, r.path_params["run_id"])),
+        api(
             "/api/node/{solution_id}",
-            json_endpoint(
-                lambda r: ("node", r.path_params["solution_id"], q(r, "run")),
-                lambda r: views.node_detail(store, r.path_params["solution_id"], q(r, "run")),
-            ),
+            lambda r: views.node_detail(store, r.path_params["solution_id"], q(r, "run")),
+            query=("run",),
         ),
-        Route(
-            "/api/call/{call_id}",
-            json_endpoint(
-                lambda r: ("call", r.path_params["call_id"]),
-                lambda r: views.call_detail(store, r.path_params["call_id"]),
-            ),
-        ),
-        Route(
+        api("/api/call/{call_id}", lambda r: views.call_detail(store, r.path_params["call_id"])),
+        api(
             "/api/memory",
-            json_endpoint(
-                lambda r: ("memory", q(r, "namespace"), q(r, "q")),
-                lambda r: views.memory_page(store, namespace=q(r, "namespace"), text=q(r, "q")),
-            ),
+            lambda r: views.memory_page(store, namespace=q(r, "namespace"), text=q(r, "q")),
+            query=("namespace", "q"),
         ),
-        Route(
+        api(
             "/api/suites",
-            json_endpoint(
-                lambda r: ("suites", q(r, "a"), q(r, "b")),
-                lambda r: views.suites_page(store, q(r, "a"), q(r, "b")),
-            ),
+            lambda r: views.suites_page(store, q(r, "a"), q(r, "b")),
+            query=("a", "b"),
         ),
     ]
 

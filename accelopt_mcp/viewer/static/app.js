@@ -149,6 +149,20 @@ function navigate(path, replace) {
   route();
 }
 
+// Goes to `page` with one parameter of the address set (dropped when empty), the others kept.
+function navigateWith(page, name, value) {
+  const next = new URLSearchParams(location.search);
+  if (value) next.set(name, value); else next.delete(name);
+  navigate(`${page}?${next}`);
+}
+
+// The query of a page's data request: those of the page's parameters it passes on, if given.
+function apiQuery(params, keys) {
+  const query = new URLSearchParams();
+  for (const key of keys) if (params.get(key)) query.set(key, params.get(key));
+  return query;
+}
+
 document.addEventListener("click", (event) => {
   const link = event.target.closest && event.target.closest("a[data-nav]");
   if (!link || event.ctrlKey || event.metaKey || event.shiftKey || event.button !== 0) return;
@@ -172,9 +186,7 @@ function route() {
 
 async function runsPage(params) {
   current = { page: "runs" };
-  const query = new URLSearchParams();
-  if (params.get("task")) query.set("task", params.get("task"));
-  if (params.get("status")) query.set("status", params.get("status"));
+  const query = apiQuery(params, ["task", "status"]);
   let etag = null;
   const load = async () => {
     try {
@@ -192,11 +204,7 @@ function filterSelect(name, options, chosen) {
   const select = h("select", { name, "data-filter": name },
     h("option", { value: "" }, `any ${name}`),
     options.map((o) => h("option", { value: o, selected: o === chosen ? "selected" : null }, o)));
-  select.addEventListener("change", () => {
-    const params = new URLSearchParams(location.search);
-    if (select.value) params.set(name, select.value); else params.delete(name);
-    navigate(`/?${params}`);
-  });
+  select.addEventListener("change", () => navigateWith("/", name, select.value));
   return select;
 }
 
@@ -601,16 +609,13 @@ function lessonsView(n) {
 
 async function memoryPage(params) {
   current = { page: "memory" };
-  const query = new URLSearchParams();
-  for (const key of ["namespace", "q"]) if (params.get(key)) query.set(key, params.get(key));
+  const query = apiQuery(params, ["namespace", "q"]);
   try {
     const { data } = await getJSON(`/api/memory?${query}`);
     const search = h("input", { type: "search", name: "q", placeholder: "search lessons", value: params.get("q") || "" });
     const form = h("form", { class: "filters", on: { submit: (e) => {
       e.preventDefault();
-      const next = new URLSearchParams(location.search);
-      if (search.value) next.set("q", search.value); else next.delete("q");
-      navigate(`/memory?${next}`);
+      navigateWith("/memory", "q", search.value);
     } } }, search, h("button", { type: "submit" }, "search"));
     const spaces = h("div", { class: "filters" }, "namespaces:",
       h("a", { href: "/memory", "data-nav": "" }, "all"),
@@ -625,8 +630,7 @@ async function memoryPage(params) {
 
 async function suitesPage(params) {
   current = { page: "suites" };
-  const query = new URLSearchParams();
-  for (const key of ["a", "b"]) if (params.get(key)) query.set(key, params.get(key));
+  const query = apiQuery(params, ["a", "b"]);
   try {
     const { data } = await getJSON(`/api/suites?${query}`);
     if (!data.suites.length) { setMain(h("h2", {}, "Suites"), h("p", { class: "muted" }, "No suites in this database: `accelopt suite run` makes one.")); return; }
@@ -634,11 +638,7 @@ async function suitesPage(params) {
       const select = h("select", { name, "data-suite-pick": name },
         h("option", { value: "" }, name === "a" ? "newest" : "(none: one suite)"),
         data.suites.map((x) => h("option", { value: x.id, selected: params.get(name) === x.id ? "selected" : null }, `${x.name} · ${short(x.id)} · ${x.status}`)));
-      select.addEventListener("change", () => {
-        const next = new URLSearchParams(location.search);
-        if (select.value) next.set(name, select.value); else next.delete(name);
-        navigate(`/suites?${next}`);
-      });
+      select.addEventListener("change", () => navigateWith("/suites", name, select.value));
       return select;
     };
     const table = data.table ? h("table", { id: "suite-table" },
