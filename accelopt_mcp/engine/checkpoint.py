@@ -141,6 +141,20 @@ class Checkpoint(BaseModel):
         plans = self.plans.get(key)
         return {"plans": list(plans)} if plans is not None else None
 
+    def read_entry(self, entry: RunEntry) -> bool:
+        """Takes in a stored entry (entry_data's inverse): a slot, a pending attempt or a
+        kernel's plans; False for a kind this version does not know (left out). An entry that
+        does not validate raises what validating it raises."""
+        if entry.kind == "slot":
+            self.slots[entry.key] = AttemptRecord.model_validate(entry.data)
+        elif entry.kind == "pending":
+            self.pending[entry.key] = PendingAttempt.model_validate(entry.data)
+        elif entry.kind == "plans":
+            self.plans[entry.key] = list(entry.data.get("plans") or [])
+        else:
+            return False
+        return True
+
     def slots_of(self, iteration: int) -> list[AttemptRecord]:
         return [s for s in self.slots.values() if s.iteration == iteration]
 
@@ -215,13 +229,7 @@ def read_run(run: RunRecord, entries: list[RunEntry] | None = None) -> tuple[Run
     ]
     newest: float | None = None
     for entry in entries or []:
-        if entry.kind == "slot":
-            checkpoint.slots[entry.key] = AttemptRecord.model_validate(entry.data)
-        elif entry.kind == "pending":
-            checkpoint.pending[entry.key] = PendingAttempt.model_validate(entry.data)
-        elif entry.kind == "plans":
-            checkpoint.plans[entry.key] = list(entry.data.get("plans") or [])
-        else:
+        if not checkpoint.read_entry(entry):
             continue
         stamp = _timestamp(entry.updated_at)
         if stamp is not None and (newest is None or stamp > newest):

@@ -9,8 +9,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from accelopt_mcp.engine.checkpoint import Checkpoint, PendingAttempt, RunSpec, read_run
-from accelopt_mcp.engine.selection import AttemptRecord
+from accelopt_mcp.engine.checkpoint import Checkpoint, RunSpec, read_run
 from accelopt_mcp.store.base import KernelStore, RunRecord, StoredProfile
 
 MAX_SCAN = 100_000
@@ -63,12 +62,7 @@ def read_leniently(store: KernelStore, run: RunRecord) -> ReadRun:
         checkpoint = Checkpoint()
     for entry in entries:
         try:
-            if entry.kind == "slot":
-                checkpoint.slots[entry.key] = AttemptRecord.model_validate(entry.data)
-            elif entry.kind == "pending":
-                checkpoint.pending[entry.key] = PendingAttempt.model_validate(entry.data)
-            elif entry.kind == "plans":
-                checkpoint.plans[entry.key] = list(entry.data.get("plans") or [])
+            checkpoint.read_entry(entry)
         except (ValidationError, TypeError, AttributeError) as exc:
             problems.append(
                 f"its {entry.kind} entry {entry.key} could not be read ({first_error(exc)})"
