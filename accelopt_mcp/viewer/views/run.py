@@ -356,17 +356,11 @@ def _iterations(checkpoint: Checkpoint, nodes: dict[str, Node]) -> list[Iteratio
         head = summary.beam[0] if summary.beam else None
         node = nodes.get(head or "")
         points.append(
-            IterationPoint(
-                iteration=summary.iteration,
-                best_latency_ms=summary.best_latency_ms,
+            from_record(
+                IterationPoint,
+                summary,
                 best_solution_id=head,
                 percent_of_peak=node.percent_of_peak if node else None,
-                attempts=summary.attempts,
-                passed=summary.passed,
-                flagged=summary.flagged,
-                experiences_added=summary.experiences_added,
-                wall_s=summary.wall_s,
-                beam=list(summary.beam),
                 no_kernel=sum(
                     1 for s in checkpoint.slots_of(summary.iteration) if not s.solution_id
                 ),
