@@ -31,9 +31,9 @@ from tests.engine.conftest import (
     KEY_ENV,
     TASK_PATH,
     models_config,
+    one_plan_preset,
     settings,
     text,
-    write_preset,
 )
 from tests.llm_standin.process import standin_starter
 from tests.server_process import end_process
@@ -131,17 +131,7 @@ def made_run(tmp_path_factory: pytest.TempPathFactory) -> MadeRun:
     folder = tmp_path_factory.mktemp("viewer-run")
     path = folder / "kernels.db"
     SqliteStore(path).close()
-    preset = write_preset(
-        folder / "preset.json",
-        {"timeout_seconds": 30.0},
-        iterations=2,
-        beam=1,
-        plans=1,
-        attempts=2,
-        topk=1,
-        exp_n=2,
-        workers=2,
-    )
+    preset = one_plan_preset(folder / "preset.json", iterations=2, attempts=2, exp_n=2, workers=2)
     with standin_starter() as start, ViewerProcess(str(path)) as viewer:
         standin = start(run_script())
         models = models_config(standin.base_url, folder / "models.json")
