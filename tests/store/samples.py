@@ -1,4 +1,5 @@
-"""Small, valid records for store tests (shared by every store's tests)."""
+"""Small, valid records for tests: every store's tests share them, and the backends' and
+engine's tests build their kernels and evaluations with them."""
 
 from __future__ import annotations
 
@@ -62,6 +63,32 @@ def make_solution(
         spec=BuildSpec(language=language, target_hardware=["cpu"], entry_point="main.py::run"),
         sources=[SourceFile(path="main.py", content=source)],
         description="a test kernel",
+    )
+
+
+def one_file_solution(
+    source: str,
+    definition: str,
+    *,
+    name: str = "candidate",
+    language: str = "python",
+    hardware: tuple[str, ...] = ("cpu",),
+    entry_point: str = "main.py::run",
+    dps: bool = False,
+) -> Solution:
+    """A candidate kernel of one source file, the file and its function named by
+    `entry_point`, for a backend of `hardware` to evaluate."""
+    return Solution(
+        name=name,
+        definition=definition,
+        author="test",
+        spec=BuildSpec(
+            language=language,
+            target_hardware=list(hardware),
+            entry_point=entry_point,
+            destination_passing_style=dps,
+        ),
+        sources=[SourceFile(path=entry_point.partition("::")[0], content=source)],
     )
 
 
