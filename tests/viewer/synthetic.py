@@ -13,7 +13,6 @@ from accelopt_mcp.engine.runs import prepare_run
 from accelopt_mcp.engine.selection import AttemptRecord, BeamEntry, HeadToHead, TieDecision
 from accelopt_mcp.models import (
     BreakdownEntry,
-    Comparison,
     Environment,
     Evaluation,
     EvaluationStatus,
@@ -21,6 +20,7 @@ from accelopt_mcp.models import (
     Task,
 )
 from accelopt_mcp.store.base import ExperienceIn, KernelStore, RunRecord, RunUpdate
+from tests.store.lineage_samples import beside
 from tests.store.samples import passed_evaluation
 
 HARDWARE = "cpu/x86_64/synthetic"
@@ -34,20 +34,7 @@ def passed(
     comparisons = []
     if parent_ms is not None:
         ratio = parent_ms / latency
-        comparisons.append(
-            Comparison(
-                baseline="parent",
-                baseline_latency_ms=parent_ms,
-                speedup=ratio,
-                ci_low=ratio * 0.97,
-                ci_high=ratio * 1.03,
-                verdict="faster"
-                if ratio * 0.97 > 1
-                else "slower"
-                if ratio * 1.03 < 1
-                else "indistinguishable",
-            )
-        )
+        comparisons.append(beside(ratio, ratio * 0.97, ratio * 1.03, baseline_latency_ms=parent_ms))
     return passed_evaluation(
         latency,
         ci=(latency * 0.98, latency * 1.02),
