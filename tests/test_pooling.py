@@ -8,16 +8,14 @@ import pytest
 
 from accelopt_mcp import stats
 from accelopt_mcp.models import (
-    Correctness,
     Environment,
     Evaluation,
     EvaluationStatus,
-    LatencyStats,
-    Performance,
     pool_evaluations,
 )
 from accelopt_mcp.models.evaluation import flags_trusted
 from accelopt_mcp.stats import Interval
+from tests.store.samples import passed_evaluation
 
 
 def measured(
@@ -33,31 +31,18 @@ def measured(
     log: str = "",
 ) -> Evaluation:
     """A PASSED evaluation with a median latency, its interval and the samples' range."""
-    low, high = spread or (latency, latency)
-    return Evaluation(
-        status=EvaluationStatus.PASSED,
-        environment=Environment(hardware="cpu/x86_64"),
+    return passed_evaluation(
+        latency,
+        ci=ci,
+        samples=spread,
+        reference_ms=latency * speedup,
+        speedup=speedup,
+        speedup_ci=speedup_ci,
+        runs=runs,
+        relative_spread=0.05,
+        stats={"stdev_ms": 0.01 * latency},
         timestamp=when,
         log=log,
-        correctness=Correctness(),
-        performance=Performance(
-            latency_ms=latency,
-            reference_latency_ms=latency * speedup,
-            speedup_factor=speedup,
-            speedup_ci_low=speedup_ci[0] if speedup_ci else None,
-            speedup_ci_high=speedup_ci[1] if speedup_ci else None,
-        ),
-        latency_stats=LatencyStats(
-            mean_ms=latency,
-            median_ms=latency,
-            min_ms=low,
-            max_ms=high,
-            stdev_ms=0.01 * latency,
-            relative_spread=0.05,
-            runs=runs,
-            ci_low_ms=ci[0] if ci else None,
-            ci_high_ms=ci[1] if ci else None,
-        ),
         flags=list(flags),
     )
 

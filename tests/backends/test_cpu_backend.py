@@ -18,19 +18,18 @@ from accelopt_mcp.models import (
     AxisConst,
     AxisVar,
     BenchmarkConfig,
-    BuildSpec,
     Definition,
     EvaluationStatus,
     RandomInput,
     Roofline,
     ScalarInput,
     Solution,
-    SourceFile,
     Task,
     TensorSpec,
     Workload,
 )
 from tests.bench import quick_bench
+from tests.store.samples import one_file_solution
 
 FAST = quick_bench(iterations=5, processes=2, max_timing_seconds=2, timeout_seconds=20)
 
@@ -67,18 +66,8 @@ def scale_task(reference: str = SLOW_REFERENCE) -> Task:
 
 
 def python_solution(code: str, *, entry: str = "run", dps: bool = False) -> Solution:
-    return Solution(
-        name="candidate",
-        definition="scale_add",
-        author="test",
-        spec=BuildSpec(
-            language="python",
-            target_hardware=["cpu"],
-            entry_point=f"main.py::{entry}",
-            destination_passing_style=dps,
-        ),
-        sources=[SourceFile(path="main.py", content=textwrap.dedent(code))],
-    )
+    source = textwrap.dedent(code)
+    return one_file_solution(source, "scale_add", entry_point=f"main.py::{entry}", dps=dps)
 
 
 VECTORIZED = """

@@ -35,6 +35,7 @@ from accelopt_mcp.models import (
     Trace,
 )
 from tests.flashinfer_bench_copy import load_with_flashinfer_bench
+from tests.store.samples import one_file_solution
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "flashinfer"
 
@@ -319,18 +320,7 @@ def standin_backend(latency_ms: float = 5.0) -> FlashInferBackend:
 
 
 def python_solution(source: str, name: str) -> Solution:
-    return Solution(
-        name=name,
-        definition="rmsnorm_h512",
-        author="test",
-        spec=BuildSpec(
-            language=Language.PYTHON,
-            target_hardware=["NVIDIA_H100"],
-            entry_point="main.py::run",
-            destination_passing_style=False,
-        ),
-        sources=[{"path": "main.py", "content": source}],
-    )
+    return one_file_solution(source, "rmsnorm_h512", name=name, hardware=("NVIDIA_H100",))
 
 
 HONEST = "def run(*inputs):\n    return inputs[0]\n"

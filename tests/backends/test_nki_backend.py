@@ -22,11 +22,11 @@ from accelopt_mcp.models import (
     RandomInput,
     Roofline,
     Solution,
-    SourceFile,
     Task,
     TensorSpec,
     Workload,
 )
+from tests.store.samples import one_file_solution
 
 HERE = Path(__file__).parent
 STANDINS = HERE / "standins"
@@ -53,17 +53,13 @@ def silu_task(reference: str = TASK_SOURCE, roofline: Roofline | None = None) ->
 
 
 def nki_solution(source: str, name: str = "candidate") -> Solution:
-    return Solution(
+    return one_file_solution(
+        source,
+        "silu_M256_N512",
         name=name,
-        definition="silu_M256_N512",
-        author="test",
-        spec=BuildSpec(
-            language=Language.NKI,
-            target_hardware=["trn1"],
-            entry_point="kernel.py::kernel",
-            destination_passing_style=False,
-        ),
-        sources=[SourceFile(path="kernel.py", content=source)],
+        language=Language.NKI,
+        hardware=("trn1",),
+        entry_point="kernel.py::kernel",
     )
 
 

@@ -22,18 +22,17 @@ from accelopt_mcp.backends.nonfinite import nonfinite_problem
 from accelopt_mcp.models import (
     AxisConst,
     BenchmarkConfig,
-    BuildSpec,
     Definition,
     EvaluationStatus,
     RandomInput,
     ScalarInput,
     Solution,
-    SourceFile,
     Task,
     TensorSpec,
     Workload,
 )
 from tests.bench import quick_bench
+from tests.store.samples import one_file_solution
 
 FAST = quick_bench(seeds=[0, 21], timeout_seconds=20, max_timing_seconds=1)
 IGNORE = FAST.model_copy(update={"nonfinite": "ignore"})
@@ -78,18 +77,7 @@ def masked_task() -> Task:
 
 
 def solution(source: str) -> Solution:
-    return Solution(
-        name="candidate",
-        definition="masked_log_softmax",
-        author="test",
-        spec=BuildSpec(
-            language="python",
-            target_hardware=["cpu"],
-            entry_point="main.py::run",
-            destination_passing_style=False,
-        ),
-        sources=[SourceFile(path="main.py", content=source)],
-    )
+    return one_file_solution(source, "masked_log_softmax")
 
 
 @pytest.fixture(scope="module")

@@ -196,6 +196,14 @@ def write_preset(path: Path, benchmark: dict[str, Any] | None = None, **fields: 
     return path
 
 
+def one_plan_preset(path: Path, **fields: Any) -> Path:
+    """A preset for an `accelopt optimize` process of its own: one iteration, beam and plan,
+    one lesson (unless `fields` say otherwise), and attempts timed out at 30 s only, so that a
+    busy host (tests run in parallel) does not turn a slow attempt into a TIMEOUT."""
+    search = {"iterations": 1, "beam": 1, "plans": 1, "topk": 1} | fields
+    return write_preset(path, {"timeout_seconds": 30.0}, **search)
+
+
 def models_config(base_url: str, path: Path, **role_overrides: Any) -> Path:
     config = {
         "default": {

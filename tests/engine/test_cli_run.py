@@ -30,7 +30,7 @@ from tests.engine.conftest import (
     TASK_PATH,
     build_script,
     models_config,
-    write_preset,
+    one_plan_preset,
 )
 from tests.llm_standin.process import StartStandin
 
@@ -39,18 +39,7 @@ STAMPED = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d (?P<kind>[a-z_]+): ")
 
 
 def small_preset(path: Path) -> Path:
-    # A busy host (tests run in parallel) must not turn a slow attempt into a TIMEOUT.
-    return write_preset(
-        path,
-        {"timeout_seconds": 30.0},
-        iterations=1,
-        beam=1,
-        plans=1,
-        attempts=2,
-        topk=1,
-        exp_n=2,
-        workers=2,
-    )
+    return one_plan_preset(path, attempts=2, exp_n=2, workers=2)
 
 
 def console_script(*args: str | Path) -> subprocess.CompletedProcess[str]:

@@ -25,14 +25,23 @@ def _item(task: Task, title: str) -> ExperienceIn:
     return ExperienceIn(definition_name=task.definition.name, title=title, strategy="s")
 
 
+def _earlier_run_left(
+    store: KernelStore, task: Task, baseline: Solution, namespace: str, titles: list[str]
+) -> OptimizationMemory:
+    """The memory of an earlier run that added `titles` to `namespace` (room for 3)."""
+    earlier = prepare_run(store, task, baseline, OptimizeConfig())
+    shared = OptimizationMemory(store, run_id=earlier, namespace=namespace, capacity=3)
+    for title in titles:
+        shared.add(_item(task, title))
+    return shared
+
+
 @BOTH_STORES
 def test_fifo_cap_seeds_and_removal(
     store: KernelStore, silu_task: Task, silu_baseline: Solution
 ) -> None:
-    earlier = prepare_run(store, silu_task, silu_baseline, OptimizeConfig())
-    shared = OptimizationMemory(store, run_id=earlier, namespace="cpu/test", capacity=3)
-    for n in range(5):
-        shared.add(_item(silu_task, f"old-{n}"))
+    old = [f"old-{n}" for n in range(5)]
+    shared = _earlier_run_left(store, silu_task, silu_baseline, "cpu/test", old)
     assert [i.title for i in shared.working_set()] == ["old-2", "old-3", "old-4"]
 
     run = prepare_run(store, silu_task, silu_baseline, OptimizeConfig())
@@ -64,10 +73,7 @@ def _learned(task: Task, title: str, iteration: int) -> ExperienceIn:
 def test_the_sample_policy_keeps_the_newest_iteration_and_samples_the_rest(
     store: KernelStore, silu_task: Task, silu_baseline: Solution
 ) -> None:
-    earlier = prepare_run(store, silu_task, silu_baseline, OptimizeConfig())
-    shared = OptimizationMemory(store, run_id=earlier, namespace="pool", capacity=3)
-    for n in range(3):
-        shared.add(_item(silu_task, f"seed-{n}"))
+    _earlier_run_left(store, silu_task, silu_baseline, "pool", [f"seed-{n}" for n in range(3)])
     run = prepare_run(store, silu_task, silu_baseline, OptimizeConfig())
     seeds = OptimizationMemory.seeds_from_namespace(store, "pool", 3)
 

@@ -288,6 +288,15 @@ def faster(winner: str, loser: str) -> HeadToHead:
     return HeadToHead(verdict="faster", faster=winner, slower=loser, speedup=1.05)
 
 
+def overlapping_trio() -> tuple[list[BeamEntry], AttemptRecord, AttemptRecord]:
+    """A beam of one ("old") and two attempts ("a", "b") whose speedup intervals all overlap;
+    medians a < old < b."""
+    old = [entry("old", 1.00, (2.00, 1.90, 2.10))]
+    a = as_attempt(entry("a", 0.99, (2.02, 1.92, 2.12)), 0)
+    b = as_attempt(entry("b", 1.01, (1.98, 1.88, 2.08)), 1)
+    return old, a, b
+
+
 def test_overlapping_intervals_are_ties_and_the_old_rule_keeps_the_beam_kernel() -> None:
     old = [entry("old", 1.00, (2.00, 1.90, 2.10))]
     new = as_attempt(entry("new", 0.98, (2.04, 1.95, 2.12)), 0)  # lower median, overlapping
@@ -332,9 +341,7 @@ def test_clear_intervals_make_no_tie_and_missing_ones_fall_back() -> None:
 
 def test_the_last_slot_is_decided_on_the_order_first_place_left() -> None:
     # Medians: a < old < b, all overlapping. Width 2: first place (a vs old), then slot 2.
-    old = [entry("old", 1.00, (2.00, 1.90, 2.10))]
-    a = as_attempt(entry("a", 0.99, (2.02, 1.92, 2.12)), 0)
-    b = as_attempt(entry("b", 1.01, (1.98, 1.88, 2.08)), 1)
+    old, a, b = overlapping_trio()
     choice = next_beam(old, [a, b], 2)
     first, last = choice.ties
     assert (first.placed, first.challenger, first.kept) == ("a", "old", "old")
@@ -350,9 +357,7 @@ def test_the_last_slot_is_decided_on_the_order_first_place_left() -> None:
 
 
 def test_settle_beam_re_measures_each_tie_once_and_within_the_limit() -> None:
-    old = [entry("old", 1.00, (2.00, 1.90, 2.10))]
-    a = as_attempt(entry("a", 0.99, (2.02, 1.92, 2.12)), 0)
-    b = as_attempt(entry("b", 1.01, (1.98, 1.88, 2.08)), 1)
+    old, a, b = overlapping_trio()
     asked: list[tuple[str, str]] = []
 
     async def measure(tie: TieDecision) -> HeadToHead:

@@ -24,16 +24,15 @@ from accelopt_mcp.engine.prompts import (
 from accelopt_mcp.models import (
     BreakdownEntry,
     Comparison,
-    Correctness,
     Environment,
     Evaluation,
     EvaluationStatus,
-    LatencyStats,
     Performance,
     Solution,
     Task,
 )
 from accelopt_mcp.store.base import ExperienceRecord
+from tests.store.samples import passed_evaluation
 
 COUNTERS = {f"counter_{n}": float(n) for n in range(12)}
 
@@ -108,29 +107,17 @@ HARNESS = {
 def _measured() -> Evaluation:
     """A cpu profile: intervals on the median and on both speedups; harness internals in
     `measurement`, and (as in profiles stored before it existed) among the counters too."""
-    return Evaluation(
-        status=EvaluationStatus.PASSED,
-        environment=Environment(hardware="cpu/test"),
-        timestamp="2026-01-01T00:00:00Z",
-        correctness=Correctness(),
-        performance=Performance(
-            latency_ms=0.412,
-            reference_latency_ms=0.54,
-            speedup_factor=1.31,
-            speedup_ci_low=1.27,
-            speedup_ci_high=1.35,
-        ),
-        latency_stats=LatencyStats(
-            mean_ms=0.413,
-            median_ms=0.412,
-            min_ms=0.401,
-            max_ms=0.47,
-            relative_spread=0.02,
-            runs=60,
-            measurement_rounds=3,
-            ci_low_ms=0.405,
-            ci_high_ms=0.419,
-        ),
+    return passed_evaluation(
+        0.412,
+        ci=(0.405, 0.419),
+        samples=(0.401, 0.47),
+        reference_ms=0.54,
+        speedup=1.31,
+        speedup_ci=(1.27, 1.35),
+        runs=60,
+        relative_spread=0.02,
+        stats={"mean_ms": 0.413, "measurement_rounds": 3},
+        hardware="cpu/test",
         hardware_counters={"dma_stall_pct": 2.5, "latency_ms": 0.412, **HARNESS},
         measurement=HARNESS,
         comparisons=[

@@ -102,6 +102,18 @@ def _watch_run(
     return run_id
 
 
+def _resume(run_id: str, *options: str, env: dict[str, str]) -> None:
+    """`accelopt resume RUN_ID OPTIONS` in a process of its own, to its successful end."""
+    resumed = subprocess.run(
+        [*ACCELOPT, "resume", run_id, *options],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+
+
 def test_resume_after_sigkill_loses_and_redoes_nothing(
     start_standin: StartStandin, tmp_path: Path
 ) -> None:
@@ -181,14 +193,7 @@ def test_resume_after_sigkill_loses_and_redoes_nothing(
         assert len(hand_stamps) == 1, hand
 
         # Resumed without --output-dir: the run keeps the folder it was started with.
-        resumed = subprocess.run(
-            [*ACCELOPT, "resume", run_id, "--store", str(db_path), "--quiet"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        _resume(run_id, "--store", str(db_path), "--quiet", env=env)
 
         run, _, final = load_run(store, run_id)
         assert run.status == "completed"
@@ -271,14 +276,7 @@ def test_time_before_a_sigkill_counts_against_the_wall_budget(
         assert run_id is not None
         calls_before = len(standin.requests())
 
-        resumed = subprocess.run(
-            [*ACCELOPT, "resume", run_id, "--budget-wall-s", "1", *common],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        _resume(run_id, "--budget-wall-s", "1", *common, env=env)
         run, _, final = load_run(store, run_id)
         assert run.status == "budget_exhausted"
         assert run.error and "wall-time budget" in run.error

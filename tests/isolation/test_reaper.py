@@ -39,9 +39,9 @@ from tests.engine.conftest import (
     KEY_ENV,
     TASK_PATH,
     models_config,
+    one_plan_preset,
     one_plan_script,
     text,
-    write_preset,
 )
 from tests.llm_standin.process import StandinProcess, standin_starter
 
@@ -324,20 +324,6 @@ def standin() -> Iterator[StandinProcess]:
         yield start(script)
 
 
-def _preset(path: Path) -> Path:
-    return write_preset(
-        path,
-        {"timeout_seconds": 30.0},
-        iterations=1,
-        beam=1,
-        plans=1,
-        attempts=1,
-        topk=1,
-        exp_n=1,
-        workers=1,
-    )
-
-
 @needs_jail
 @needs_root
 @needs_v1_freezer
@@ -351,13 +337,14 @@ def test_kill_9_of_accelopt_optimize_leaves_no_process_and_no_group(
     any hierarchy. The v2 hierarchy is looked at only where this host has one (v1 only here
     otherwise: cgroup v2 cannot be exercised)."""
     models = models_config(standin.base_url, tmp_path / "models.json")
+    preset = one_plan_preset(tmp_path / "preset.json", attempts=1, exp_n=1, workers=1)
     env = {**os.environ, "COLUMNS": "80", KEY_ENV: KEY}
     env.pop("ACCELOPT_STORE", None)
     log = (tmp_path / "cli.log").open("w")
     cli = subprocess.Popen(
         [
             ACCELOPT, "optimize", str(KERNEL_PATH), "--task", str(TASK_PATH),
-            "--preset", str(_preset(tmp_path / "preset.json")), "--config", str(models),
+            "--preset", str(preset), "--config", str(models),
             "--store", str(tmp_path / "kernels.db"), "--output-dir", str(tmp_path / "out"),
             "--skip-llm-check",
         ],

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,37 @@ def wait_until_dead(pid: int, within_s: float = 3.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+PROFILER = (
+    "import sys\n"
+    "from accelopt_mcp.isolation.sandbox import run_sandboxed\n"
+    "run_sandboxed([sys.executable, '-c', sys.argv[1]], timeout_s=600, memory_limit_mb=512)\n"
+)
+"""A profiler process: runs the kernel source in argv[1] in the sandbox (600 s, 512 MB)."""
+
+
+@contextlib.contextmanager
+def profiling(kernel: str, pid_file: Path) -> Iterator[tuple[subprocess.Popen[bytes], int | None]]:
+    """A profiler process running `kernel`, and the pid the kernel writes to `pid_file` (None
+    when it has not within 30 s); on leaving, the profiler and that pid are killed."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", PROFILER, kernel], cwd=Path(__file__).resolve().parents[2]
+    )
+    pid = None
+    try:
+        deadline = time.monotonic() + 30
+        while pid is None and time.monotonic() < deadline:
+            text = pid_file.read_text() if pid_file.exists() else ""
+            pid = int(text) if text else None
+            time.sleep(0.05)
+        yield process, pid
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_clean_exit_returns_output() -> None:
@@ -223,31 +255,11 @@ def test_a_running_kernel_dies_with_the_process_that_profiles_it(tmp_path: Path)
     timeout any more; its kernel must not spin on a core for ever."""
     pid_file = tmp_path / "kernel.pid"
     kernel = f"import os\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\nwhile True: pass\n"
-    profiler = (
-        "import sys\n"
-        "from accelopt_mcp.isolation.sandbox import run_sandboxed\n"
-        "run_sandboxed([sys.executable, '-c', sys.argv[1]], timeout_s=600, memory_limit_mb=512)\n"
-    )
-    process = subprocess.Popen(
-        [sys.executable, "-c", profiler, kernel], cwd=Path(__file__).resolve().parents[2]
-    )
-    kernel_pid = None
-    try:
-        deadline = time.monotonic() + 30
-        while kernel_pid is None and time.monotonic() < deadline:
-            text = pid_file.read_text() if pid_file.exists() else ""
-            kernel_pid = int(text) if text else None
-            time.sleep(0.05)
+    with profiling(kernel, pid_file) as (process, kernel_pid):
         assert kernel_pid is not None, "the kernel never started"
         process.kill()
         process.wait(timeout=10)
         assert wait_until_dead(kernel_pid, within_s=5), "the kernel outlived its profiler"
-    finally:
-        process.kill()
-        process.wait(timeout=10)
-        if kernel_pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(kernel_pid, signal.SIGKILL)
 
 
 def test_what_a_killed_profiler_left_is_cleaned_up_by_the_next_run(tmp_path: Path) -> None:
@@ -264,21 +276,7 @@ def test_what_a_killed_profiler_left_is_cleaned_up_by_the_next_run(tmp_path: Pat
         f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
         "time.sleep(120)\n"
     )
-    profiler = (
-        "import sys\n"
-        "from accelopt_mcp.isolation.sandbox import run_sandboxed\n"
-        "run_sandboxed([sys.executable, '-c', sys.argv[1]], timeout_s=600, memory_limit_mb=512)\n"
-    )
-    process = subprocess.Popen(
-        [sys.executable, "-c", profiler, kernel], cwd=Path(__file__).resolve().parents[2]
-    )
-    grandchild = None
-    try:
-        deadline = time.monotonic() + 30
-        while grandchild is None and time.monotonic() < deadline:
-            text = pid_file.read_text() if pid_file.exists() else ""
-            grandchild = int(text) if text else None
-            time.sleep(0.05)
+    with profiling(kernel, pid_file) as (process, grandchild):
         assert grandchild is not None, "the kernel never started its grandchild"
         left = list(cgroup_root.glob(f"accelopt-sandbox-*-{process.pid}.*-*"))
         assert left, "the profiler made no cgroup"
@@ -290,12 +288,6 @@ def test_what_a_killed_profiler_left_is_cleaned_up_by_the_next_run(tmp_path: Pat
         while any(path.exists() for path in left) and time.monotonic() < deadline:
             run_code("pass")
         assert not any(path.exists() for path in left), "the killed run's cgroup stayed"
-    finally:
-        process.kill()
-        process.wait(timeout=10)
-        if grandchild is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(grandchild, signal.SIGKILL)
 
 
 def test_a_zombie_leader_is_not_a_live_member_of_its_group() -> None:

@@ -5,18 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from accelopt_mcp.models import (
-    Comparison,
-    Correctness,
-    Environment,
-    Evaluation,
-    EvaluationStatus,
-    LatencyStats,
-    Performance,
-)
+from accelopt_mcp.models import Comparison, Correctness, Environment, Evaluation, EvaluationStatus
 from accelopt_mcp.stats import Interval, verdict
 from accelopt_mcp.store.base import KernelStore
-from tests.store.samples import make_definition, make_solution, make_workload
+from tests.store.samples import make_definition, make_solution, make_workload, passed_evaluation
 
 DEF = "exp_f32"
 WORKLOAD = "00000000-0000-4000-8000-00000000000a"
@@ -65,21 +57,17 @@ def timed(
             timestamp=f"2026-01-{day:02d}T00:00:00Z",
             log="boom",
         )
-    low, high = latency * (1 - half_width), latency * (1 + half_width)
-    return Evaluation(
-        status=EvaluationStatus.PASSED,
-        environment=Environment(hardware=hardware),
+    interval = (latency * (1 - half_width), latency * (1 + half_width))
+    return passed_evaluation(
+        latency,
+        ci=interval,
+        samples=interval,
+        hardware=hardware,
         timestamp=f"2026-01-{day:02d}T00:00:00Z",
         correctness=Correctness(max_relative_error=1e-7),
-        performance=Performance(latency_ms=latency, reference_latency_ms=2.0,
-                                speedup_factor=2.0 / latency),
-        latency_stats=LatencyStats(
-            mean_ms=latency, median_ms=latency, min_ms=low, max_ms=high, relative_spread=0.01,
-            runs=20, ci_low_ms=low, ci_high_ms=high,
-        ),
         comparisons=list(comparisons),
         flags=list(flags),
-    )  # fmt: skip
+    )
 
 
 @dataclass(frozen=True)

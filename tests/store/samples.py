@@ -1,4 +1,5 @@
-"""Small, valid records for store tests (shared by every store's tests)."""
+"""Small, valid records for tests: every store's tests share them, and the backends' and
+engine's tests build their kernels and evaluations with them."""
 
 from __future__ import annotations
 
@@ -65,6 +66,83 @@ def make_solution(
     )
 
 
+def one_file_solution(
+    source: str,
+    definition: str,
+    *,
+    name: str = "candidate",
+    language: str = "python",
+    hardware: tuple[str, ...] = ("cpu",),
+    entry_point: str = "main.py::run",
+    dps: bool = False,
+) -> Solution:
+    """A candidate kernel of one source file, the file and its function named by
+    `entry_point`, for a backend of `hardware` to evaluate."""
+    return Solution(
+        name=name,
+        definition=definition,
+        author="test",
+        spec=BuildSpec(
+            language=language,
+            target_hardware=list(hardware),
+            entry_point=entry_point,
+            destination_passing_style=dps,
+        ),
+        sources=[SourceFile(path=entry_point.partition("::")[0], content=source)],
+    )
+
+
+def passed_evaluation(
+    latency: float,
+    *,
+    ci: tuple[float, float] | None = None,
+    samples: tuple[float, float] | None = None,
+    reference_ms: float = 2.0,
+    speedup: float | None = None,
+    speedup_ci: tuple[float, float] | None = None,
+    runs: int = 20,
+    relative_spread: float = 0.01,
+    hardware: str = "cpu/x86_64",
+    timestamp: str = "2026-01-01T00:00:00Z",
+    correctness: Correctness | None = None,
+    stats: dict[str, Any] | None = None,
+    **fields: Any,
+) -> Evaluation:
+    """A PASSED evaluation with a median of `latency` ms: `ci` the median's interval and
+    `samples` the (min, max) of the timed runs (`latency` both, unless given); a speedup of
+    `reference_ms / latency` unless `speedup` says, `speedup_ci` its interval. `stats` adds or
+    replaces latency-statistics fields; `fields` are any other Evaluation field (flags,
+    comparisons, log, counters) or one that replaces the default here (an environment).
+    A field without a value is left unset, as a record read back from its JSON would have it."""
+    low, high = samples or (latency, latency)
+    performance: dict[str, Any] = {
+        "latency_ms": latency,
+        "reference_latency_ms": reference_ms,
+        "speedup_factor": reference_ms / latency if speedup is None else speedup,
+    }
+    if speedup_ci is not None:
+        performance.update(speedup_ci_low=speedup_ci[0], speedup_ci_high=speedup_ci[1])
+    latency_stats: dict[str, Any] = {
+        "mean_ms": latency,
+        "median_ms": latency,
+        "min_ms": low,
+        "max_ms": high,
+        "relative_spread": relative_spread,
+        "runs": runs,
+    }
+    if ci is not None:
+        latency_stats.update(ci_low_ms=ci[0], ci_high_ms=ci[1])
+    record: dict[str, Any] = {
+        "status": EvaluationStatus.PASSED,
+        "environment": Environment(hardware=hardware),
+        "timestamp": timestamp,
+        "correctness": correctness or Correctness(),
+        "performance": Performance(**performance),
+        "latency_stats": LatencyStats(**latency_stats | (stats or {})),
+    }
+    return Evaluation(**record | fields)
+
+
 def make_evaluation(
     status: str | EvaluationStatus = EvaluationStatus.PASSED,
     latency_ms: float = 1.0,
@@ -73,32 +151,28 @@ def make_evaluation(
     reference_latency_ms: float = 2.0,
 ) -> Evaluation:
     status = EvaluationStatus(status)
-    correctness = performance = stats = None
-    if status in (EvaluationStatus.PASSED, EvaluationStatus.INCORRECT_NUMERICAL):
-        correctness = Correctness(max_relative_error=1e-7, max_absolute_error=1e-8)
+    environment = Environment(hardware=hardware, libs={"numpy": "2.0"})
+    correctness = Correctness(max_relative_error=1e-7, max_absolute_error=1e-8)
     if status == EvaluationStatus.PASSED:
-        performance = Performance(
-            latency_ms=latency_ms,
-            reference_latency_ms=reference_latency_ms,
-            speedup_factor=reference_latency_ms / latency_ms,
-        )
-        stats = LatencyStats(
-            mean_ms=latency_ms,
-            median_ms=latency_ms,
-            min_ms=latency_ms,
-            max_ms=latency_ms,
-            relative_spread=0.0,
+        return passed_evaluation(
+            latency_ms,
+            reference_ms=reference_latency_ms,
             runs=10,
+            relative_spread=0.0,
+            correctness=correctness,
+            environment=environment,
+            log="",
+            hardware_counters={"cycles": 1000.0},
         )
     return Evaluation(
         status=status,
-        environment=Environment(hardware=hardware, libs={"numpy": "2.0"}),
+        environment=environment,
         timestamp="2026-01-01T00:00:00Z",
-        log="" if status == EvaluationStatus.PASSED else "boom",
-        correctness=correctness,
-        performance=performance,
-        latency_stats=stats,
-        hardware_counters={"cycles": 1000.0} if status == EvaluationStatus.PASSED else {},
+        log="boom",
+        correctness=correctness if status == EvaluationStatus.INCORRECT_NUMERICAL else None,
+        performance=None,
+        latency_stats=None,
+        hardware_counters={},
     )
 
 

@@ -17,11 +17,7 @@ import pytest
 from accelopt_mcp import hashing
 from accelopt_mcp.models import (
     Correctness,
-    Environment,
     Evaluation,
-    EvaluationStatus,
-    LatencyStats,
-    Performance,
     pool_evaluations,
 )
 from accelopt_mcp.store import _rows
@@ -34,6 +30,7 @@ from tests.store.samples import (
     make_evaluation,
     make_solution,
     make_workload,
+    passed_evaluation,
     without_row_level_security,
 )
 
@@ -53,29 +50,14 @@ def measured(
     """A PASSED evaluation taken on `day` (distinct days: distinct measurements) with a
     relative confidence interval of ±half_width (none when None)."""
     ci = (latency * (1 - half_width), latency * (1 + half_width)) if half_width else None
-    return Evaluation(
-        status=EvaluationStatus.PASSED,
-        environment=Environment(hardware=hardware),
+    return passed_evaluation(
+        latency,
+        ci=ci,
+        speedup_ci=(2.0 / ci[1], 2.0 / ci[0]) if ci else None,
+        hardware=hardware,
         timestamp=f"2026-01-{day:02d}T00:00:00Z",
-        log=log,
         correctness=Correctness(max_relative_error=1e-7),
-        performance=Performance(
-            latency_ms=latency,
-            reference_latency_ms=2.0,
-            speedup_factor=2.0 / latency,
-            speedup_ci_low=2.0 / ci[1] if ci else None,
-            speedup_ci_high=2.0 / ci[0] if ci else None,
-        ),
-        latency_stats=LatencyStats(
-            mean_ms=latency,
-            median_ms=latency,
-            min_ms=latency,
-            max_ms=latency,
-            relative_spread=0.01,
-            runs=20,
-            ci_low_ms=ci[0] if ci else None,
-            ci_high_ms=ci[1] if ci else None,
-        ),
+        log=log,
         flags=list(flags),
     )
 

@@ -495,15 +495,26 @@ def test_every_added_sqlite_column_is_defined_in_the_schema() -> None:
         table_column_sql(schema, "llm_calls", "nope")
 
 
+def _cut(schema: str, *sections: str) -> str:
+    """`schema` without each of `sections`: patterns from a newline to a newline, matched
+    across lines (what a later version added)."""
+    for section in sections:
+        schema = re.sub(section, "\n", schema, flags=re.S)
+    return schema
+
+
+def _pg_schema() -> str:
+    """schema_v2.txt without its row level security section (which came later than any of
+    what these tests cut)."""
+    return without_row_level_security(SCHEMA.read_text("utf-8"))
+
+
 def _before_audit_trail_pg() -> str:
     """schema_v2.txt as it was before the audit trail and run_entries."""
-    schema = without_row_level_security(SCHEMA.read_text("utf-8"))
-    old = re.sub(r"\n-- The audit trail, added here.*?status = 'ok';\n", "\n", schema, flags=re.S)
-    old = re.sub(
+    old = _cut(
+        _pg_schema(),
+        r"\n-- The audit trail, added here.*?status = 'ok';\n",
         r"\n-- -+ run_entries\n.*?EXECUTE FUNCTION runs_touch_updated_at\(\);\n",
-        "\n",
-        old,
-        flags=re.S,
     )
     assert "run_entries" not in old and "BYTEA" not in old
     return old
@@ -557,14 +568,11 @@ _OLD_ITEMS = (
 
 def _v4_sqlite() -> str:
     """sqlite_schema.sql as it was at version 4: no word search, no hardware_peaks."""
-    schema = sqlite_schema()
-    old = re.sub(
+    old = _cut(
+        sqlite_schema(),
         r"\n-- Word search over the memory.*?experiences_fts_update.*?END;\n",
-        "\n",
-        schema,
-        flags=re.S,
+        r"\n-- Peak rates measured on a host.*?\n\);\n",
     )
-    old = re.sub(r"\n-- Peak rates measured on a host.*?\n\);\n", "\n", old, flags=re.S)
     assert "experiences_fts" not in old and "hardware_peaks" not in old
     return old
 
@@ -611,13 +619,10 @@ def test_sqlite_brings_a_version_4_file_up_to_date(tmp_path: Path) -> None:
 
 def _before_search_pg() -> str:
     """schema_v2.txt as it was before word search and hardware_peaks."""
-    schema = without_row_level_security(SCHEMA.read_text("utf-8"))
-    old = re.sub(r"\n-- Word search \(accelopt_mcp.*?\$\$;\n", "\n", schema, flags=re.S)
-    old = re.sub(
+    old = _cut(
+        _pg_schema(),
+        r"\n-- Word search \(accelopt_mcp.*?\$\$;\n",
         r"\n-- -+ hardware_peaks\n.*?EXECUTE FUNCTION hardware_peaks_touch_measured_at\(\);\n",
-        "\n",
-        old,
-        flags=re.S,
     )
     assert "search" not in old and "hardware_peaks" not in old and "tsvector" not in old
     return old
@@ -723,13 +728,7 @@ def test_sqlite_brings_a_version_6_file_up_to_date(tmp_path: Path) -> None:
 
 def _before_suites_pg() -> str:
     """schema_v2.txt as it was before suites."""
-    schema = without_row_level_security(SCHEMA.read_text("utf-8"))
-    old = re.sub(
-        r"\n-- -+ suites\n.*?EXECUTE FUNCTION runs_touch_updated_at\(\);\n",
-        "\n",
-        schema,
-        flags=re.S,
-    )
+    old = _cut(_pg_schema(), r"\n-- -+ suites\n.*?EXECUTE FUNCTION runs_touch_updated_at\(\);\n")
     assert "suites" not in old
     return old
 

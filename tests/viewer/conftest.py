@@ -31,9 +31,9 @@ from tests.engine.conftest import (
     KEY_ENV,
     TASK_PATH,
     models_config,
+    one_plan_preset,
     settings,
     text,
-    write_preset,
 )
 from tests.llm_standin.process import standin_starter
 from tests.server_process import end_process
@@ -51,6 +51,15 @@ CHROMIUM_ARGS = [
 ]
 HOSTILE = '</textarea><script>window.__pwned = 1</script><img src=x onerror="window.__pwned=2">'
 """Markup a kernel or an LLM could write: shown as text, it must never run."""
+RUN_SEARCH: dict[str, Any] = {
+    "iterations": 2,
+    "beam": 1,
+    "plans": 1,
+    "attempts": 2,
+    "topk": 1,
+    "workers": 2,
+}
+"""The search of the viewer's runs (made in this process or by `accelopt optimize`)."""
 
 
 def artifacts_dir() -> Path:
@@ -103,15 +112,7 @@ def make_run(store: KernelStore, folder: Path) -> str:
     baseline = load_solution(hostile_kernel(folder), task)
     with standin_starter() as start:
         standin = start(run_script())
-        config = settings(
-            models_config(standin.base_url, folder / "models.json"),
-            iterations=2,
-            beam=1,
-            plans=1,
-            attempts=2,
-            topk=1,
-            workers=2,
-        )
+        config = settings(models_config(standin.base_url, folder / "models.json"), **RUN_SEARCH)
         run_id = prepare_run(store, task, baseline, config)
         asyncio.run(BeamSearch(store, run_id, output_dir=folder / "out").run())
     return run_id
@@ -131,17 +132,7 @@ def made_run(tmp_path_factory: pytest.TempPathFactory) -> MadeRun:
     folder = tmp_path_factory.mktemp("viewer-run")
     path = folder / "kernels.db"
     SqliteStore(path).close()
-    preset = write_preset(
-        folder / "preset.json",
-        {"timeout_seconds": 30.0},
-        iterations=2,
-        beam=1,
-        plans=1,
-        attempts=2,
-        topk=1,
-        exp_n=2,
-        workers=2,
-    )
+    preset = one_plan_preset(folder / "preset.json", exp_n=2, **RUN_SEARCH)
     with standin_starter() as start, ViewerProcess(str(path)) as viewer:
         standin = start(run_script())
         models = models_config(standin.base_url, folder / "models.json")

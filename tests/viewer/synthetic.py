@@ -13,17 +13,15 @@ from accelopt_mcp.engine.runs import prepare_run
 from accelopt_mcp.engine.selection import AttemptRecord, BeamEntry, HeadToHead, TieDecision
 from accelopt_mcp.models import (
     BreakdownEntry,
-    Comparison,
-    Correctness,
     Environment,
     Evaluation,
     EvaluationStatus,
-    LatencyStats,
-    Performance,
     Solution,
     Task,
 )
 from accelopt_mcp.store.base import ExperienceIn, KernelStore, RunRecord, RunUpdate
+from tests.store.lineage_samples import beside
+from tests.store.samples import passed_evaluation
 
 HARDWARE = "cpu/x86_64/synthetic"
 REFERENCE_MS = 4.0
@@ -36,42 +34,16 @@ def passed(
     comparisons = []
     if parent_ms is not None:
         ratio = parent_ms / latency
-        comparisons.append(
-            Comparison(
-                baseline="parent",
-                baseline_latency_ms=parent_ms,
-                speedup=ratio,
-                ci_low=ratio * 0.97,
-                ci_high=ratio * 1.03,
-                verdict="faster"
-                if ratio * 0.97 > 1
-                else "slower"
-                if ratio * 1.03 < 1
-                else "indistinguishable",
-            )
-        )
-    return Evaluation(
-        status=EvaluationStatus.PASSED,
-        environment=Environment(hardware=HARDWARE),
+        comparisons.append(beside(ratio, ratio * 0.97, ratio * 1.03, baseline_latency_ms=parent_ms))
+    return passed_evaluation(
+        latency,
+        ci=(latency * 0.98, latency * 1.02),
+        samples=(latency * 0.95, latency * 1.1),
+        reference_ms=REFERENCE_MS,
+        speedup_ci=(REFERENCE_MS / latency * 0.97, REFERENCE_MS / latency * 1.03),
+        relative_spread=0.02,
+        hardware=HARDWARE,
         timestamp="2026-12-01T00:00:00Z",
-        correctness=Correctness(),
-        performance=Performance(
-            latency_ms=latency,
-            reference_latency_ms=REFERENCE_MS,
-            speedup_factor=REFERENCE_MS / latency,
-            speedup_ci_low=REFERENCE_MS / latency * 0.97,
-            speedup_ci_high=REFERENCE_MS / latency * 1.03,
-        ),
-        latency_stats=LatencyStats(
-            mean_ms=latency,
-            median_ms=latency,
-            min_ms=latency * 0.95,
-            max_ms=latency * 1.1,
-            relative_spread=0.02,
-            runs=20,
-            ci_low_ms=latency * 0.98,
-            ci_high_ms=latency * 1.02,
-        ),
         hardware_counters={"roofline_pct_of_peak": 100.0 * 0.2 / latency, "memory_bound": 1.0},
         comparisons=comparisons,
         breakdown=[
