@@ -107,6 +107,19 @@ class JailGroups:
     def freeze_method(self) -> FreezeMethod:
         return "signals" if self.freezer is None else self.freezer.method
 
+    def memory_peak_mb(self) -> float | None:
+        """The most memory the jail held at once, as the group that holds its limit counts it
+        (None without one)."""
+        if self.memory is not None:
+            return self.memory.peak_mb()
+        return self.freezer.peak_mb() if isinstance(self.freezer, V2Group) else None
+
+    def memory_limit_hit(self) -> bool:
+        """The group that holds the jail's memory limit saw it reached (False without one)."""
+        if self.memory is not None:
+            return self.memory.limit_hit()
+        return isinstance(self.freezer, V2Group) and self.freezer.memory_limit_hit()
+
     def made(self) -> list[Group]:
         """The groups that exist."""
         every = (self.pids, self.freezer, self.cpuset, self.cpuacct, self.memory)
@@ -204,7 +217,6 @@ class JailedProcess:
         self._freezer = groups.freezer
         self._pids_group = groups.pids
         self._cpuacct = groups.cpuacct
-        self._memory = groups.memory
         self.memory_limit_by: MemoryLimitBy = groups.memory_limit_by
         """What enforces memory_limit_mb: the jail's memory cgroup ("cgroup-v1", "cgroup-v2":
         all processes and tmpfs files together; RLIMIT_AS is then only a loose backstop), or
@@ -318,10 +330,7 @@ class JailedProcess:
         included) and its tmpfs pages (/tmp, /dev/shm, the work dir), from its memory cgroup;
         None where no such group could be made."""
         if not self._cleaned:
-            if self._memory is not None:
-                self._memory_peak_mb = self._memory.peak_mb()
-            elif isinstance(self._freezer, V2Group):
-                self._memory_peak_mb = self._freezer.peak_mb()
+            self._memory_peak_mb = self._cgroups.memory_peak_mb()
         return self._memory_peak_mb
 
     @property
@@ -329,10 +338,7 @@ class JailedProcess:
         """The jail as a whole reached `memory_limit_mb` (its cgroup's OOM killer ran, or it is
         stuck at the limit): sticky, and readable after `kill()`."""
         if not self._memory_limit_hit and not self._cleaned:
-            if self._memory is not None:
-                self._memory_limit_hit = self._memory.limit_hit()
-            elif isinstance(self._freezer, V2Group):
-                self._memory_limit_hit = self._freezer.memory_limit_hit()
+            self._memory_limit_hit = self._cgroups.memory_limit_hit()
         return self._memory_limit_hit
 
     @property
