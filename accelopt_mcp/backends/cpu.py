@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from accelopt_mcp.backends.base import (
     Availability,
@@ -180,6 +180,17 @@ def isolation_summary() -> str:
     return f"{'bwrap jail' if status.kind == 'bwrap' else 'none'}: {status.reason}"
 
 
+class _HarnessRun(NamedTuple):
+    """How one run of the harness ended (CpuBackend._run)."""
+
+    run: SandboxResult
+    """The sandboxed child's exit, output and limits."""
+    result: dict[str, Any] | None
+    """Its result file; None when it wrote none (it died)."""
+    stage: str
+    """The last stage it reported reaching (what it was doing when it died)."""
+
+
 class CpuBackend(Backend):
     interleaves = True
     info = BackendInfo(
@@ -258,8 +269,7 @@ class CpuBackend(Backend):
         outcome = self._run(task, kernels, config, primary=True)
         if isinstance(outcome, Evaluation):
             return outcome
-        run, result, stage = outcome
-        return self._to_evaluation(task, config, run, result, stage, names)
+        return self._to_evaluation(task, config, outcome, names)
 
     def compare(
         self, task: Task, kernels: Sequence[Baseline], config: BenchmarkConfig | None = None
@@ -284,13 +294,10 @@ class CpuBackend(Backend):
             if isinstance(outcome, Evaluation):
                 evaluations |= {label: outcome for label, _ in runnable}
             else:
-                run, result, stage = outcome
                 names = dict(zip(labels, [k.label for k in kernels], strict=True))
                 for label, _ in runnable:
-                    evaluations[label] = self._kernel_evaluation(
-                        task, config, run, result, stage, label, names
-                    )
-                pairs = pair_verdicts(result or {}, names, [label for label, _ in runnable])
+                    evaluations[label] = self._kernel_evaluation(task, config, outcome, label)
+                pairs = pair_verdicts(outcome.result or {}, names, [label for label, _ in runnable])
         return ranked_comparison(
             kernels,
             [evaluations[label] for label in labels],
@@ -323,7 +330,7 @@ class CpuBackend(Backend):
         config: BenchmarkConfig,
         *,
         primary: bool,
-    ) -> Evaluation | tuple[SandboxResult, dict[str, Any] | None, str]:
+    ) -> Evaluation | _HarnessRun:
         """Run the harness once: an Evaluation when the run is void (the task cannot be run,
         a forged result), else how the child ended, its result and its last stage."""
         with tempfile.TemporaryDirectory(
@@ -370,7 +377,7 @@ class CpuBackend(Backend):
                     flags=["forged_result"],
                 )
             stage = (read_json(work / "progress.json") or {}).get("stage", "start-up")
-        return run, result, stage
+        return _HarnessRun(run, result, stage)
 
     def _write_job(
         self,
@@ -457,14 +464,13 @@ class CpuBackend(Backend):
         self,
         task: Task,
         config: BenchmarkConfig,
-        run: SandboxResult,
-        result: dict[str, Any] | None,
-        stage: str,
+        harness: _HarnessRun,
         names: dict[str, str] | None = None,
     ) -> Evaluation:
         """The candidate's evaluation from a primary-mode run."""
+        run, result = harness.run, harness.result
         if result is None:
-            return self._evaluation(*died(run, stage, config))
+            return self._evaluation(*died(run, harness.stage, config))
         flags = list(dict.fromkeys(result.get("flags", []))) + isolation_flags(result)
         stderr = str(result.get("candidate_stderr") or "").strip()
         if stderr:
@@ -490,15 +496,13 @@ class CpuBackend(Backend):
         self,
         task: Task,
         config: BenchmarkConfig,
-        run: SandboxResult,
-        result: dict[str, Any] | None,
-        stage: str,
+        harness: _HarnessRun,
         label: str,
-        names: dict[str, str],
     ) -> Evaluation:
         """One kernel's evaluation from a comparison run."""
+        run, result = harness.run, harness.result
         if result is None:
-            return self._evaluation(*died(run, stage, config))
+            return self._evaluation(*died(run, harness.stage, config))
         flags = isolation_flags(result)
         if result.get("error"):
             return self._error_evaluation(result["error"], run, flags)

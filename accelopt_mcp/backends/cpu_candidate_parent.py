@@ -35,6 +35,7 @@ from accelopt_mcp.backends.cpu_candidate import (
     write_arena,
 )
 from accelopt_mcp.backends.cpu_outcomes import Verdict
+from accelopt_mcp.backends.host_load import thread_wait_ns
 
 CANDIDATE_FILE = Path(__file__).with_name("cpu_candidate.py")
 CANDIDATE_IN_JAIL = "/opt/accelopt/cpu_candidate.py"
@@ -335,7 +336,7 @@ class JailedRunner:
         thaw, after the freeze): no untimed CPU for the kernel. Every contestant, the reference
         included, is measured this one way."""
         usage_before = self.process.cpu_usage_ns()
-        wait_before = self.process.run_queue_wait_ns() + _own_wait_ns()
+        wait_before = self.process.run_queue_wait_ns() + thread_wait_ns()
         # The thread's CPU clock, read next to the wall clock: /proc's per-thread run time
         # lags a running thread by up to a scheduler tick, which counted a few ms of this
         # harness's work before the window as if it were inside it.
@@ -346,7 +347,7 @@ class JailedRunner:
         status, value = self._read_ack(sequence)
         elapsed = time.perf_counter_ns() - start
         own_ran = time.thread_time_ns() - own_before
-        harness_wait = _own_wait_ns()
+        harness_wait = thread_wait_ns()
         # The clock stops at "done", and so does the kernel: its runner stops itself, every
         # thread and process of its jail with it, in the same breath as it answers (see
         # `freeze`, which waits for that stop and fails a kernel that prevents it, then
@@ -447,15 +448,6 @@ class JailedRunner:
         for fd in (self._ctl, self._ack, *self._arena_fds):
             with contextlib.suppress(OSError):
                 os.close(fd)
-
-
-def _own_wait_ns() -> int:
-    """Nanoseconds this thread has spent runnable but waiting for a CPU (0 if unknown)."""
-    try:
-        with open("/proc/thread-self/schedstat") as f:
-            return int(f.read().split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 def padded_spec(spec: dict[str, Any]) -> str:

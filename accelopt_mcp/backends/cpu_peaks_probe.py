@@ -42,6 +42,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from accelopt_mcp.backends.host_load import thread_wait_ns
+
 SAMPLE_SECONDS = 2e-3
 """A sample of a short call repeats it until the sample lasts about this long: the timer's
 resolution and the loop's own cost stay negligible."""
@@ -215,24 +217,15 @@ def timed_samples(call: Callable[[], object], until: float) -> list[list[float]]
     inner = max(1, min(MAX_INNER, math.ceil(SAMPLE_SECONDS / max(single, 1e-9))))
     samples: list[list[float]] = []
     while len(samples) < CROWD_SAMPLES or time.monotonic() < until:
-        waited = _thread_wait_ns()
+        waited = thread_wait_ns()
         began = time.monotonic()
         for _ in range(inner):
             call()
         ended = time.monotonic()
-        waited = _thread_wait_ns() - waited
+        waited = thread_wait_ns() - waited
         if ended > began:
             samples.append([began, ended, (ended - began) / inner, float(max(0, waited))])
     return samples
-
-
-def _thread_wait_ns() -> int:
-    """Nanoseconds this thread has spent runnable but waiting for a core (0 if unknown)."""
-    try:
-        with open("/proc/thread-self/schedstat") as f:
-            return int(f.read().split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 def _phase_call(phase: dict[str, Any]) -> tuple[Callable[[], object], float]:

@@ -514,25 +514,17 @@ class Session:
             ref_ns, refs, ref_names = self._reference(pset, inputs)
             self.per_call.setdefault(REFERENCE, []).append(ref_ns)
             self._scale_call_limit(pset, REFERENCE)
-            for label in list(self.live):
-                try:
-                    cand_ns, outs, out_names = self._kernel(pset, label, inputs, f"on {label_text}")
-                    self.per_call.setdefault(label, []).append(cand_ns)
-                    self._scale_call_limit(pset, label)
-                    self._check(
-                        label,
-                        outs[0],
-                        refs[0],
-                        out_names[0],
-                        ref_names[0],
-                        label_text,
-                        # Only where the fixed seeds were just passed: in a later process set
-                        # a failure on fresh inputs says nothing about following them.
-                        fresh_input=first and index >= len(fixed),
-                        fixed_count=len(job["seeds"]),
-                    )
-                except (Verdict, StageError) as exc:
-                    self._fail(label, exc)
+            self._check_live(
+                pset,
+                inputs,
+                refs[0],
+                ref_names[0],
+                label_text,
+                timed=True,
+                # Only where the fixed seeds were just passed: in a later process set a
+                # failure on fresh inputs says nothing about following them.
+                fresh_input=first and index >= len(fixed),
+            )
         if first:
             self._stress(pset)
         for label in self.live:
@@ -586,30 +578,60 @@ class Session:
             label_text = f"stress set {name!r}"
             record_stage(f"correctness {label_text}")
             _, refs, ref_names = self._reference(pset, [inputs])
-            for label in list(self.live):
-                try:
-                    _, outs, out_names = self._kernel(pset, label, [inputs], f"on {label_text}")
-                    self._check(
-                        label,
-                        outs[0],
-                        refs[0],
-                        out_names[0],
-                        ref_names[0],
-                        label_text,
-                        fresh_input=False,
-                        fixed_count=len(self.job["seeds"]),
-                    )
-                except Verdict as verdict:
-                    verdict.message += (
-                        f" (the task declares this input set to check robustness beyond its "
-                        f"usual inputs; the kernel passed the {len(self.job['seeds'])} seeds)"
-                    )
-                    self._fail(label, verdict)
-                except StageError as exc:
-                    self._fail(label, exc)
+            self._check_live(
+                pset,
+                [inputs],
+                refs[0],
+                ref_names[0],
+                label_text,
+                timed=False,
+                fresh_input=False,
+                verdict_note=(
+                    f" (the task declares this input set to check robustness beyond its "
+                    f"usual inputs; the kernel passed the {len(self.job['seeds'])} seeds)"
+                ),
+            )
         # What checking them cost this evaluation (drawing, the reference's and every kernel's
         # calls, the comparisons).
         self.result["stress_s"] = time.perf_counter() - started
+
+    def _check_live(
+        self,
+        pset: ProcessSet,
+        inputs: list[list[Any]],
+        refs: list[Any],
+        ref_names: list[str],
+        label_text: str,
+        *,
+        timed: bool,
+        fresh_input: bool,
+        verdict_note: str = "",
+    ) -> None:
+        """Every kernel still live, called on `inputs` (one input set) and checked against the
+        reference's outputs for it; one that fails is dropped (or ends the evaluation) with its
+        verdict, `verdict_note` added to a failed check's message. `timed`: its call counts
+        towards its per-call times and bounds its later calls (_scale_call_limit)."""
+        for label in list(self.live):
+            try:
+                cand_ns, outs, out_names = self._kernel(pset, label, inputs, f"on {label_text}")
+                if timed:
+                    self.per_call.setdefault(label, []).append(cand_ns)
+                    self._scale_call_limit(pset, label)
+                self._check(
+                    label,
+                    outs[0],
+                    refs,
+                    out_names[0],
+                    ref_names,
+                    label_text,
+                    fresh_input=fresh_input,
+                    fixed_count=len(self.job["seeds"]),
+                )
+            except Verdict as verdict:
+                verdict.message += verdict_note
+                self._fail(label, verdict)
+            except StageError as exc:
+                self._fail(label, exc)
 
     def _scale_call_limit(self, pset: ProcessSet, label: str) -> None:
         """From its first timed call on, a contestant's calls are bounded by what that call

@@ -146,7 +146,7 @@ class Harness:
 
 
 def describe_harness(harness: Harness) -> dict[str, Any]:
-    """describe's answer, computed inside the task's jail (cpu_task.serve)."""
+    """describe's answer, computed inside the task's jail (serve_task, below)."""
     inputs = harness.inputs(0)
     outputs = harness.reference_outputs(inputs)
     return {

@@ -7,9 +7,11 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from typing import TypeVar
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 QUIET_WINDOW_S = 0.25
 
@@ -70,8 +72,20 @@ def host_busy_share(window_s: float = QUIET_WINDOW_S) -> float | None:
 
 def load_average() -> float:
     """The host's one-minute load average (runnable tasks), 0.0 when unreadable."""
+    return _proc_field("/proc/loadavg", 0, float, 0.0)
+
+
+def thread_wait_ns() -> int:
+    """Nanoseconds the calling thread has spent runnable but waiting for a core (0 when
+    unreadable)."""
+    return _proc_field("/proc/thread-self/schedstat", 1, int, 0)
+
+
+def _proc_field(path: str, index: int, parse: Callable[[str], _T], unreadable: _T) -> _T:
+    """Whitespace-separated field `index` of a /proc file, parsed; `unreadable` when the file
+    or the field cannot be read (no /proc, an older kernel, another format)."""
     try:
-        with open("/proc/loadavg") as f:
-            return float(f.read().split()[0])
+        with open(path) as f:
+            return parse(f.read().split()[index])
     except (OSError, ValueError, IndexError):
-        return 0.0
+        return unreadable

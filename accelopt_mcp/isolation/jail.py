@@ -60,7 +60,8 @@ writable paths over to the jail's uid, makes the cgroups and starts the program,
 not). jail_probe.py finds whether and how bubblewrap works here (`jail_status`,
 `python_for_jail`, the probe, the memfd launch step); jail_argv.py is the pure builder of
 bwrap's arguments and the jail's environment (what is listed above as what the program sees);
-jail_process.py is the handle on the running jail (`JailedProcess`: state, freezing, kill).
+jail_process.py is the handle on the running jail (`JailedProcess`: state, freezing, kill)
+and the cgroups it runs in (`JailGroups`: which ones, made in one go).
 """
 
 from __future__ import annotations
@@ -78,16 +79,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
-from accelopt_mcp.isolation.cgroups import (
-    CpuacctGroup,
-    CpusetGroup,
-    FreezerGroup,
-    Group,
-    MemoryGroup,
-    PidsGroup,
-    V2Group,
-    remove_stale_groups,
-)
+from accelopt_mcp.isolation.cgroups import remove_stale_groups
 from accelopt_mcp.isolation.jail_argv import (
     JAIL_GID,
     JAIL_UID,
@@ -106,7 +98,7 @@ from accelopt_mcp.isolation.jail_probe import (
     probe_bwrap,
     python_prefixes,
 )
-from accelopt_mcp.isolation.jail_process import FreezeMethod, JailedProcess, MemoryLimitBy
+from accelopt_mcp.isolation.jail_process import JailedProcess, JailGroups
 from accelopt_mcp.isolation.sandbox import (
     RUN_MARKER,
     address_space_backstop_mb,
@@ -188,23 +180,6 @@ def _read_info(fd: int, timeout_s: float = 10.0) -> dict[str, int]:
     return {}
 
 
-def _make_freezer(
-    freezer: Literal["auto", "cgroup-v1", "cgroup-v2", "signals"], max_processes: int | None
-) -> FreezerGroup | V2Group | None:
-    if freezer == "signals":
-        return None
-    if freezer in ("auto", "cgroup-v1"):
-        v1 = FreezerGroup.make()
-        if v1 is not None or freezer == "cgroup-v1":
-            if v1 is None:
-                raise ValueError("no writable cgroup-v1 freezer hierarchy on this host")
-            return v1
-    v2 = V2Group.make(max_processes)
-    if v2 is None and freezer == "cgroup-v2":
-        raise ValueError("no writable cgroup-v2 hierarchy with cgroup.freeze on this host")
-    return v2
-
-
 def spawn_jailed(
     argv: Sequence[str],
     *,
@@ -282,20 +257,14 @@ def spawn_jailed(
             _hand_over(host)
 
     remove_stale_groups()
-    extra = _BWRAP_PROCESSES if bwrap is not None else 0
-    pids_group = PidsGroup.make(max_processes + extra if max_processes is not None else None)
-    freezer_group = _make_freezer(freezer, max_processes + extra if max_processes else None)
-    # One limit for the whole jail (RLIMIT_AS binds each process alone: children and tmpfs
-    # files would add up past it); v2 keeps it on the freezer's group.
-    memory_group = None
-    memory_limit_by: MemoryLimitBy = "rlimit"
-    if isinstance(freezer_group, V2Group):
-        if freezer_group.set_memory_limit(memory_limit_mb):
-            memory_limit_by = "cgroup-v2"
-    else:
-        memory_group = MemoryGroup.make(memory_limit_mb)
-        if memory_group is not None:
-            memory_limit_by = "cgroup-v1"
+    jail_groups = JailGroups.make(
+        freezer,
+        max_processes=max_processes,
+        extra_processes=_BWRAP_PROCESSES if bwrap is not None else 0,
+        memory_limit_mb=memory_limit_mb,
+        cpus=cpus,
+    )
+    groups = jail_groups.made()
     quota = None
     if bwrap is not None and work_quota_mb is not None and bwrap.version >= (0, 7):
         quota = (work, work_quota_mb)
@@ -303,25 +272,20 @@ def spawn_jailed(
         for entry in sorted(os.listdir(work)):
             inner = os.path.join(work, entry)
             mounts.setdefault(inner, (inner, False))
-    cpuset = CpusetGroup.make(cpus) if cpus else None
-    # The CPU time of the whole jail, for the harness's contention correction (a v2 group
-    # keeps it in cpu.stat already).
-    cpuacct = None if isinstance(freezer_group, V2Group) else CpuacctGroup.make()
-    every_group = (pids_group, freezer_group, cpuset, cpuacct, memory_group)
-    groups: list[Group] = [g for g in every_group if g is not None]
-    method: FreezeMethod = "signals" if freezer_group is None else freezer_group.method
     # As root the program runs as JAIL_UID, which RLIMIT_NPROC does bind; it counts every
     # process of that uid on the host (all jails), so there it is only the fallback for a
     # missing pids cgroup.
     as_root_jail = bwrap is not None and bwrap.as_root
-    nproc = pids_group is None if as_root_jail else os.geteuid() != 0
+    nproc = jail_groups.pids is None if as_root_jail else os.geteuid() != 0
     limits = resource_limits(
         memory_limit_mb=memory_limit_mb,
         # Where the group holds the jail it is the limit: RLIMIT_AS, which binds each process
         # alone and counts address space (not memory), is then only a backstop against
         # address-space bombs, loose enough that the group always acts first.
         address_space_mb=(
-            address_space_backstop_mb(memory_limit_mb) if memory_limit_by != "rlimit" else None
+            address_space_backstop_mb(memory_limit_mb)
+            if jail_groups.memory_limit_by != "rlimit"
+            else None
         ),
         max_file_bytes=max_file_bytes,
         max_processes=max_processes,
@@ -390,14 +354,8 @@ def spawn_jailed(
         popen,
         list(argv),
         kind="bwrap" if bwrap is not None else "none",
-        freeze_method=method,
-        freezer=freezer_group,
-        pids_group=pids_group,
-        cpuset=cpuset,
-        memory=memory_group,
-        memory_limit_by=memory_limit_by,
+        groups=jail_groups,
         work_quota=quota,
-        cpuacct=cpuacct,
         init_pid=info.get("child-pid"),
         pid_namespace=info.get("pid-namespace"),
         marker=marker,

@@ -1,10 +1,12 @@
 """The handle on a running jail: `JailedProcess`, which jail.spawn_jailed returns. It reads
 the program's state (exit status, memory and fork limits hit, output, CPU time), freezes and
-thaws it, and kills everything it started and removes its cgroups."""
+thaws it, and kills everything it started and removes its cgroups (`JailGroups`, made here
+too: which groups a jail gets and what they enforce is this module's to know)."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -34,15 +36,111 @@ from accelopt_mcp.isolation.sandbox import (
 if TYPE_CHECKING:
     import resource
 
-__all__ = ["FreezeMethod", "JailedProcess", "MemoryLimitBy"]
+__all__ = ["FreezeMethod", "JailGroups", "JailedProcess", "MemoryLimitBy"]
 
 FreezeMethod = Literal["cgroup-v1", "cgroup-v2", "signals"]
+FreezerChoice = Literal["auto", "cgroup-v1", "cgroup-v2", "signals"]
 MemoryLimitBy = Literal["cgroup-v1", "cgroup-v2", "rlimit"]
 """What enforces a jail's memory_limit_mb: its memory cgroup (v1 `memory` group, v2
 `memory.max`), over all its processes and tmpfs pages together, or, where no such group could
 be made, RLIMIT_AS on each process alone."""
 
 _FREEZE_TIMEOUT_S = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class JailGroups:
+    """The cgroups one jail runs in, each None where this host could not make it. A v2 group
+    (the freezer) also counts the jail's processes, CPU time and memory."""
+
+    pids: PidsGroup | None
+    freezer: FreezerGroup | V2Group | None
+    cpuset: CpusetGroup | None
+    """The jail's CPUs, which it cannot widen (None: affinity only)."""
+    cpuacct: CpuacctGroup | None
+    """The jail's CPU time (v1; a v2 freezer keeps it in cpu.stat)."""
+    memory: MemoryGroup | None
+    """The jail's one memory limit (v1; a v2 freezer holds it itself)."""
+    memory_limit_by: MemoryLimitBy
+
+    @classmethod
+    def make(
+        cls,
+        freezer: FreezerChoice,
+        *,
+        max_processes: int | None,
+        extra_processes: int,
+        memory_limit_mb: int,
+        cpus: set[int] | None,
+    ) -> JailGroups:
+        """The groups for a jail of at most `max_processes` (plus `extra_processes` of the
+        jail's own: bwrap's) and `memory_limit_mb`, pinned to `cpus`. ValueError when the
+        `freezer` asked for by name cannot be made here."""
+        pids = PidsGroup.make(
+            max_processes + extra_processes if max_processes is not None else None
+        )
+        frozen_by = _make_freezer(
+            freezer, max_processes + extra_processes if max_processes else None
+        )
+        # One limit for the whole jail (RLIMIT_AS binds each process alone: children and tmpfs
+        # files would add up past it); v2 keeps it on the freezer's group.
+        memory = None
+        memory_limit_by: MemoryLimitBy = "rlimit"
+        if isinstance(frozen_by, V2Group):
+            if frozen_by.set_memory_limit(memory_limit_mb):
+                memory_limit_by = "cgroup-v2"
+        else:
+            memory = MemoryGroup.make(memory_limit_mb)
+            if memory is not None:
+                memory_limit_by = "cgroup-v1"
+        return cls(
+            pids=pids,
+            freezer=frozen_by,
+            cpuset=CpusetGroup.make(cpus) if cpus else None,
+            # The CPU time of the whole jail, for the harness's contention correction.
+            cpuacct=None if isinstance(frozen_by, V2Group) else CpuacctGroup.make(),
+            memory=memory,
+            memory_limit_by=memory_limit_by,
+        )
+
+    @property
+    def freeze_method(self) -> FreezeMethod:
+        return "signals" if self.freezer is None else self.freezer.method
+
+    def memory_peak_mb(self) -> float | None:
+        """The most memory the jail held at once, as the group that holds its limit counts it
+        (None without one)."""
+        if self.memory is not None:
+            return self.memory.peak_mb()
+        return self.freezer.peak_mb() if isinstance(self.freezer, V2Group) else None
+
+    def memory_limit_hit(self) -> bool:
+        """The group that holds the jail's memory limit saw it reached (False without one)."""
+        if self.memory is not None:
+            return self.memory.limit_hit()
+        return isinstance(self.freezer, V2Group) and self.freezer.memory_limit_hit()
+
+    def made(self) -> list[Group]:
+        """The groups that exist."""
+        every = (self.pids, self.freezer, self.cpuset, self.cpuacct, self.memory)
+        return [g for g in every if g is not None]
+
+
+def _make_freezer(
+    freezer: FreezerChoice, max_processes: int | None
+) -> FreezerGroup | V2Group | None:
+    if freezer == "signals":
+        return None
+    if freezer in ("auto", "cgroup-v1"):
+        v1 = FreezerGroup.make()
+        if v1 is not None or freezer == "cgroup-v1":
+            if v1 is None:
+                raise ValueError("no writable cgroup-v1 freezer hierarchy on this host")
+            return v1
+    v2 = V2Group.make(max_processes)
+    if v2 is None and freezer == "cgroup-v2":
+        raise ValueError("no writable cgroup-v2 hierarchy with cgroup.freeze on this host")
+    return v2
 
 
 def _pidfd(pid: int) -> int | None:
@@ -92,13 +190,7 @@ class JailedProcess:
         argv: list[str],
         *,
         kind: Literal["bwrap", "none"],
-        freeze_method: FreezeMethod,
-        freezer: FreezerGroup | V2Group | None,
-        pids_group: PidsGroup | None,
-        cpuset: CpusetGroup | None,
-        cpuacct: CpuacctGroup | None = None,
-        memory: MemoryGroup | None = None,
-        memory_limit_by: MemoryLimitBy = "rlimit",
+        groups: JailGroups,
         work_quota: tuple[str, int] | None = None,
         init_pid: int | None,
         pid_namespace: int | None,
@@ -111,8 +203,8 @@ class JailedProcess:
         self.args = argv
         self.kind = kind
         self.isolated = kind == "bwrap"
-        self.freeze_method: FreezeMethod = freeze_method
-        self.cpus_enforced = cpuset is not None
+        self.freeze_method: FreezeMethod = groups.freeze_method
+        self.cpus_enforced = groups.cpuset is not None
         """The CPUs are a cpuset cgroup the program cannot widen (else affinity only)."""
         self.pid = popen.pid
         """Host pid of the direct child: bwrap, or the program itself in kind "none"."""
@@ -121,12 +213,11 @@ class JailedProcess:
         self._delay_pids: list[int] | None = None
         self.pid_namespace = pid_namespace
         self._popen = popen
-        self._freezer = freezer
-        self._pids_group = pids_group
-        self._cpuset = cpuset
-        self._cpuacct = cpuacct
-        self._memory = memory
-        self.memory_limit_by: MemoryLimitBy = memory_limit_by
+        self._cgroups = groups
+        self._freezer = groups.freezer
+        self._pids_group = groups.pids
+        self._cpuacct = groups.cpuacct
+        self.memory_limit_by: MemoryLimitBy = groups.memory_limit_by
         """What enforces memory_limit_mb: the jail's memory cgroup ("cgroup-v1", "cgroup-v2":
         all processes and tmpfs files together; RLIMIT_AS is then only a loose backstop), or
         "rlimit" (RLIMIT_AS = memory_limit_mb on each process alone)."""
@@ -239,10 +330,7 @@ class JailedProcess:
         included) and its tmpfs pages (/tmp, /dev/shm, the work dir), from its memory cgroup;
         None where no such group could be made."""
         if not self._cleaned:
-            if self._memory is not None:
-                self._memory_peak_mb = self._memory.peak_mb()
-            elif isinstance(self._freezer, V2Group):
-                self._memory_peak_mb = self._freezer.peak_mb()
+            self._memory_peak_mb = self._cgroups.memory_peak_mb()
         return self._memory_peak_mb
 
     @property
@@ -250,10 +338,7 @@ class JailedProcess:
         """The jail as a whole reached `memory_limit_mb` (its cgroup's OOM killer ran, or it is
         stuck at the limit): sticky, and readable after `kill()`."""
         if not self._memory_limit_hit and not self._cleaned:
-            if self._memory is not None:
-                self._memory_limit_hit = self._memory.limit_hit()
-            elif isinstance(self._freezer, V2Group):
-                self._memory_limit_hit = self._freezer.memory_limit_hit()
+            self._memory_limit_hit = self._cgroups.memory_limit_hit()
         return self._memory_limit_hit
 
     @property
@@ -322,7 +407,7 @@ class JailedProcess:
     def jail_pids(self) -> list[int]:
         """Host pids of every live process of the jail (bwrap's own included)."""
         found: set[int] = set()
-        for group in self._groups():
+        for group in self._cgroups.made():
             found.update(group.pids())
         if not found:
             if self.pid_namespace is not None:
@@ -366,16 +451,6 @@ class JailedProcess:
                 except (OSError, ValueError, IndexError):
                     continue
         return waiting
-
-    def _groups(self) -> list[Group]:
-        groups: list[Group | None] = [
-            self._pids_group,
-            self._freezer,
-            self._cpuset,
-            self._cpuacct,
-            self._memory,
-        ]
-        return [g for g in groups if g is not None]
 
     # -- freezing
 
@@ -520,7 +595,7 @@ class JailedProcess:
             self._fork_limit_hit = self._fork_limit_hit or self._freezer.limit_hit()
         # Kept for after the groups are gone.
         _ = self.memory_limit_hit, self.memory_peak_mb
-        for group in self._groups():
+        for group in self._cgroups.made():
             group.remove()
         _ = self.work_quota_hit
         for fd in (self._pidfd, self._init_pidfd, self._quota_fd):

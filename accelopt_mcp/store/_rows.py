@@ -46,9 +46,11 @@ from accelopt_mcp.store._checks import require as require
 from accelopt_mcp.store._checks import require_str as require_str
 from accelopt_mcp.store.base import (
     AmbiguousIdError,
+    ConflictError,
     ExperienceRecord,
     HardwarePeaksRecord,
     LlmCallRecord,
+    RankedSolution,
     RunEntry,
     RunRecord,
     StoredDefinition,
@@ -57,6 +59,7 @@ from accelopt_mcp.store.base import (
     StoredSolution,
     StoredWorkload,
     SuiteRecord,
+    UnknownReferenceError,
 )
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -151,6 +154,14 @@ def require_key(value: object, what: str) -> str:
     return value
 
 
+def run_entry_json(run_id: str, kind: str, key: str, data: dict[str, Any]) -> str:
+    """put_run_entry's arguments checked, and its data as the JSON text that is stored."""
+    check_strings(run_id=run_id)
+    require_key(kind, "kind")
+    require_key(key, "key")
+    return plain_json(data, "run entry data")
+
+
 ID_TABLES = {
     "solution": "solutions",
     "run": "runs",
@@ -161,10 +172,14 @@ ID_TABLES = {
 _ID_PREFIX = re.compile(r"[0-9a-f][0-9a-f-]*")
 
 
-def id_table(kind: object) -> str:
+def id_lookup(kind: object, id_or_prefix: str) -> tuple[str, str | None]:
+    """resolve_id's arguments checked: the table that holds the kind's ids, and the id in its
+    stored form when `id_or_prefix` may be a whole one (None when it cannot be)."""
     if not isinstance(kind, str) or kind not in ID_TABLES:
         raise ValueError(f"kind must be one of {', '.join(ID_TABLES)}, got {kind!r}")
-    return ID_TABLES[kind]
+    require_str(id_or_prefix, "id_or_prefix")
+    exact = canonical_uuid(id_or_prefix) if kind == "solution" else id_or_prefix
+    return ID_TABLES[kind], exact
 
 
 def prefix_hex(value: str) -> str | None:
@@ -250,17 +265,17 @@ def stored_reply(call: LlmCallIn, secrets: tuple[str | None, ...]) -> bytes | No
 
 def llm_call_values(
     call: LlmCallIn,
-    call_id: str,
     secrets: tuple[str | None, ...],
     *,
     timestamp: Callable[[datetime | None], Any],
     blob: Callable[[bytes | None], Any],
 ) -> dict[str, Any]:
-    """A ledger row's columns as every store writes them: error redacted, prompt and reply
-    masked and compressed. timestamp/blob: how the store's driver takes a timestamp and the
-    compressed bytes (a parameter as is, ISO text, PostgREST's hex)."""
+    """A ledger row's columns as every store writes them: the call's id (a new one where it
+    has none), error redacted, prompt and reply masked and compressed. timestamp/blob: how
+    the store's driver takes a timestamp and the compressed bytes (a parameter as is, ISO
+    text, PostgREST's hex)."""
     return {
-        "id": call_id,
+        "id": call.id or new_text_id(),
         "run_id": call.run_id,
         "role": call.role,
         "model": call.model,
@@ -443,6 +458,14 @@ def profile_from_row(row: Mapping[str, Any], prefix: str = "") -> StoredProfile:
     return StoredProfile.model_validate(_converted(row, prefix, PROFILE_COLUMNS, _PROFILE))
 
 
+def ranked_from_row(row: Mapping[str, Any]) -> RankedSolution:
+    """A ranking's winner from the SQL stores' join: the solution's columns prefixed `s_`,
+    its fastest profile's `p_`."""
+    return RankedSolution(
+        solution=solution_from_row(row, "s_"), profile=profile_from_row(row, "p_")
+    )
+
+
 def measurement_from_row(row: Mapping[str, Any], prefix: str = "") -> StoredMeasurement:
     return StoredMeasurement.model_validate(
         _converted(row, prefix, MEASUREMENT_COLUMNS, _MEASUREMENT)
@@ -533,8 +556,34 @@ def unknown_workload(workload_uuid: str) -> str:
     return f"workload {workload_uuid!r} is not stored; store it first with upsert_workload"
 
 
+def check_workload_definition(
+    workload_uuid: str, stored: Mapping[str, Any], definition_name: str
+) -> None:
+    """ConflictError when the stored row of the workload (its `definition_name`) belongs to
+    another definition than the one it is being stored under."""
+    if stored["definition_name"] != definition_name:
+        raise ConflictError(
+            f"workload {workload_uuid!r} is stored under definition "
+            f"{stored['definition_name']!r}, not {definition_name!r}; a workload uuid "
+            "names one workload of one definition, so give this one a new uuid"
+        )
+
+
 def unknown_run(run_id: str) -> str:
     return f"run {run_id!r} is not stored; create it first with create_run"
+
+
+def reference_error(detail: str) -> UnknownReferenceError:
+    """A foreign-key failure the database reported (its own words in `detail`) where no
+    check before the write named the missing record."""
+    return UnknownReferenceError(
+        f"a referenced definition, workload, solution or run is not stored ({detail})"
+    )
+
+
+def conflict_error(detail: str) -> ConflictError:
+    """A uniqueness failure the database reported (its own words in `detail`)."""
+    return ConflictError(f"the record collides with a stored one ({detail})")
 
 
 SOLUTIONS_PER_DEFINITION = (

@@ -321,12 +321,8 @@ class SqlKernelStore(KeyedStore, abc.ABC):
             stored = cur.one(
                 "SELECT definition_name FROM workloads WHERE uuid = ?", (workload.uuid,)
             )
-            if stored is not None and stored["definition_name"] != definition_name:
-                raise ConflictError(
-                    f"workload {workload.uuid!r} is stored under definition "
-                    f"{stored['definition_name']!r}, not {definition_name!r}; a workload uuid "
-                    "names one workload of one definition, so give this one a new uuid"
-                )
+            if stored is not None:
+                _rows.check_workload_definition(workload.uuid, stored, definition_name)
             self._require_definition(cur, definition_name)
             columns, values = ("definition_name, workload", "?, ?j")
             params: tuple[Any, ...] = (definition_name, doc)
@@ -773,10 +769,7 @@ class SqlKernelStore(KeyedStore, abc.ABC):
 
     # ------------------------------------------------------------------ run entries
     def put_run_entry(self, run_id: str, kind: str, key: str, data: dict[str, Any]) -> None:
-        _rows.check_strings(run_id=run_id)
-        _rows.require_key(kind, "kind")
-        _rows.require_key(key, "key")
-        doc = _rows.plain_json(data, "run entry data")
+        doc = _rows.run_entry_json(run_id, kind, key, data)
         with self._tx(write=True) as cur:
             self._require_run(cur, run_id)
             cur.one(
@@ -802,10 +795,8 @@ class SqlKernelStore(KeyedStore, abc.ABC):
     # ------------------------------------------------------------------ llm ledger
     def add_llm_call(self, call: LlmCallIn) -> str:
         call = _rows.require(call, LlmCallIn, "llm call")
-        secrets = self._secrets()
-        call_id = call.id or _rows.new_text_id()
         values = _rows.llm_call_values(
-            call, call_id, secrets, timestamp=self._timestamp, blob=lambda data: data
+            call, self._secrets(), timestamp=self._timestamp, blob=lambda data: data
         )
         updates = ", ".join(
             f"{c} = COALESCE(excluded.{c}, llm_calls.{c})"
@@ -822,7 +813,7 @@ class SqlKernelStore(KeyedStore, abc.ABC):
                 f"ON CONFLICT (id) DO UPDATE SET {updates}",
                 tuple(values.values()),
             )
-        return call_id
+        return str(values["id"])
 
     def _list_llm_calls(
         self, filters: dict[str, str], limit: int | None, offset: int
@@ -877,9 +868,7 @@ class SqlKernelStore(KeyedStore, abc.ABC):
 
     # ------------------------------------------------------------------ ids
     def resolve_id(self, kind: IdKind, id_or_prefix: str) -> str | None:
-        table = _rows.id_table(kind)
-        _rows.require_str(id_or_prefix, "id_or_prefix")
-        exact = _rows.canonical_uuid(id_or_prefix) if kind == "solution" else id_or_prefix
+        table, exact = _rows.id_lookup(kind, id_or_prefix)
         digits = _rows.prefix_hex(id_or_prefix)
         with self._tx(write=False) as cur:
             if exact is not None and self._exists(cur, table, "id", exact):

@@ -33,12 +33,10 @@ from accelopt_mcp.store._rows import SOLUTION_COLUMNS
 from accelopt_mcp.store._sql import Batch, Cursor, Row, SqlKernelStore, _cols
 from accelopt_mcp.store.base import (
     Claim,
-    ConflictError,
     RankedSolution,
     Ranking,
     StoreError,
     StoreUnavailableError,
-    UnknownReferenceError,
 )
 
 CONNECT_TIMEOUT_S = 5
@@ -652,11 +650,9 @@ class PostgresStore(SqlKernelStore):
     def _translate(self, exc: psycopg.Error) -> StoreError:
         message = self._message(exc)
         if isinstance(exc, pg_errors.ForeignKeyViolation):
-            return UnknownReferenceError(
-                f"a referenced definition, workload, solution or run is not stored ({message})"
-            )
+            return _rows.reference_error(message)
         if isinstance(exc, pg_errors.UniqueViolation):
-            return ConflictError(f"the record collides with a stored one ({message})")
+            return _rows.conflict_error(message)
         if isinstance(exc, pg_errors.UndefinedTable | pg_errors.UndefinedColumn) or (
             isinstance(exc, pg_errors.UndefinedFunction)
             and any(
@@ -720,13 +716,7 @@ class PostgresStore(SqlKernelStore):
                 "ORDER BY b.place",
                 dataclasses.astuple(ranking),
             )
-        return [
-            RankedSolution(
-                solution=_rows.solution_from_row(r, "s_"),
-                profile=_rows.profile_from_row(r, "p_"),
-            )
-            for r in rows
-        ]
+        return [_rows.ranked_from_row(r) for r in rows]
 
     # The lease algorithm is the schema's claim_run and renew_run_lease, the functions the
     # Supabase store calls through PostgREST: one copy, run by the database.

@@ -35,12 +35,10 @@ from accelopt_mcp.store._sql import (
 )
 from accelopt_mcp.store.base import (
     Claim,
-    ConflictError,
     RankedSolution,
     Ranking,
     StoreError,
     StoreUnavailableError,
-    UnknownReferenceError,
 )
 
 SCHEMA_VERSION = 7
@@ -612,10 +610,7 @@ class SqliteStore(SqlKernelStore):
             )
         by_profile = {str(r["p_id"]): r for r in full}
         return [
-            RankedSolution(
-                solution=_rows.solution_from_row(by_profile[profile_id], "s_"),
-                profile=_rows.profile_from_row(by_profile[profile_id], "p_"),
-            )
+            _rows.ranked_from_row(by_profile[profile_id])
             for profile_id in chosen.values()
             if profile_id in by_profile
         ]
@@ -703,11 +698,9 @@ def _translate(exc: sqlite3.Error) -> StoreError:
     message = str(exc)
     if isinstance(exc, sqlite3.IntegrityError):
         if "FOREIGN KEY" in message:
-            return UnknownReferenceError(
-                f"a referenced definition, workload, solution or run is not stored ({message})"
-            )
+            return _rows.reference_error(message)
         if "UNIQUE" in message:
-            return ConflictError(f"the record collides with a stored one ({message})")
+            return _rows.conflict_error(message)
         return StoreError(f"the record breaks a rule of the schema ({message})")
     if isinstance(exc, sqlite3.OperationalError) and "locked" in message:
         return StoreUnavailableError(

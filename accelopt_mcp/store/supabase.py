@@ -234,7 +234,7 @@ class SupabaseStore(KeyedStore):
                 return UnknownReferenceError(on_missing_reference(detail))
             return UnknownReferenceError(f"a referenced record is not stored ({text})")
         if code == "23505":
-            return ConflictError(f"the record collides with a stored one ({text})")
+            return _rows.conflict_error(text)
         # 42883 is also "operator does not exist" (a type mismatch), not only a missing function.
         if code in _SCHEMA_CODES or (
             code == "42883" and ("solution_" in text or "search_experiences" in text)
@@ -322,12 +322,8 @@ class SupabaseStore(KeyedStore):
         stored = self._first(
             self._table("workloads").select("definition_name").eq("uuid", workload.uuid)
         )
-        if stored is not None and stored["definition_name"] != definition_name:
-            raise ConflictError(
-                f"workload {workload.uuid!r} is stored under definition "
-                f"{stored['definition_name']!r}, not {definition_name!r}; a workload uuid "
-                "names one workload of one definition, so give this one a new uuid"
-            )
+        if stored is not None:
+            _rows.check_workload_definition(workload.uuid, stored, definition_name)
         trace = json.loads(_rows.workload_trace_json(definition_name, workload))
         self._run(
             self._table("workloads").upsert(
@@ -826,10 +822,7 @@ class SupabaseStore(KeyedStore):
 
     # ------------------------------------------------------------------ run entries
     def put_run_entry(self, run_id: str, kind: str, key: str, data: dict[str, Any]) -> None:
-        _rows.check_strings(run_id=run_id)
-        _rows.require_key(kind, "kind")
-        _rows.require_key(key, "key")
-        doc = json.loads(_rows.plain_json(data, "run entry data"))
+        doc = json.loads(_rows.run_entry_json(run_id, kind, key, data))
         # The row's trigger stamps updated_at when an upsert updates it.
         self._run(
             self._table("run_entries").upsert(
@@ -856,10 +849,8 @@ class SupabaseStore(KeyedStore):
     # ------------------------------------------------------------------ llm ledger
     def add_llm_call(self, call: LlmCallIn) -> str:
         call = _rows.require(call, LlmCallIn, "llm call")
-        secrets = self._secrets()
-        call_id = call.id or _rows.new_text_id()
         row: Row = _rows.llm_call_values(
-            call, call_id, secrets, timestamp=_rows.timestamp_text, blob=_rows.bytea_text
+            call, self._secrets(), timestamp=_rows.timestamp_text, blob=_rows.bytea_text
         )
         # An upsert updates the columns its body names, so a column left None is left out:
         # an update keeps what is stored there, an insert takes the column's default (NULL).
@@ -870,7 +861,7 @@ class SupabaseStore(KeyedStore):
             self._table("llm_calls").upsert(row, on_conflict="id", returning="minimal"),
             on_missing_reference=lambda _: _rows.unknown_run(str(call.run_id)),
         )
-        return call_id
+        return str(row["id"])
 
     def _list_llm_calls(
         self, filters: dict[str, str], limit: int | None, offset: int
@@ -940,9 +931,7 @@ class SupabaseStore(KeyedStore):
 
     # ------------------------------------------------------------------ ids
     def resolve_id(self, kind: IdKind, id_or_prefix: str) -> str | None:
-        table = _rows.id_table(kind)
-        _rows.require_str(id_or_prefix, "id_or_prefix")
-        exact = _rows.canonical_uuid(id_or_prefix) if kind == "solution" else id_or_prefix
+        table, exact = _rows.id_lookup(kind, id_or_prefix)
         if exact is not None and self._first(self._table(table).select("id").eq("id", exact)):
             return exact
         digits = _rows.prefix_hex(id_or_prefix)

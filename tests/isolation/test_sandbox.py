@@ -13,7 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from accelopt_mcp.isolation.sandbox import group_members, process_state, run_sandboxed
+from accelopt_mcp.isolation.sandbox import (
+    LAUNCHER_FAILED_EXIT,
+    group_members,
+    process_state,
+    run_sandboxed,
+)
 
 
 def run_code(code: str, **kw):
@@ -176,7 +181,7 @@ def test_bad_arguments_are_rejected_clearly() -> None:
 
 def test_missing_program_is_a_launcher_failure_not_an_exception() -> None:
     result = run_sandboxed(["/nonexistent/program"], timeout_s=5, memory_limit_mb=256)
-    assert result.returncode == 125
+    assert result.returncode == LAUNCHER_FAILED_EXIT
     assert "sandbox launcher failed" in result.stderr
 
 
