@@ -1,5 +1,6 @@
 """Options every CLI command shares (the store, --json, --cluster, and those of the commands
-that time kernels), opening the store, and its notices. Printing is cli/output.py."""
+that time kernels), opening the store, and its notices, and loading a task with a kernel file
+for it. Printing is cli/output.py."""
 
 from __future__ import annotations
 
