@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel
 
@@ -60,6 +60,27 @@ class Relative(BaseModel):
     timing: Literal["interleaved", "stored"]
     """interleaved: timed in the same rounds as this kernel (noise cancels); stored: from the
     other kernel's stored profile on the same workload, settings and hardware."""
+
+
+class _Links(TypedDict):
+    """A stored kernel's links as profiling asks for them (linking.plan_links and
+    linking.store_kernel take the same): the author is never taken as chosen here."""
+
+    parent_id: str | None
+    evolve_metadata: dict[str, Any] | None
+    name_given: bool
+    author_given: bool
+
+
+def _links(
+    parent_id: str | None, evolve_metadata: dict[str, Any] | None, name_given: bool
+) -> _Links:
+    return _Links(
+        parent_id=parent_id,
+        evolve_metadata=evolve_metadata,
+        name_given=name_given,
+        author_given=False,
+    )
 
 
 class ProfileOutcome(BaseModel):
@@ -123,7 +144,8 @@ def profile_kernel(
         config = config.model_copy(update={"breakdown": breakdown})
     if parent_id is not None and store is None:
         raise ValueError("parent_id needs a database to find the parent in")
-    parent = _parent(store, solution, parent_id, evolve_metadata, save=save, name_given=name_given)
+    links = _links(parent_id, evolve_metadata, name_given)
+    parent = _parent(store, solution, links, save=save)
     local_options_only(backend_options, cluster_address(cluster))
     options = dict(backend_options or {})
     if store is not None:
@@ -157,14 +179,7 @@ def profile_kernel(
     if save:
         store.upsert_definition(task.definition)
         store.upsert_workload(task.definition.name, task.workload)
-        outcome.stored = store_kernel(
-            store,
-            solution,
-            parent_id=parent_id,
-            evolve_metadata=evolve_metadata,
-            name_given=name_given,
-            author_given=False,
-        )
+        outcome.stored = store_kernel(store, solution, **links)
         outcome.solution_id = outcome.stored.solution_id
         outcome.solution_name = outcome.stored.name
         outcome.profile_id = store.upsert_profile(
@@ -195,13 +210,7 @@ def evaluate_somewhere(
 
 
 def _parent(
-    store: KernelStore | None,
-    solution: Solution,
-    parent_id: str | None,
-    evolve_metadata: dict[str, Any] | None,
-    *,
-    save: bool,
-    name_given: bool,
+    store: KernelStore | None, solution: Solution, links: _Links, *, save: bool
 ) -> StoredSolution | None:
     """The kernel's parent: the one given, else the one stored with this source. When the
     kernel is to be stored, the links are checked first (a conflict raises here, before the
@@ -209,16 +218,9 @@ def _parent(
     if store is None:
         return None
     if save:
-        effective = plan_links(
-            store,
-            solution,
-            parent_id=parent_id,
-            evolve_metadata=evolve_metadata,
-            name_given=name_given,
-            author_given=False,
-        ).parent_id
-    elif parent_id is not None:
-        effective = parent_id
+        effective = plan_links(store, solution, **links).parent_id
+    elif links["parent_id"] is not None:
+        effective = links["parent_id"]
     else:
         existing = store.find_solution(
             solution.definition, solution_hash(solution), CURRENT_HASH_VERSION
@@ -412,10 +414,8 @@ def profile_candidates(
         found = _parent(
             store,
             candidate.solution,
-            parent_id,
-            candidate.evolve_metadata,
+            _links(parent_id, candidate.evolve_metadata, candidate.name_given),
             save=save,
-            name_given=candidate.name_given,
         )
         parent = parent or found
     assert parent is not None  # parent_id is given: _parent found it or raised
@@ -538,10 +538,7 @@ def _save(
     outcome.stored = store_kernel(
         store,
         candidate.solution,
-        parent_id=parent_id,
-        evolve_metadata=candidate.evolve_metadata,
-        name_given=candidate.name_given,
-        author_given=False,
+        **_links(parent_id, candidate.evolve_metadata, candidate.name_given),
     )
     outcome.solution_id = outcome.stored.solution_id
     outcome.solution_name = outcome.stored.name

@@ -1,5 +1,6 @@
 """Options every CLI command shares (the store, --json, --cluster, and those of the commands
-that time kernels), opening the store, and its notices. Printing is cli/output.py."""
+that time kernels), opening the store, and its notices, and loading a task with a kernel file
+for it. Printing is cli/output.py."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from accelopt_mcp.backends.registry import backend_help
+from accelopt_mcp.backends.registry import backend_help, backend_info
 from accelopt_mcp.cli.output import fail, say
-from accelopt_mcp.models import BenchmarkConfig
+from accelopt_mcp.models import BenchmarkConfig, Solution, Task
 from accelopt_mcp.store import STORE_ENV, open_store
 from accelopt_mcp.store.base import AmbiguousIdError, IdKind, KernelStore, StoreError
 from accelopt_mcp.store.ids import unknown_id
+from accelopt_mcp.tasks.flashinfer_format import TaskFileError
+from accelopt_mcp.tasks.kernels import load_solution
+from accelopt_mcp.tasks.loader import load_task
 
 StoreOption = Annotated[
     str | None,
@@ -100,6 +104,19 @@ TimeoutOption = Annotated[
     ),
 ]
 DecideAtOption = Annotated[str | None, typer.Option(help=DECIDE_AT_HELP)]
+
+
+def task_and_kernel(
+    task: Path, workload: str | None, kernel: Path, backend: str
+) -> tuple[Task, Solution]:
+    """The task (--task, --workload) and the kernel file for it, built for the hardware the
+    backend targets; else stop with one line (an unknown backend, an unreadable file)."""
+    try:
+        hardware = list(backend_info(backend).target_hardware)
+        loaded_task = load_task(task, workload=workload)
+        return loaded_task, load_solution(kernel, loaded_task, target_hardware=hardware)
+    except (TaskFileError, FileNotFoundError, ValueError) as exc:
+        fail(str(exc))
 
 
 def parse_ratios(text: str | None) -> list[float] | None:

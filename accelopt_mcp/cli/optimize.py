@@ -20,8 +20,13 @@ from rich.text import Text
 from accelopt_mcp.backends.base import BackendUnavailableError
 from accelopt_mcp.backends.cluster import ClusterError, cluster_address
 from accelopt_mcp.backends.placement import require_backend_where
-from accelopt_mcp.backends.registry import backend_info
-from accelopt_mcp.cli.common import ClusterOption, StoreOption, full_id, opened_store
+from accelopt_mcp.cli.common import (
+    ClusterOption,
+    StoreOption,
+    full_id,
+    opened_store,
+    task_and_kernel,
+)
 from accelopt_mcp.cli.output import Table, console, fail, plain, say
 from accelopt_mcp.cli.run_options import with_run_options
 from accelopt_mcp.engine.beam import BeamSearch, InitialKernelFailed, RunNotRunnable
@@ -42,9 +47,6 @@ from accelopt_mcp.engine.runs import (
 )
 from accelopt_mcp.llm import LlmConfigError, load_role_configs
 from accelopt_mcp.store.base import KernelStore, RunRecord, RunUpdate, StoreOutageError
-from accelopt_mcp.tasks.flashinfer_format import TaskFileError
-from accelopt_mcp.tasks.kernels import load_solution
-from accelopt_mcp.tasks.loader import load_task
 from accelopt_mcp.viewer.links import run_url
 
 OutputDirOption = Annotated[
@@ -98,15 +100,7 @@ def optimize(
         fail(str(exc))
     # What cannot work is refused here, before a run row exists.
     _check_backend(settings.backend, settings.cluster)
-    try:
-        loaded_task = load_task(task, workload=workload)
-        solution = load_solution(
-            kernel,
-            loaded_task,
-            target_hardware=list(backend_info(settings.backend).target_hardware),
-        )
-    except (TaskFileError, ValueError, FileNotFoundError) as exc:
-        fail(str(exc))
+    loaded_task, solution = task_and_kernel(task, workload, kernel, settings.backend)
     _check_llm(settings.models_config, settings.summarize, probe=not skip_llm_check)
     with opened_store(store) as db:
         run_id = prepare_run(

@@ -16,7 +16,6 @@ from accelopt_mcp.backends.cluster import (
 )
 from accelopt_mcp.backends.cpu_peaks import PeakSource
 from accelopt_mcp.backends.cpu_peaks_records import CpuPeaks, PeakMeasurementError
-from accelopt_mcp.backends.registry import backend_info
 from accelopt_mcp.cli.common import (
     BackendOption,
     ClusterOption,
@@ -29,6 +28,7 @@ from accelopt_mcp.cli.common import (
     WorkloadOption,
     benchmark_config,
     opened_store,
+    task_and_kernel,
 )
 from accelopt_mcp.cli.output import Table, console, fail, plain, print_json, say
 from accelopt_mcp.comparing import (
@@ -45,9 +45,6 @@ from accelopt_mcp.models import Evaluation
 from accelopt_mcp.profiling import ProfileOutcome, profile_kernel
 from accelopt_mcp.store import open_store
 from accelopt_mcp.store.base import KernelStore, StoreError
-from accelopt_mcp.tasks.flashinfer_format import TaskFileError
-from accelopt_mcp.tasks.kernels import load_solution
-from accelopt_mcp.tasks.loader import load_task
 
 
 def profile(
@@ -90,12 +87,7 @@ def profile(
     ] = False,
 ) -> None:
     """Check a kernel against its task's reference and time both; record the result."""
-    try:
-        info = backend_info(backend)
-        loaded_task = load_task(task, workload=workload)
-        solution = load_solution(kernel, loaded_task, target_hardware=list(info.target_hardware))
-    except (TaskFileError, FileNotFoundError, ValueError) as exc:
-        fail(str(exc))
+    loaded_task, solution = task_and_kernel(task, workload, kernel, backend)
     config = benchmark_config(
         decide_at=decide_at,
         seeds=seeds,

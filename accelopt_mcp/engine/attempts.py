@@ -9,7 +9,7 @@ import asyncio
 from dataclasses import dataclass
 
 from accelopt_mcp.engine.checkpoint import PendingAttempt
-from accelopt_mcp.engine.executor import derived_solution, implement_plan
+from accelopt_mcp.engine.executor import ExecutorOutcome, derived_solution, implement_plan
 from accelopt_mcp.engine.loop_parts import BeamKernel, LoopScope, Slot
 from accelopt_mcp.engine.prompts import REPAIRABLE_STATUSES, executor_messages, repair_messages
 from accelopt_mcp.engine.selection import (
@@ -20,7 +20,7 @@ from accelopt_mcp.engine.selection import (
     parent_speedup_fields,
 )
 from accelopt_mcp.hashing import solution_hash
-from accelopt_mcp.llm import BudgetExceeded, LlmCallFailed
+from accelopt_mcp.llm import BudgetExceeded, ChatMessage, LlmCallFailed
 from accelopt_mcp.models import Evaluation, Solution
 from accelopt_mcp.models.evaluation import untrusted_flags
 from accelopt_mcp.redaction import redact
@@ -76,24 +76,13 @@ class Attempts:
             profile=kernel.profile,
             contract=ctx.contract,
         )
-        try:
-            outcome = await implement_plan(
-                ctx.client,
-                messages,
-                ctx.family,
-                entry_symbol=parent.entry_symbol,
-                purpose=f"attempt {key}",
-            )
-        except BudgetExceeded as exc:
-            scope.control.call_refused(exc)
+        outcome = await self._ask_executor(job, messages, f"attempt {key}")
+        if outcome is None:
             return
-        except LlmCallFailed as exc:
-            # The stop (if this failure is one too many) first, so that no queued call is
-            # sent meanwhile; the record is written all the same (CheckpointWriter._submit).
-            scope.llm_failed("executor", exc)
-            await self.record(slot.record(entry, LLM_FAILED, error=str(exc)))
+        if isinstance(outcome, LlmCallFailed):
+            # The record is written all the same (CheckpointWriter._submit).
+            await self.record(slot.record(entry, LLM_FAILED, error=str(outcome)))
             return
-        scope.health.succeeded()
         meta = slot.meta(ctx, job.plan)
         name = slot.kernel_name(ctx)
         if outcome.source is None:
@@ -115,6 +104,31 @@ class Attempts:
         stored = PendingAttempt(solution_id=sid, source_hash=solution_hash(candidate))
         await self._set_pending(key, stored)
         await self._profile_and_repair(job, _Candidate(stored, candidate))
+
+    async def _ask_executor(
+        self, job: Job, messages: list[ChatMessage], purpose: str
+    ) -> ExecutorOutcome | LlmCallFailed | None:
+        """The executor's reply for an attempt or a repair of it (purpose: the ledger's
+        label); None when the budget refused the call, the error when the call failed. Either
+        is told to the loop here: the stop (if this failure is one too many) comes first, so
+        that no queued call is sent meanwhile."""
+        scope = self.scope
+        try:
+            outcome = await implement_plan(
+                scope.ctx.client,
+                messages,
+                scope.ctx.family,
+                entry_symbol=job.kernel.solution.entry_symbol,
+                purpose=purpose,
+            )
+        except BudgetExceeded as exc:
+            scope.control.call_refused(exc)
+            return None
+        except LlmCallFailed as exc:
+            scope.llm_failed("executor", exc)
+            return exc
+        scope.health.succeeded()
+        return outcome
 
     async def _set_pending(self, key: str, pending: PendingAttempt) -> None:
         ctx = self.scope.ctx
@@ -211,21 +225,9 @@ class Attempts:
             profile=kernel.profile,
             contract=ctx.contract,
         )
-        try:
-            outcome = await implement_plan(
-                ctx.client,
-                messages,
-                ctx.family,
-                entry_symbol=kernel.solution.entry_symbol,
-                purpose=f"repair {key}#{number}",
-            )
-        except BudgetExceeded as exc:
-            scope.control.call_refused(exc)
-            return None, False
-        except LlmCallFailed as exc:
-            scope.llm_failed("executor", exc)
-            return None, True
-        scope.health.succeeded()
+        outcome = await self._ask_executor(job, messages, f"repair {key}#{number}")
+        if not isinstance(outcome, ExecutorOutcome):
+            return None, outcome is not None
         if outcome.source is None:
             return None, True
         fixed = derived_solution(

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,21 @@ log = logging.getLogger(__name__)
 class InitialKernelFailed(RuntimeError):
     """The starting kernel does not pass its own task, or passes with an untrusted flag
     (models/evaluation.py); there is nothing to optimize from."""
+
+
+@dataclass(frozen=True)
+class _Opening:
+    """What the steps that open a run (its starting point, its prompt texts) work with; each
+    step saves the checkpoint under the run's budget once it has set its part."""
+
+    spec: RunSpec
+    state: LiveRun
+    writer: CheckpointWriter
+    budget: Budget
+    profiles: ProfileCache
+
+    async def save(self, **fields: Any) -> None:
+        await self.writer.save(self.budget, **fields)
 
 
 class BeamSearch:
@@ -257,9 +273,10 @@ class BeamSearch:
             async with LlmClient(
                 configs, ledger=self._ledger, run_id=self.run_id, budget=budget
             ) as client:
-                memory = await self._start(spec, state, writer, budget, profiles)
+                opening = _Opening(spec, state, writer, budget, profiles)
+                memory = await self._start(opening)
                 hardware_text, contract = await self._prompt_texts(
-                    spec, state, writer, budget, profiles, opened.measuring_conditions()
+                    opening, opened.measuring_conditions()
                 )
                 ctx = RunContext(
                     run_id=self.run_id,
@@ -302,21 +319,17 @@ class BeamSearch:
         if pool is not None and self._given_pool is None:
             pool.close()
 
-    async def _start(
-        self,
-        spec: RunSpec,
-        state: LiveRun,
-        writer: CheckpointWriter,
-        budget: Budget,
-        profiles: ProfileCache,
-    ) -> OptimizationMemory:
+    async def _start(self, opening: _Opening) -> OptimizationMemory:
         """Choose the run's starting point once (its initial kernel, which must pass, and the
         memory items it starts from); return the run's memory. Sets the best kernel so far."""
+        state = opening.state
         checkpoint = state.checkpoint
-        cfg = spec.optimize
+        cfg = opening.spec.optimize
         if checkpoint.initial is None:
             meta = {"run_id": self.run_id, "iteration": 0, "role": "initial"}
-            initial = await profiles.store_and_profile(spec.initial_solution, None, meta)
+            initial = await opening.profiles.store_and_profile(
+                opening.spec.initial_solution, None, meta
+            )
             evaluation = initial.evaluation
             if not evaluation.passed or evaluation.performance is None:
                 raise InitialKernelFailed(
@@ -342,7 +355,7 @@ class BeamSearch:
             )
             checkpoint.initial = entry
             checkpoint.beam = [entry]
-            await writer.save(budget, initial_solution_id=initial.solution_id)
+            await opening.save(initial_solution_id=initial.solution_id)
         if checkpoint.seed_experience_ids is None:
             seeds: list[str] = []
             if cfg.seed_from_namespace:
@@ -353,7 +366,7 @@ class BeamSearch:
                     cfg.exp_n,
                 )
             checkpoint.seed_experience_ids = seeds
-            await writer.save(budget)
+            await opening.save()
         memory = OptimizationMemory(
             self.store,
             run_id=self.run_id,
@@ -366,23 +379,19 @@ class BeamSearch:
         return memory
 
     async def _prompt_texts(
-        self,
-        spec: RunSpec,
-        state: LiveRun,
-        writer: CheckpointWriter,
-        budget: Budget,
-        profiles: ProfileCache,
-        conditions: dict[str, int | None],
+        self, opening: _Opening, conditions: dict[str, int | None]
     ) -> tuple[str, str]:
         """The run's hardware block and contract, built once (from the initial kernel's
         evaluation, with the cores the pool gives each evaluation) and kept in the checkpoint:
         every prompt of the run, resumed or not, shows the same two texts."""
-        checkpoint = state.checkpoint
+        checkpoint, spec = opening.state.checkpoint, opening.spec
         if checkpoint.prompt_hardware is None or checkpoint.prompt_contract is None:
             cfg = spec.optimize
             family = family_for(cfg.backend)
             initial = checkpoint.initial
-            evaluation = await profiles.stored_evaluation(initial.solution_id) if initial else None
+            evaluation = (
+                await opening.profiles.stored_evaluation(initial.solution_id) if initial else None
+            )
             environment = evaluation.environment if evaluation is not None else None
             cores = conditions.get("cores")
             if family == "cpu" and environment is not None and cores is not None:
@@ -393,7 +402,7 @@ class BeamSearch:
             checkpoint.prompt_contract = "\n".join(
                 contract_lines(family, cfg.benchmark, cores=cores, uses_torch=uses_torch(spec.task))
             )
-            await writer.save(budget)
+            await opening.save()
         return checkpoint.prompt_hardware, checkpoint.prompt_contract
 
     async def _finish(self, ctx: RunContext, state: LiveRun) -> RunRecord:

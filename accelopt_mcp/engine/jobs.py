@@ -32,6 +32,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import get_args
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -62,15 +63,14 @@ from accelopt_mcp.llm import LlmConfigError, load_role_configs
 from accelopt_mcp.llm.preflight import check_endpoints_now, roles_used
 from accelopt_mcp.redaction import redact
 from accelopt_mcp.store import STORE_ENV, open_store
-from accelopt_mcp.store.base import LeaseLostError, RunRecord, RunUpdate, StoreError
+from accelopt_mcp.store.base import LeaseLostError, RunRecord, RunStatus, RunUpdate, StoreError
 from accelopt_mcp.tasks.kernels import kernel_solution
 from accelopt_mcp.tasks.loader import load_task
 
 log = logging.getLogger(__name__)
 
-FINAL_STATES = frozenset(
-    {"completed", "failed", "cancelled", "budget_exhausted", "llm_unavailable"}
-)
+FINAL_STATES: frozenset[str] = frozenset(get_args(RunStatus)) - {"pending", "running"}
+"""The stored run statuses a job ends in (every one but those of a run still to go)."""
 _POLL_S = 0.25
 _OUTAGE_RETRY_S = 5.0
 

@@ -37,12 +37,10 @@ class LlmHealth:
     failed_requests: int = 0
     """The HTTP requests of the failed calls, retries included: one ledger row each (what
     list_llm_calls shows), so that a message can count what the ledger holds."""
-    ok_calls: int = 0
     roles_failed: set[str] = field(default_factory=set)
 
     def succeeded(self) -> None:
         self.consecutive = 0
-        self.ok_calls += 1
 
     def failed(self, role: str, error: str, requests: int = 1) -> str | None:
         """Count a failed call (of `requests` HTTP requests, retries included); the reason to

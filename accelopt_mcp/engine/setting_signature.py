@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from accelopt_mcp.engine.not_given import given_settings
+from accelopt_mcp.engine.settings import RUN_SETTINGS, RunSetting
 
 R = TypeVar("R")
 GIVEN = "given"
@@ -19,6 +20,20 @@ GIVEN = "given"
 
 
 def with_setting_params(
+    param_of: Callable[[RunSetting], inspect.Parameter], *, before: str
+) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """Decorator: the function takes `given` (the settings given, by field) and publishes
+    param_of(setting) for every entry of RUN_SETTINGS (a CLI option, a tool parameter), listed
+    before its parameter `before`."""
+
+    def decorate(func: Callable[..., R]) -> Callable[..., R]:
+        params = {setting.field: param_of(setting) for setting in RUN_SETTINGS}
+        return _published(func, params, before=before)
+
+    return decorate
+
+
+def _published(
     func: Callable[..., R], params: Mapping[str, inspect.Parameter], *, before: str
 ) -> Callable[..., R]:
     """func, published with `params` ({OptimizeConfig field: its parameter}) in place of its

@@ -11,7 +11,6 @@ from mcp.server.mcpserver.exceptions import ToolError
 from accelopt_mcp.mcp_tools.app import NotFoundError
 from accelopt_mcp.store.base import (
     AmbiguousIdError,
-    ExperienceRecord,
     IdKind,
     KernelStore,
     RunRecord,
@@ -76,10 +75,3 @@ def run(store: KernelStore, given: str, *, hint: str = RUN_HINT) -> RunRecord:
 def experience_id(store: KernelStore, given: str, *, hint: str = EXPERIENCE_HINT) -> str:
     """The full id of the memory item `given` names (removed ones included)."""
     return resolve(store, "experience", given, hint=hint, noun="memory item")
-
-
-def experience(store: KernelStore, given: str, *, hint: str = EXPERIENCE_HINT) -> ExperienceRecord:
-    found = store.get_experience(experience_id(store, given, hint=hint))
-    if found is None:
-        raise NotFoundError(f"no memory item with id {given!r}; {hint}")
-    return found

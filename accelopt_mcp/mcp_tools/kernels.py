@@ -566,15 +566,7 @@ def insert_solution(
     _definition(store, solution.definition)
     parent = _solution(store, parent_id).id if parent_id is not None else None
     linked = store_kernel(store, solution, parent_id=parent, evolve_metadata=evolve_metadata)
-    return SolutionInserted(
-        id=linked.solution_id,
-        created=linked.created,
-        name=linked.name,
-        parent_id=linked.parent_id,
-        filled=linked.filled,
-        notes=linked.notes,
-        message=linked.describe(),
-    )
+    return from_record(SolutionInserted, linked, id=linked.solution_id, message=linked.describe())
 
 
 def insert_profile(
@@ -625,19 +617,25 @@ def import_directory(
 
 
 TOOLS = [
-    Tool.from_function(check_database, annotations=READ_ONLY),
-    Tool.from_function(list_definitions, annotations=READ_ONLY),
-    Tool.from_function(get_definition, annotations=READ_ONLY),
-    Tool.from_function(list_solutions, annotations=READ_ONLY),
-    Tool.from_function(get_solution, annotations=READ_ONLY),
-    Tool.from_function(solution_lineage, annotations=READ_ONLY),
-    Tool.from_function(query_profiles, annotations=READ_ONLY),
+    Tool.from_function(tool, annotations=READ_ONLY)
+    for tool in (
+        check_database,
+        list_definitions,
+        get_definition,
+        list_solutions,
+        get_solution,
+        solution_lineage,
+        query_profiles,
+    )
 ]
 
 ADMIN_TOOLS = [
-    Tool.from_function(insert_definition, annotations=UPSERT),
-    Tool.from_function(insert_workload, annotations=UPSERT),
-    Tool.from_function(insert_solution, annotations=UPSERT),
-    Tool.from_function(insert_profile, annotations=UPSERT),
-    Tool.from_function(import_directory, annotations=UPSERT),
+    Tool.from_function(tool, annotations=UPSERT)
+    for tool in (
+        insert_definition,
+        insert_workload,
+        insert_solution,
+        insert_profile,
+        import_directory,
+    )
 ]

@@ -11,7 +11,7 @@ from typing import Annotated, TypeVar
 from pydantic import Field
 
 from accelopt_mcp.engine.setting_signature import with_setting_params
-from accelopt_mcp.engine.settings import RUN_SETTINGS, RunSetting
+from accelopt_mcp.engine.settings import RunSetting
 
 R = TypeVar("R")
 
@@ -28,9 +28,4 @@ def setting_param(setting: RunSetting) -> inspect.Parameter:
 def with_run_params(before: str) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """Decorator: the tool takes `given` (the settings given, by field) and publishes one
     parameter per run setting, listed before its parameter `before`."""
-
-    def decorate(func: Callable[..., R]) -> Callable[..., R]:
-        params = {setting.field: setting_param(setting) for setting in RUN_SETTINGS}
-        return with_setting_params(func, params, before=before)
-
-    return decorate
+    return with_setting_params(setting_param, before=before)

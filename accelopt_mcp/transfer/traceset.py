@@ -208,24 +208,25 @@ def _export_engine_records(
     store: KernelStore, root: Path, key_of: dict[str, tuple[str, str]], counts: TransferCounts
 ) -> None:
     runs = store.list_runs(limit=1_000_000)
-    run_rows = []
-    for run in runs:
-        row = run.model_dump(mode="json")
-        _refer(row, "initial_solution", key_of.get(run.initial_solution_id or ""))
-        _refer(row, "best_solution", key_of.get(run.best_solution_id or ""))
-        run_rows.append(row)
-    _write_jsonl(root / EXTRA_KEY / "runs.jsonl", run_rows)
-    counts.runs = len(run_rows)
+    run_rows = [
+        _referring(
+            run,
+            key_of,
+            initial_solution=run.initial_solution_id,
+            best_solution=run.best_solution_id,
+        )
+        for run in runs
+    ]
+    counts.runs = _write_extra(root, "runs", run_rows)
 
     experiences = store.search_experiences(include_removed=True, limit=1_000_000)
-    exp_rows = []
-    for item in reversed(experiences):  # oldest first, so import keeps queue order
-        row = item.model_dump(mode="json")
-        _refer(row, "slow_solution", key_of.get(item.slow_solution_id or ""))
-        _refer(row, "fast_solution", key_of.get(item.fast_solution_id or ""))
-        exp_rows.append(row)
-    _write_jsonl(root / EXTRA_KEY / "experiences.jsonl", exp_rows)
-    counts.experiences = len(exp_rows)
+    exp_rows = [
+        _referring(
+            item, key_of, slow_solution=item.slow_solution_id, fast_solution=item.fast_solution_id
+        )
+        for item in reversed(experiences)  # oldest first, so import keeps queue order
+    ]
+    counts.experiences = _write_extra(root, "experiences", exp_rows)
 
     call_rows: list[dict[str, Any]] = []
     for run in runs:
@@ -233,16 +234,14 @@ def _export_engine_records(
             # With its prompt and reply: the audit trail travels with the run.
             call = store.get_llm_call(listed.id) or listed
             call_rows.append(call.model_dump(mode="json"))
-    _write_jsonl(root / EXTRA_KEY / "llm_calls.jsonl", call_rows)
-    counts.llm_calls = len(call_rows)
+    counts.llm_calls = _write_extra(root, "llm_calls", call_rows)
 
     entry_rows = [
         entry.model_dump(mode="json", exclude={"updated_at"})
         for run in runs
         for entry in store.run_entries(run.id)
     ]
-    _write_jsonl(root / EXTRA_KEY / "run_entries.jsonl", entry_rows)
-    counts.run_entries = len(entry_rows)
+    counts.run_entries = _write_extra(root, "run_entries", entry_rows)
 
     # A suite's table names the kernels it measured by id: as (definition, source hash) here,
     # since ids are the exporting store's own.
@@ -252,8 +251,23 @@ def _export_engine_records(
         for figures in _suite_kernels(row):
             _refer(figures, "solution", key_of.get(figures.pop("solution_id", None) or ""))
         suite_rows.append(row)
-    _write_jsonl(root / EXTRA_KEY / "suites.jsonl", suite_rows)
-    counts.suites = len(suite_rows)
+    counts.suites = _write_extra(root, "suites", suite_rows)
+
+
+def _referring(
+    record: BaseModel, key_of: dict[str, tuple[str, str]], **solution_ids: str | None
+) -> dict[str, Any]:
+    """The record's row with the solution it names under each role as a reference (_refer)."""
+    row = record.model_dump(mode="json")
+    for role, solution_id in solution_ids.items():
+        _refer(row, role, key_of.get(solution_id or ""))
+    return row
+
+
+def _write_extra(root: Path, name: str, rows: list[dict[str, Any]]) -> int:
+    """Our own records of one kind, in EXTRA_KEY/<name>.jsonl; how many there are."""
+    _write_jsonl(root / EXTRA_KEY / f"{name}.jsonl", rows)
+    return len(rows)
 
 
 def _suite_kernels(row: dict[str, Any]) -> Iterator[dict[str, Any]]:
