@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from accelopt_mcp.backends import host_facts as hf
 from accelopt_mcp.backends.placement import open_pool
 from accelopt_mcp.backends.pool import EvaluationPool
 from accelopt_mcp.backends.registry import backend_class
@@ -394,11 +393,7 @@ class BeamSearch:
             )
             environment = evaluation.environment if evaluation is not None else None
             cores = conditions.get("cores")
-            if family == "cpu" and environment is not None and cores is not None:
-                # The pool's cores are what every evaluation of the run gets.
-                libs = {**environment.libs, hf.CORES_KEY: str(cores)}
-                environment = environment.model_copy(update={"libs": libs})
-            checkpoint.prompt_hardware = describe_hardware(family, environment)
+            checkpoint.prompt_hardware = describe_hardware(family, environment, cores=cores)
             checkpoint.prompt_contract = "\n".join(
                 contract_lines(family, cfg.benchmark, cores=cores, uses_torch=uses_torch(spec.task))
             )

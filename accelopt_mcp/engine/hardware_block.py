@@ -242,10 +242,17 @@ def _gpu_block(environment: Environment | None) -> list[str]:
     return lines
 
 
-def describe_hardware(family: str, environment: Environment | None) -> str:
+def describe_hardware(
+    family: str, environment: Environment | None, *, cores: int | None = None
+) -> str:
     """The hardware block for a prompt family ('cpu', 'nki', 'gpu') from an evaluation's
-    environment (None: nothing recorded; the cpu family then describes this host)."""
+    environment (None: nothing recorded; the cpu family then describes this host). `cores`:
+    how many cores every evaluation of a run gets (its pool's), shown over what the one
+    evaluation recorded; families whose devices are not shared out by core ignore it."""
     if family == "cpu":
+        if environment is not None and cores is not None:
+            libs = {**environment.libs, hf.CORES_KEY: str(cores)}
+            environment = environment.model_copy(update={"libs": libs})
         lines = _cpu_block(environment)
     elif family == "nki":
         lines = _nki_block(environment)

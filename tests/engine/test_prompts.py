@@ -207,6 +207,10 @@ def test_the_cpu_hardware_block_says_what_an_engineer_needs(silu_task: Task) -> 
     assert "import" not in text and "GIL" not in text
     four = CPU_ENV.model_copy(update={"libs": {**CPU_ENV.libs, "cores_per_evaluation": "4"}})
     assert "- Cores: 4 per evaluation (pinned); BLAS threads: 4" in describe_hardware("cpu", four)
+    # A run's pool decides the cores every evaluation gets, whatever one evaluation recorded.
+    pooled = describe_hardware("cpu", four, cores=2)
+    assert "- Cores: 2 per evaluation (pinned); BLAS threads: 2" in pooled
+    assert four.libs["cores_per_evaluation"] == "4"  # the recorded environment is not changed
 
 
 def test_the_cpu_block_degrades_without_recorded_facts() -> None:
@@ -230,6 +234,11 @@ def test_device_blocks_for_trainium_and_gpus() -> None:
     assert "simulator" in simulated and "Peak" not in simulated
     gpu = describe_hardware("gpu", Environment(hardware="NVIDIA H200"))
     assert "- GPU: NVIDIA H200" in gpu and "Peak per GPU (h200)" in gpu
+    # Devices are not shared out by core: a pool's core count changes nothing there.
+    assert describe_hardware("gpu", Environment(hardware="NVIDIA H200"), cores=3) == gpu
+    assert describe_hardware("nki", Environment(hardware="trn1"), cores=3) == describe_hardware(
+        "nki", Environment(hardware="trn1")
+    )
     assert "model not recorded" in describe_hardware("gpu", None)
     with pytest.raises(ValueError, match="unknown prompt family"):
         describe_hardware("tpu", None)
