@@ -142,13 +142,13 @@ def test_a_rebound_host_name_is_refused_even_with_the_token(
 @pytest.mark.parametrize(
     "path",
     [
-        "/static/../views.py",
-        "/static/../../viewer/views.py",
-        "/static/..%2fviews.py",
+        "/static/../app.py",
+        "/static/../../viewer/views/__init__.py",
+        "/static/..%2fserve.py",
         "/static/%2e%2e/app.py",
         "/static/%2e%2e%2f%2e%2e%2fpyproject.toml",
         "/static//etc/passwd",
-        "/static/index.html/../app.js/../../views.py",
+        "/static/index.html/../app.js/../../links.py",
         "/static/app.js%00.py",
     ],
 )
@@ -159,6 +159,14 @@ def test_the_static_route_serves_its_own_files_only(
     status, body = raw_get(viewer.port, path, {"Authorization": f"Bearer {viewer.token}"})
     assert status == 404, (path, status)
     assert b"import " not in body and b"root:" not in body
+
+
+def test_the_traversal_cases_aim_at_files_that_exist() -> None:
+    # A case aimed at a file that has gone (views.py became a package) would pass whatever
+    # the route served: each must name a real file beside or above the static folder.
+    viewer_dir = Path(__file__).resolve().parents[2] / "accelopt_mcp" / "viewer"
+    for target in ("app.py", "views/__init__.py", "serve.py", "links.py", "../../pyproject.toml"):
+        assert (viewer_dir / target).is_file(), target
 
 
 def test_the_static_route_serves_the_front_end(
