@@ -25,9 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from accelopt_mcp.backends.cpu import host_hardware
 from accelopt_mcp.backends.cpu_peaks_measure import measure_peaks
 from accelopt_mcp.backends.cpu_peaks_records import CorePeaks, CpuPeaks, PeakSizes
+from accelopt_mcp.backends.host_facts import host_hardware
 
 TARGET_SECONDS = 15.0
 

@@ -1,20 +1,17 @@
 """The `cpu` backend: Python (NumPy / PyTorch-CPU) kernels checked and timed on this host.
 
 Each evaluation is one sandboxed child (`cpu_runner`) in its own temp dir; this side writes the
-job, maps how the child ended onto an Evaluation, and adds the figures the planner reads.
+job (cpu_job.py: the job file and the limits the child runs under), maps how the child ended
+onto an Evaluation (reading its result with cpu_result.py), and adds the figures the planner
+reads.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import json
 import logging
 import math
 import os
-import platform
-import secrets
-import sys
 import tempfile
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -30,11 +27,18 @@ from accelopt_mcp.backends.base import (
     ranked_comparison,
 )
 from accelopt_mcp.backends.breakdown import breakdown_from
-from accelopt_mcp.backends.cpu_outcomes import MAX_STRESS_SETS
+from accelopt_mcp.backends.cpu_job import (
+    HARNESS_PROCESSES,
+    JAIL_MAX_PROCESSES,
+    TIMING_ENV,
+    evaluation_backstop_s,
+    runner_argv,
+    stress_allowance,
+    write_job,
+)
 from accelopt_mcp.backends.cpu_peaks import PeakSource, measured_roofline
 from accelopt_mcp.backends.cpu_peaks_records import PeakMeasurementError
 from accelopt_mcp.backends.cpu_result import (
-    EVALUATION_CAP_S,
     cap,
     correctness_of,
     died,
@@ -45,14 +49,13 @@ from accelopt_mcp.backends.cpu_result import (
     memory_cgroup,
     memory_line,
     outcome_text,
-    output_plan,
     pair_verdicts,
     read_json,
     stats,
     timing_lines,
 )
 from accelopt_mcp.backends.cpu_session import live_jails
-from accelopt_mcp.backends.host_facts import environment_libs
+from accelopt_mcp.backends.host_facts import environment_libs, host_hardware
 from accelopt_mcp.backends.roofline import NO_ROOFLINE_LINE, ROOFLINE_LINE, is_above_peak
 from accelopt_mcp.isolation.jail_probe import MODE_VARIABLE, jail_status
 from accelopt_mcp.isolation.sandbox import (
@@ -77,91 +80,14 @@ from accelopt_mcp.models import (
     Solution,
     Task,
 )
-from accelopt_mcp.pysource import parse_python, source_imports_any
 from accelopt_mcp.redaction import redact
 from accelopt_mcp.stats import Interval, verdict
-from accelopt_mcp.tasks.inputs import InputError, input_plan, stress_scales
+from accelopt_mcp.tasks.inputs import InputError
 
 log = logging.getLogger(__name__)
-RUNNER_MODULE = "accelopt_mcp.backends.cpu_runner"
 PRIMARY = "candidate"
 """The harness's label for the kernel being evaluated (baselines are b0, b1, ...)."""
 MAX_COMPARED = 8
-HARNESS_PROCESSES = 16
-JAIL_MAX_PROCESSES = 64
-"""Processes and threads one jailed kernel may have at once."""
-TORCH = ("torch",)
-# Keep freed memory in the heap instead of returning it to the OS: otherwise every fresh
-# output array of a timed call is a new mmap whose page faults (zeroing, on a loaded host)
-# cost as much as a small kernel and vary from call to call.
-TIMING_ENV = {
-    "MALLOC_MMAP_THRESHOLD_": str(1 << 30),
-    "MALLOC_TRIM_THRESHOLD_": str(1 << 31),
-    "MALLOC_TOP_PAD_": str(64 << 20),
-}
-
-
-def host_hardware() -> str:
-    """e.g. 'cpu/x86_64/Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz'."""
-    model = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith(("model name", "hardware", "cpu model")):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"cpu/{platform.machine()}/{model}"
-
-
-def reference_style(reference: str) -> str:
-    """'nkibench' when the reference draws its own inputs (`get_inputs`), else 'flashinfer'."""
-    try:
-        module = parse_python(reference)
-    except SyntaxError:
-        return "flashinfer"
-    names = {n.name for n in module.body if isinstance(n, ast.FunctionDef)}
-    return "nkibench" if "get_inputs" in names else "flashinfer"
-
-
-def evaluation_backstop_s(config: BenchmarkConfig, kernels: int, stress_sets: int = 0) -> float:
-    """How long the harness may run in all before it is killed. The harness bounds every call
-    itself (timeout_seconds for the import and first call, then a limit scaled from that
-    call) and its sampling (max_timing_seconds, at least MIN_ROUNDS rounds), so this is the
-    backstop for a harness that stops answering: every untimed call of every contestant at
-    the per-call limit (the task's `stress_sets` and, when asked for, the breakdown's traced
-    call included), plus the sampling cap, never past EVALUATION_CAP_S. A slow baseline
-    (seconds per call) fits at the defaults; it is refused only by its own calls' limits."""
-    contestants = kernels + 1
-    untimed = (
-        len(config.seeds)
-        + 2
-        + stress_sets
-        + config.warmup_runs
-        + config.max_processes
-        + (1 if config.breakdown else 0)
-    )
-    needed = config.timeout_seconds * contestants * untimed + config.max_timing_seconds * 2
-    return min(EVALUATION_CAP_S, needed)
-
-
-def stress_allowance(reference: str) -> int:
-    """How many stress sets an evaluation of this task may check, read from its source
-    without running it: its STRESS_SCALES, and up to MAX_STRESS_SETS when it defines
-    `stress_inputs` (how many that returns is known only in the task's jail)."""
-    try:
-        module = parse_python(reference)
-    except SyntaxError:
-        return 0
-    if any(isinstance(n, ast.FunctionDef) and n.name == "stress_inputs" for n in module.body):
-        return MAX_STRESS_SETS
-    return min(MAX_STRESS_SETS, len(stress_scales(reference)))
-
-
-def runner_argv(job: Path, result: Path) -> list[str]:
-    # -I: the sandbox dir (where the candidate's files are) is not on sys.path, so a kernel
-    # file cannot shadow numpy or our runner.
-    return [sys.executable, "-I", "-m", RUNNER_MODULE, str(job), str(result)]
 
 
 _warned_not_isolated = False
@@ -338,7 +264,9 @@ class CpuBackend(Backend):
         ) as tmp:
             work = Path(tmp)
             try:
-                job = self._write_job(work, task, kernels, config, primary=primary)
+                job = write_job(
+                    work, task, kernels, config, primary=primary, cpus=self.cpus, jail=self.jail
+                )
             except (InputError, ValueError) as exc:
                 # The task, not the candidate, is at fault; say so instead of blaming the kernel.
                 return self._evaluation(
@@ -378,71 +306,6 @@ class CpuBackend(Backend):
                 )
             stage = (read_json(work / "progress.json") or {}).get("stage", "start-up")
         return _HarnessRun(run, result, stage)
-
-    def _write_job(
-        self,
-        work: Path,
-        task: Task,
-        kernels: list[tuple[str, Solution]],
-        config: BenchmarkConfig,
-        *,
-        primary: bool,
-    ) -> dict[str, Any]:
-        definition, workload = task.definition, task.workload
-        style = reference_style(definition.reference)
-        (work / "reference.py").write_text(definition.reference)
-        specs = []
-        for label, solution in kernels:
-            # Names that do not tell a kernel its role (candidate, baseline, rival): nothing
-            # to behave differently on when it is compared.
-            kernel_dir = work / f"kernel_{secrets.token_hex(4)}"
-            for source in solution.sources:
-                target = kernel_dir / source.path
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(source.content)
-            specs.append(
-                {
-                    "label": label,
-                    "kernel_dir": kernel_dir.name,
-                    "entry_file": solution.entry_file,
-                    "entry_symbol": solution.entry_symbol,
-                    "destination_passing_style": solution.spec.destination_passing_style,
-                }
-            )
-        use_torch = source_imports_any(definition.reference, TORCH) or any(
-            source_imports_any(s.content, TORCH)
-            for _, solution in kernels
-            for s in solution.sources
-            if s.path.endswith(".py")
-        )
-        plan = input_plan(definition, workload) if style == "flashinfer" else None
-        job = {
-            "mode": "evaluate",
-            "style": style,
-            "reference_path": "reference.py",
-            "kernels": specs,
-            "primary": primary,
-            "input_plan": plan,
-            "output_plan": output_plan(definition, workload.axes),
-            "use_torch": use_torch,
-            "cpus": sorted(self.cpus) if self.cpus else None,
-            "memory_limit_mb": config.memory_limit_mb,
-            # Not a perf field (a latency does not depend on it), but every call is held to it.
-            "timeout_seconds": config.timeout_seconds,
-            "jail_max_processes": JAIL_MAX_PROCESSES,
-            # Added to the jail's own minimal environment (isolation.jail sets the rest, thread
-            # counts included): the harness's allocator settings, so both time alike.
-            "jail_env": TIMING_ENV,
-            "jail": self.jail,
-            "nonce": secrets.token_hex(16),
-            # Checked in the correctness pass only (never timed): cpu_session's _stress.
-            "stress_scales": stress_scales(definition.reference),
-            # Not a perf field either: taken after the timed rounds (cpu_session._breakdown).
-            "breakdown": config.breakdown,
-            **config.perf_fields(),
-        }
-        (work / "job.json").write_text(json.dumps(job))
-        return job
 
     # ------------------------------------------------------------------ results
 

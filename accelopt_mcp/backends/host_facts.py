@@ -5,6 +5,8 @@ Read once per process from /proc/cpuinfo, /sys/devices/system/cpu/cpu0/cache and
 every fact is optional (another OS, a container that hides /sys): what cannot be read is left
 out, never guessed. `environment_libs` gives the facts as `Environment.libs` entries (strings,
 so the record stays FlashInfer-Trace compatible); `LIB_KEYS` names them for the readers.
+`host_hardware` names the host ('cpu/<machine>/<model>'): the key its profiles and measured
+peaks are kept under.
 """
 
 from __future__ import annotations
@@ -58,6 +60,19 @@ _RELEVANT = frozenset(
         "i8mm",
     }
 )
+
+
+def host_hardware() -> str:
+    """e.g. 'cpu/x86_64/Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz'."""
+    model = platform.processor() or "unknown"
+    try:
+        for line in CPUINFO.read_text().splitlines():
+            if line.lower().startswith(("model name", "hardware", "cpu model")):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"cpu/{platform.machine()}/{model}"
 
 
 @dataclass(frozen=True)

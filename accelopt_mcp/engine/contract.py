@@ -10,7 +10,7 @@ inputs it may overwrite, module state that persists, the tolerance rule with its
 
 from __future__ import annotations
 
-from accelopt_mcp.backends.cpu import JAIL_MAX_PROCESSES
+from accelopt_mcp.backends.cpu_job import JAIL_MAX_PROCESSES
 from accelopt_mcp.backends.cpu_session import FRESH_CORRECTNESS_SETS
 from accelopt_mcp.backends.flashinfer import benchmark_settings
 from accelopt_mcp.backends.registry import backend_info

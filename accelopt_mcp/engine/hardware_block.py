@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Sequence, Set
 
 from accelopt_mcp.backends import host_facts as hf
-from accelopt_mcp.backends.cpu import host_hardware
 from accelopt_mcp.backends.cpu_peaks import PeakSource
 from accelopt_mcp.backends.cpu_peaks_records import CorePeaks
 from accelopt_mcp.backends.roofline import HardwarePeak, peak_for
@@ -151,7 +150,7 @@ def _cpu_peaks_line(environment: Environment | None, cores: str | None) -> str |
     """This CPU's measured peaks, for as many cores as an evaluation gets: only when they
     were measured already with that many cores working (building a prompt never measures)
     and describe its CPU model."""
-    hardware = environment.hardware if environment is not None else host_hardware()
+    hardware = environment.hardware if environment is not None else hf.host_hardware()
     measured = PeakSource().known(hardware)
     if measured is None:
         return None

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from accelopt_mcp.backends.base import Backend
-from accelopt_mcp.backends.cpu import CpuBackend, host_hardware
+from accelopt_mcp.backends.cpu import CpuBackend
 from accelopt_mcp.backends.cpu_peaks import PeakSource, forget_peaks
+from accelopt_mcp.backends.host_facts import host_hardware
 from accelopt_mcp.backends.registry import backend_class, backend_names
 from accelopt_mcp.models import Roofline
 from accelopt_mcp.store.sqlite import SqliteStore

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from accelopt_mcp.backends.cpu import CpuBackend, evaluation_backstop_s
+from accelopt_mcp.backends.cpu import CpuBackend
+from accelopt_mcp.backends.cpu_job import evaluation_backstop_s
 from accelopt_mcp.backends.cpu_outcomes import MAX_STRESS_SETS
 from accelopt_mcp.backends.cpu_result import EVALUATION_CAP_S
 from accelopt_mcp.models import BenchmarkConfig, EvaluationStatus
@@ -98,7 +99,7 @@ def test_the_backstop_fits_every_untimed_call_and_is_capped() -> None:
 
 
 def test_the_stress_allowance_is_read_from_the_source() -> None:
-    from accelopt_mcp.backends.cpu import stress_allowance
+    from accelopt_mcp.backends.cpu_job import stress_allowance
 
     assert stress_allowance("def run(x):\n    return x\n") == 0
     assert stress_allowance("STRESS_SCALES = (6.0, 100.0)\ndef run(x):\n    return x\n") == 2

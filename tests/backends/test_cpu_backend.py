@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from accelopt_mcp.backends.cpu import CpuBackend, host_hardware
+from accelopt_mcp.backends.cpu import CpuBackend
+from accelopt_mcp.backends.host_facts import host_hardware
 from accelopt_mcp.models import (
     AxisConst,
     AxisVar,

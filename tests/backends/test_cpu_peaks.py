@@ -17,7 +17,6 @@ import pytest
 from typer.testing import CliRunner
 
 from accelopt_mcp.backends import cpu_peaks, cpu_peaks_records
-from accelopt_mcp.backends.cpu import host_hardware
 from accelopt_mcp.backends.cpu_peaks import (
     PeakSource,
     default_peaks_file,
@@ -33,6 +32,7 @@ from accelopt_mcp.backends.cpu_peaks_records import (
     HostLoad,
     PeakSizes,
 )
+from accelopt_mcp.backends.host_facts import host_hardware
 from accelopt_mcp.backends.host_load import host_busy_share
 from accelopt_mcp.cli import _register, app
 from accelopt_mcp.engine.hardware_block import describe_hardware
