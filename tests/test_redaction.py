@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from accelopt_mcp.llm.client import short_error
+from accelopt_mcp.llm.errors import short_error
 from accelopt_mcp.redaction import REDACTED, redact, redacted_url
 
 # --------------------------------------------------------------------------- from the LLM client

@@ -7,15 +7,7 @@ from accelopt_mcp.llm.budget import (
     BudgetUsage,
     Reservation,
 )
-from accelopt_mcp.llm.client import (
-    DEFAULT_OUTPUT_TOKENS,
-    ChatMessage,
-    LlmCallFailed,
-    LlmClient,
-    LlmError,
-    LlmReply,
-    estimate_tokens,
-)
+from accelopt_mcp.llm.client import DEFAULT_OUTPUT_TOKENS, LlmClient
 from accelopt_mcp.llm.config import (
     ROLES,
     LlmConfigError,
@@ -28,6 +20,8 @@ from accelopt_mcp.llm.config import (
     model_config_names,
     role_configs_from_dict,
 )
+from accelopt_mcp.llm.errors import LlmCallFailed, LlmError
+from accelopt_mcp.llm.messages import ChatMessage, LlmReply, estimate_tokens
 from accelopt_mcp.llm.parsing import MalformedReply, extract_code_block, parse_json_list
 
 __all__ = [

@@ -18,6 +18,9 @@ cost, latency, the redacted reply; a timed-out attempt keeps its prompt estimate
 server may have billed it). An attempt cancelled while waiting (the task cancelled, the
 process stopping) settles with its prompt estimate and is recorded "interrupted"; a process
 killed outright leaves its row in flight, for the next worker to mark interrupted.
+
+Beside it: messages.py (the chat's models and its token estimates), errors.py (the client's
+errors, which failures retrying fixes, Retry-After and backoff) and ledger.py (the rows).
 """
 
 from __future__ import annotations
@@ -25,134 +28,47 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import os
-import random
-import re
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
-
-from pydantic import BaseModel
 
 from accelopt_mcp.llm.budget import Budget, BudgetExceeded, Reservation
 from accelopt_mcp.llm.config import ROLES, LlmConfigError, ModelConfig, RoleConfigs
+from accelopt_mcp.llm.errors import (
+    LlmCallFailed,
+    LlmError,
+    Outcome,
+    backoff_s,
+    short_error,
+    status_outcome,
+)
+from accelopt_mcp.llm.ledger import Attempt, AttemptLedger, LedgerFn
+from accelopt_mcp.llm.messages import (
+    ChatMessage,
+    LlmReply,
+    as_message,
+    estimate_tokens,
+    reserved_prompt_tokens,
+)
 from accelopt_mcp.llm.parsing import MalformedReply
-from accelopt_mcp.models import LlmCallIn, LlmCallStatus, LlmMessage
-from accelopt_mcp.redaction import mask_secrets, redact, redacted_url
+from accelopt_mcp.redaction import redacted_url
 
 if TYPE_CHECKING:
     # The SDK is imported where a call is made: it takes half a second to import, which every
     # `accelopt` command (profile, db, ...) would pay at start-up otherwise.
-    import openai
     from openai import AsyncOpenAI
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _PLACEHOLDER_LOCAL_KEY = "not-needed"
-# A server asking for a longer pause than this is treated as "give up", not waited on.
-_MAX_RETRY_AFTER_S = 300.0
-_MAX_ERROR_CHARS = 500
 _ROOM_RECHECK_S = 1.0
 DEFAULT_OUTPUT_TOKENS = 4096
 """Output tokens a call reserves of the budget when its role sets no max_tokens."""
-CHARS_PER_TOKEN = 4
-"""The estimate of tokens from characters, where the server has not counted them (yet)."""
-RESERVE_CHARS_PER_TOKEN = 2.5
-"""What a reservation assumes of a prompt: code and JSON run at 3-4 characters a token in
-current tokenizers, so a prompt rarely holds more tokens than characters / 2.5."""
-MESSAGE_OVERHEAD_TOKENS = 8
-"""Tokens a chat template adds around each message (role markers), reserved on top."""
 MIN_OUTPUT_TOKENS = 256
 """The least output a call is sent with when a cap cuts it down: less is no useful reply."""
-
-
-def estimate_tokens(chars: int) -> int:
-    """Tokens in `chars` characters of text, roughly (characters / 4, at least 1)."""
-    return max(1, chars // CHARS_PER_TOKEN)
-
-
-def reserved_prompt_tokens(chars: int, messages: int) -> int:
-    """What the budget holds for a prompt of `chars` characters in `messages` messages: the
-    high side of its tokens (RESERVE_CHARS_PER_TOKEN, plus each message's template tokens)."""
-    return math.ceil(chars / RESERVE_CHARS_PER_TOKEN) + MESSAGE_OVERHEAD_TOKENS * messages
-
-
-class ChatMessage(BaseModel):
-    role: Literal["system", "user", "assistant"]
-    content: str
-
-
-class LlmReply(BaseModel):
-    text: str
-    tokens_in: int
-    tokens_out: int
-    latency_s: float
-    """Of the successful attempt only."""
-    cost_usd: float
-    model: str
-    finish_reason: str | None = None
-    """"length" means max_tokens cut the reply short."""
-    attempts: int = 1
-    usage_estimated: bool = False
-    """True when the server reported no usage and tokens were estimated from characters."""
-    call_id: str | None = None
-    """The ledger id of the attempt that gave this reply."""
-
-
-class LlmError(Exception):
-    """Base of the client's errors; messages never hold a key."""
-
-
-class LlmCallFailed(LlmError):
-    """A call failed for good: retries ran out or the error is not one that retrying fixes."""
-
-    def __init__(self, message: str, *, role: str, model: str, attempts: int, last_error: str):
-        super().__init__(message)
-        self.role = role
-        self.model = model
-        self.attempts = attempts
-        self.last_error = last_error
-
-
-LedgerFn = Callable[[LlmCallIn], None]
-
-
-@dataclass
-class _Outcome:
-    reply: LlmReply | None = None
-    error: str | None = None
-    retryable: bool = False
-    retry_after_s: float | None = None
-    prompt_billed: bool = False
-    """No reply, but the server may have worked on (and billed) the request: a timeout. Its
-    prompt estimate is counted, in the ledger and the budget."""
-
-
-@dataclass
-class _Attempt:
-    """One request as the ledger and the budget follow it."""
-
-    role: str
-    config: ModelConfig
-    purpose: str | None
-    api_key: str
-    prompt_tokens: int
-    """Estimated."""
-    prompt_cost_usd: float
-    """Of the estimated prompt tokens."""
-    reserved_prompt_tokens: int = 0
-    """The prompt as the budget reserves it (on the high side)."""
-    max_output: int | None = None
-    """The output limit sent with the request (None: the server's own)."""
-    id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
 class LlmClient:
@@ -170,9 +86,8 @@ class LlmClient:
         budget: Budget | None = None,
     ) -> None:
         self.configs = configs
-        self.run_id = run_id
         self.budget = budget
-        self._ledger = ledger
+        self._ledger = AttemptLedger(ledger, run_id)
         self._semaphores = {
             role: asyncio.Semaphore(configs.for_role(role).concurrency) for role in ROLES
         }
@@ -181,6 +96,11 @@ class LlmClient:
         self._in_flight = dict.fromkeys(ROLES, 0)
         self._room = asyncio.Event()
         """Set (and replaced) whenever an attempt settles its reservation."""
+
+    @property
+    def run_id(self) -> str | None:
+        """The run every ledger row of this client is written under."""
+        return self._ledger.run_id
 
     def in_flight(self) -> dict[str, int]:
         """Calls per role sent and waiting on a reply now (not those queued for a slot)."""
@@ -212,7 +132,7 @@ class LlmClient:
         call fails for good, LlmConfigError when the role's config or environment is
         unusable."""
         config = self.configs.for_role(role)
-        chat = [_as_message(message) for message in messages]
+        chat = [as_message(message) for message in messages]
         if not chat:
             raise LlmError(f"{role} call with no messages; pass at least one user message")
         async with self._semaphores[role]:
@@ -255,7 +175,7 @@ class LlmClient:
         reserved_prompt = reserved_prompt_tokens(chars, len(chat))
         for attempt in range(1, max_attempts + 1):
             api_key, client = await self._client_for(role, config)
-            call = _Attempt(
+            call = Attempt(
                 role=role,
                 config=config,
                 purpose=purpose,
@@ -267,13 +187,13 @@ class LlmClient:
             )
             reservation = await self._reserve_when_room(call)
             try:
-                await self._record_start(call, chat)
+                await self._ledger.record_start(call, chat)
             except BaseException:
                 self._settle(call, reservation, None)
                 raise
             outcome, latency = await self._send(call, client, chat, reservation)
             self._settle(call, reservation, outcome)
-            await self._record(call, outcome, latency)
+            await self._ledger.record(call, outcome, latency)
             if outcome.reply is not None:
                 return outcome.reply.model_copy(
                     update={"latency_s": latency, "attempts": attempt, "call_id": call.id}
@@ -290,7 +210,7 @@ class LlmClient:
                     attempts=attempt,
                     last_error=error,
                 )
-            delay = _backoff_s(config, attempt, outcome.retry_after_s)
+            delay = backoff_s(config, attempt, outcome.retry_after_s)
             log.info("%s attempt %d failed (%s); retrying in %.2f s", role, attempt, error, delay)
             self._check_wall_room(delay)
             await asyncio.sleep(delay)
@@ -298,11 +218,11 @@ class LlmClient:
 
     async def _send(
         self,
-        call: _Attempt,
+        call: Attempt,
         client: AsyncOpenAI,
         chat: list[ChatMessage],
         reservation: Reservation | None,
-    ) -> tuple[_Outcome, float]:
+    ) -> tuple[Outcome, float]:
         """The request, counted in flight while it waits; the outcome and its latency. An
         attempt cancelled while waiting is settled with its prompt estimate and recorded as
         interrupted (one that raised something unexpected: as failed), then re-raised."""
@@ -316,14 +236,14 @@ class LlmClient:
                 # The provider may bill the prompt of a request it got: count its estimate.
                 self.budget.settle(reservation, call.prompt_tokens, 0, call.prompt_cost_usd)
                 self._made_room()
-            self._record_unfinished(call, time.monotonic() - started, exc)
+            self._ledger.record_unfinished(call, time.monotonic() - started, exc)
             raise
         self._in_flight[call.role] -= 1
         return outcome, time.monotonic() - started
 
     async def _attempt(
-        self, client: AsyncOpenAI, call: _Attempt, chat: list[ChatMessage]
-    ) -> _Outcome:
+        self, client: AsyncOpenAI, call: Attempt, chat: list[ChatMessage]
+    ) -> Outcome:
         import openai
 
         config = call.config
@@ -333,42 +253,40 @@ class LlmClient:
                 **_request_args(config, chat, call.max_output)
             )
         except openai.APITimeoutError:
-            return _Outcome(
+            return Outcome(
                 error=f"timed out after {config.timeout_s:g} s", retryable=True, prompt_billed=True
             )
         except openai.APIConnectionError as exc:
             cause = exc.__cause__ or exc
-            return _Outcome(
-                error=short_error(f"connection error: {cause}", secrets), retryable=True
-            )
+            return Outcome(error=short_error(f"connection error: {cause}", secrets), retryable=True)
         except openai.APIStatusError as exc:
-            return _status_outcome(exc, config, secrets)
+            return status_outcome(exc, config, secrets)
         except ValueError as exc:
             # The SDK raises json's decode error when a JSON-typed body is not JSON.
-            return _Outcome(
+            return Outcome(
                 error=short_error(f"malformed reply body: {exc}", secrets), retryable=True
             )
         return self._reply_outcome(completion, config, chat, secrets)
 
     def _reply_outcome(
         self, completion: object, config: ModelConfig, chat: list[ChatMessage], secrets: list[str]
-    ) -> _Outcome:
+    ) -> Outcome:
         from openai.types.chat import ChatCompletion
 
         if not isinstance(completion, ChatCompletion):
             # A body that is not JSON at all comes back from the SDK as a plain string.
-            return _Outcome(
+            return Outcome(
                 error=short_error(
                     f"malformed reply: not a chat completion: {completion!r:.200}", secrets
                 ),
                 retryable=True,
             )
         if not completion.choices:
-            return _Outcome(error="malformed reply: no choices", retryable=True)
+            return Outcome(error="malformed reply: no choices", retryable=True)
         choice = completion.choices[0]
         text = choice.message.content if choice.message is not None else None
         if text is None:
-            return _Outcome(
+            return Outcome(
                 error="malformed reply: the first choice has no message content", retryable=True
             )
         usage = completion.usage
@@ -389,7 +307,7 @@ class LlmClient:
             finish_reason=choice.finish_reason,
             usage_estimated=estimated,
         )
-        return _Outcome(reply=reply)
+        return Outcome(reply=reply)
 
     # ------------------------------------------------------------------ helpers
 
@@ -412,7 +330,7 @@ class LlmClient:
         self._clients[role] = (api_key, client)
         return api_key, client
 
-    async def _reserve_when_room(self, call: _Attempt) -> Reservation | None:
+    async def _reserve_when_room(self, call: Attempt) -> Reservation | None:
         """Hold the attempt's estimate: its prompt and the most it may write. While only the
         reservations of calls in flight stand in the way, wait for one to settle (checking
         again every second, in case another client shares the budget)."""
@@ -449,7 +367,7 @@ class LlmClient:
                 await asyncio.wait_for(room.wait(), timeout=_ROOM_RECHECK_S)
 
     def _settle(
-        self, call: _Attempt, reservation: Reservation | None, outcome: _Outcome | None
+        self, call: Attempt, reservation: Reservation | None, outcome: Outcome | None
     ) -> None:
         """Release the reservation; a reply counts what it used, a timeout its prompt's
         estimate, another failure nothing."""
@@ -469,98 +387,6 @@ class LlmClient:
         self._room.set()
         self._room = asyncio.Event()
 
-    def _row(self, call: _Attempt, status: LlmCallStatus, **fields: object) -> LlmCallIn:
-        return LlmCallIn.model_validate(
-            {
-                "id": call.id,
-                "run_id": self.run_id,
-                "role": call.role,
-                "model": call.config.model,
-                "status": status,
-                "purpose": call.purpose,
-                "started_at": call.started_at,
-                **fields,
-            }
-        )
-
-    async def _record_start(self, call: _Attempt, chat: list[ChatMessage]) -> None:
-        """The in-flight row, before the request is sent: the prompt and its estimate."""
-        ledger = self._ledger
-        if ledger is None:
-            return
-        secrets = [call.api_key]
-
-        def write() -> None:
-            ledger(
-                self._row(
-                    call,
-                    "in_flight",
-                    tokens_in=call.prompt_tokens,
-                    cost_usd=call.prompt_cost_usd,
-                    messages=[
-                        LlmMessage(role=m.role, content=mask_secrets(m.content, secrets))
-                        for m in chat
-                    ],
-                )
-            )
-
-        # Redacting a long prompt and a database round trip must not stall the event loop.
-        await asyncio.to_thread(write)
-
-    async def _record(self, call: _Attempt, outcome: _Outcome, latency: float) -> None:
-        """The attempt's outcome, on the row written before it was sent."""
-        ledger = self._ledger
-        if ledger is None:
-            return
-        reply = outcome.reply
-        finished_at = datetime.now(UTC)
-        billed = reply is None and outcome.prompt_billed
-        tokens_in = reply.tokens_in if reply else (call.prompt_tokens if billed else 0)
-        cost_usd = reply.cost_usd if reply else (call.prompt_cost_usd if billed else 0.0)
-
-        def write() -> None:
-            ledger(
-                self._row(
-                    call,
-                    "ok" if reply is not None else "failed",
-                    tokens_in=tokens_in,
-                    tokens_out=reply.tokens_out if reply else 0,
-                    latency_s=latency,
-                    cost_usd=cost_usd,
-                    error=outcome.error if reply is None else None,
-                    finished_at=finished_at,
-                    reply=mask_secrets(reply.text, [call.api_key]) if reply is not None else None,
-                )
-            )
-
-        await asyncio.to_thread(write)
-
-    def _record_unfinished(self, call: _Attempt, latency: float, exc: BaseException) -> None:
-        """Best effort, while the attempt's exception propagates: written here and now
-        (awaiting a thread could itself be cancelled), never raising over the exception."""
-        if self._ledger is None:
-            return
-        estimate = "tokens and cost are the prompt's estimate"
-        if isinstance(exc, Exception):
-            status: LlmCallStatus = "failed"
-            error = short_error(f"{type(exc).__name__}: {exc}; {estimate}", [call.api_key])
-        else:
-            status = "interrupted"
-            error = f"interrupted ({type(exc).__name__}) before the reply came; {estimate}"
-        row = self._row(
-            call,
-            status,
-            tokens_in=call.prompt_tokens,
-            cost_usd=call.prompt_cost_usd,
-            latency_s=latency,
-            error=error,
-            finished_at=datetime.now(UTC),
-        )
-        try:
-            self._ledger(row)
-        except Exception as exc:
-            log.warning("could not record the interrupted %s call %s: %s", call.role, call.id, exc)
-
     def _check_wall_room(self, delay: float) -> None:
         if self.budget is None:
             return
@@ -571,12 +397,6 @@ class LlmClient:
                 f"({max(remaining, 0.0):.1f} s left)",
                 self.budget.usage(),
             )
-
-
-def _as_message(message: ChatMessage | Mapping[str, str]) -> ChatMessage:
-    return (
-        message if isinstance(message, ChatMessage) else ChatMessage.model_validate(dict(message))
-    )
 
 
 def check_keys(configs: RoleConfigs, roles: Sequence[str]) -> None:
@@ -630,55 +450,3 @@ def _request_args(
     if config.extra_body:
         args["extra_body"] = dict(config.extra_body)
     return args
-
-
-def _status_outcome(
-    exc: openai.APIStatusError, config: ModelConfig, secrets: list[str]
-) -> _Outcome:
-    status = exc.status_code
-    message = re.sub(r"^Error code: \d+ - ", "", exc.message)
-    detail = short_error(f"HTTP {status}: {message}", secrets)
-    if status == 401:
-        detail += f" (the server rejected the key in {config.api_key_env})"
-    retry_after = _retry_after_s(exc.response.headers)
-    if retry_after is not None and retry_after > _MAX_RETRY_AFTER_S:
-        return _Outcome(
-            error=f"{detail} (server asks to wait {retry_after:.0f} s)", retryable=False
-        )
-    retryable = status in (408, 409, 429) or status >= 500
-    return _Outcome(error=detail, retryable=retryable, retry_after_s=retry_after)
-
-
-def _retry_after_s(headers: Mapping[str, str]) -> float | None:
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
-        try:
-            return max(0.0, float(millis) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
-
-
-def _backoff_s(config: ModelConfig, attempt: int, retry_after: float | None) -> float:
-    """Exponential backoff with jitter, never shorter than the server's Retry-After."""
-    exponential = min(config.retry_max_s, config.retry_base_s * 2.0 ** (attempt - 1))
-    jittered = exponential * random.uniform(0.5, 1.0)
-    return max(jittered, retry_after) if retry_after is not None else jittered
-
-
-def short_error(text: str, secrets: Sequence[str] = ()) -> str:
-    """A redacted, one-line, bounded error text for the ledger and exception messages."""
-    flat = " ".join(redact(text, secrets).split())
-    if len(flat) > _MAX_ERROR_CHARS:
-        return flat[: _MAX_ERROR_CHARS - 3] + "..."
-    return flat

@@ -24,8 +24,8 @@ import openai
 from openai import AsyncOpenAI
 
 from accelopt_mcp.llm.client import _api_key as api_key_for
-from accelopt_mcp.llm.client import short_error
 from accelopt_mcp.llm.config import ROLES, ModelConfig, RoleConfigs
+from accelopt_mcp.llm.errors import short_error
 from accelopt_mcp.redaction import redacted_url
 
 __all__ = ["PreflightFailed", "check_endpoints", "check_endpoints_now", "roles_used"]

@@ -26,7 +26,7 @@ from accelopt_mcp.llm import (
     estimate_tokens,
     parse_json_list,
 )
-from accelopt_mcp.llm.client import reserved_prompt_tokens
+from accelopt_mcp.llm.messages import reserved_prompt_tokens
 from accelopt_mcp.models import LlmCallIn
 from accelopt_mcp.store.base import RunRecord
 from accelopt_mcp.store.sqlite import SqliteStore

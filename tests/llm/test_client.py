@@ -23,7 +23,7 @@ from accelopt_mcp.llm import (
     parse_json_list,
     role_configs_from_dict,
 )
-from accelopt_mcp.llm.client import reserved_prompt_tokens
+from accelopt_mcp.llm.messages import reserved_prompt_tokens
 from accelopt_mcp.models import LlmCallIn
 from accelopt_mcp.redaction import REDACTED
 from tests.llm.conftest import TEST_KEY_ENV, configs_for
