@@ -1,7 +1,12 @@
 """The handle on a running jail: `JailedProcess`, which jail.spawn_jailed returns. It reads
 the program's state (exit status, memory and fork limits hit, output, CPU time), freezes and
 thaws it, and kills everything it started and removes its cgroups (`JailGroups`, made here
-too: which groups a jail gets and what they enforce is this module's to know)."""
+too: which groups a jail gets and what they enforce is this module's to know).
+
+Over ~600 lines for one reason: `JailedProcess` is one lifecycle (reap, read the limits hit,
+freeze and thaw, stop, kill and clean up) over the same pid namespace, pidfd and cgroups,
+whose steps depend on one another's order (a frozen jail must be thawed before it is killed,
+a group read before it is removed); apart, that order would be read in two places."""
 
 from __future__ import annotations
 
