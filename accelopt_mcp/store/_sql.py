@@ -26,7 +26,7 @@ from accelopt_mcp.models import (
     Workload,
     pool_evaluations,
 )
-from accelopt_mcp.store import _retry, _rows, _search
+from accelopt_mcp.store import _ids, _retry, _rows, _search
 from accelopt_mcp.store._keyed import KeyedStore
 from accelopt_mcp.store.base import (
     Claim,
@@ -868,22 +868,22 @@ class SqlKernelStore(KeyedStore, abc.ABC):
 
     # ------------------------------------------------------------------ ids
     def resolve_id(self, kind: IdKind, id_or_prefix: str) -> str | None:
-        table, exact = _rows.id_lookup(kind, id_or_prefix)
-        digits = _rows.prefix_hex(id_or_prefix)
+        table, exact = _ids.id_lookup(kind, id_or_prefix)
+        digits = _ids.prefix_hex(id_or_prefix)
         with self._tx(write=False) as cur:
             if exact is not None and self._exists(cur, table, "id", exact):
                 return exact
             if digits is None:
                 return None
-            forms = _rows.prefix_forms(digits)
+            forms = _ids.prefix_forms(digits)
             # Hex digits and dashes only: nothing in a form is a LIKE wildcard.
             rows = cur.all(
                 f"SELECT CAST(t.id AS TEXT) AS id FROM {table} t WHERE "
                 + " OR ".join("CAST(t.id AS TEXT) LIKE ?" for _ in forms)
                 + " ORDER BY 1 LIMIT ?",
-                (*(form + "%" for form in forms), _rows.AMBIGUOUS_SHOWN + 1),
+                (*(form + "%" for form in forms), _ids.AMBIGUOUS_SHOWN + 1),
             )
-        return _rows.one_id(kind, id_or_prefix, [str(r["id"]) for r in rows])
+        return _ids.one_id(kind, id_or_prefix, [str(r["id"]) for r in rows])
 
     # ------------------------------------------------------------------ hardware peaks
     def put_hardware_peaks(self, hardware: str, peaks: dict[str, Any]) -> None:

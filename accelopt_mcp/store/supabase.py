@@ -36,7 +36,7 @@ from accelopt_mcp.models import (
     pool_evaluations,
 )
 from accelopt_mcp.redaction import redact
-from accelopt_mcp.store import _retry, _rows, _search
+from accelopt_mcp.store import _ids, _retry, _rows, _search
 from accelopt_mcp.store._keyed import KeyedStore
 from accelopt_mcp.store.base import (
     Claim,
@@ -931,22 +931,22 @@ class SupabaseStore(KeyedStore):
 
     # ------------------------------------------------------------------ ids
     def resolve_id(self, kind: IdKind, id_or_prefix: str) -> str | None:
-        table, exact = _rows.id_lookup(kind, id_or_prefix)
+        table, exact = _ids.id_lookup(kind, id_or_prefix)
         if exact is not None and self._first(self._table(table).select("id").eq("id", exact)):
             return exact
-        digits = _rows.prefix_hex(id_or_prefix)
+        digits = _ids.prefix_hex(id_or_prefix)
         if digits is None:
             return None
         query = self._table(table).select("id")
         if kind == "solution":
             # A uuid column has no LIKE; the ids starting with the digits are a range.
-            low, high = _rows.uuid_bounds(digits)
+            low, high = _ids.uuid_bounds(digits)
             query = query.gte("id", low).lte("id", high)
         else:
-            forms = _rows.prefix_forms(digits)  # hex and dashes: plain inside or=(...)
+            forms = _ids.prefix_forms(digits)  # hex and dashes: plain inside or=(...)
             query = query.or_(",".join(f"id.like.{form}*" for form in forms))
-        rows = self._rows(query.order("id").limit(_rows.AMBIGUOUS_SHOWN + 1))
-        return _rows.one_id(kind, id_or_prefix, [str(r["id"]) for r in rows])
+        rows = self._rows(query.order("id").limit(_ids.AMBIGUOUS_SHOWN + 1))
+        return _ids.one_id(kind, id_or_prefix, [str(r["id"]) for r in rows])
 
     # ------------------------------------------------------------------ hardware peaks
     def put_hardware_peaks(self, hardware: str, peaks: dict[str, Any]) -> None:
