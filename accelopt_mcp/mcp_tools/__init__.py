@@ -47,14 +47,14 @@ def build_server(
     """An MCP server exposing the tools over the given state (database, jobs). Its lifespan
     hands the state to each request, resumes interrupted jobs first when `resume_jobs`, and
     closes the state when the server stops. `admin_tools` adds the tools that write records
-    by hand (insert_*, import_directory: kernels.ADMIN_TOOLS); an agent that optimizes never
+    by hand (insert_*, import_directory: kernels_admin.ADMIN_TOOLS); an agent that optimizes never
     needs them, and each listed tool costs every session context."""
     from accelopt_mcp import __version__
-    from accelopt_mcp.mcp_tools import browse, compare, kernels, llm_calls, profiling
+    from accelopt_mcp.mcp_tools import browse, compare, kernels, kernels_admin, llm_calls, profiling
 
     tools = [*profiling.TOOLS, *compare.TOOLS, *kernels.TOOLS, *llm_calls.TOOLS]
     if admin_tools:
-        tools += kernels.ADMIN_TOOLS
+        tools += kernels_admin.ADMIN_TOOLS
     try:
         from accelopt_mcp.mcp_tools import jobs, memory, suites
     except ModuleNotFoundError as exc:  # a build without the engine still browses and profiles

@@ -1,7 +1,5 @@
-"""Kernel-database tools: check it, browse definitions, solutions, lineage and profiles; and the
-admin tools, insert records (idempotent upserts) and import directories, which a server lists
-only when started with --admin-tools (ADMIN_TOOLS: an optimizing agent never calls them, and
-every listed tool's schema costs each session context)."""
+"""Kernel-database tools: check it, browse definitions, solutions, lineage and profiles. The
+admin tools that write records by hand (insert_*, import_directory) are in kernels_admin.py."""
 
 from __future__ import annotations
 
@@ -11,11 +9,9 @@ from mcp.server.mcpserver.tools import Tool
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
-from accelopt_mcp import transfer
 from accelopt_mcp.engine.lineage import children_of, speedup_between, timed_beside_children
 from accelopt_mcp.engine.runs import SpeedupFigure
 from accelopt_mcp.engine.selection import SpeedupMeasured
-from accelopt_mcp.linking import store_kernel
 from accelopt_mcp.mcp_tools import ids
 from accelopt_mcp.mcp_tools.app import NotFoundError
 from accelopt_mcp.mcp_tools.database_check import check_database_url
@@ -41,7 +37,7 @@ from accelopt_mcp.mcp_tools.views import (
     solution_summary,
     workload_summary,
 )
-from accelopt_mcp.models import Definition, Evaluation, Solution, Workload
+from accelopt_mcp.models import Definition
 from accelopt_mcp.models.evaluation import Verdict
 from accelopt_mcp.store.base import (
     KernelStore,
@@ -51,10 +47,9 @@ from accelopt_mcp.store.base import (
     StoredSolution,
 )
 from accelopt_mcp.store.detect import StoreCheck, check_store
-from accelopt_mcp.transfer.traceset import TransferCounts
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
-UPSERT = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True)
+
 
 Offset = Annotated[int, Field(ge=0, description="Skip this many items (from next_offset).")]
 Limit = Annotated[int, Field(ge=1, le=MAX_PAGE, description=f"Items per page (max {MAX_PAGE}).")]
@@ -178,41 +173,13 @@ class ProfilePage(View):
     page: PageInfo
 
 
-class Inserted(View):
-    kind: str
-    id: str
-    """Key of the stored row (name, uuid or id)."""
-
-
-class SolutionInserted(View):
-    kind: str = "solution"
-    id: str
-    created: bool
-    """True: stored as a new row; false: this source was stored already (same id)."""
-    name: str
-    """The stored name."""
-    parent_id: str | None = None
-    """The stored parent."""
-    filled: list[str] = Field(default_factory=list)
-    """Fields of the stored row this call filled in (parent_id, name, author,
-    evolve_metadata)."""
-    notes: list[str] = Field(default_factory=list)
-    message: str
-    """What happened, in one line."""
-
-
-class Imported(View):
-    path: str
-    format: str
-    counts: TransferCounts
-
-
 def _solution(store: KernelStore, solution_id: str) -> StoredSolution:
     """The solution an id or a unique id prefix names."""
     return ids.solution(store, solution_id)
 
 
-def _definition(store: KernelStore, name: str) -> StoredDefinition:
+def definition_named(store: KernelStore, name: str) -> StoredDefinition:
+    """The stored definition `name` names; a tool error saying how to find or add one."""
     found = store.get_definition(name)
     if found is None:
         raise NotFoundError(
@@ -269,7 +236,7 @@ def get_definition(
 ) -> DefinitionDetail:
     """A definition in full (axes, inputs, outputs, reference code) with its workloads."""
     store = state_of(ctx).store()
-    stored = _definition(store, name)
+    stored = definition_named(store, name)
     workloads = store.list_workloads(name)
     return DefinitionDetail(
         definition=stored.definition,
@@ -305,7 +272,7 @@ def list_solutions(
     rounds where that was measured (interval, verdict), else labelled apart. Use get_solution
     for a kernel's source and profiles, solution_lineage for its history."""
     store = state_of(ctx).store()
-    _definition(store, definition_name)
+    definition_named(store, definition_name)
     entries = store.ranked_solutions(
         definition_name,
         hardware=hardware,
@@ -531,91 +498,6 @@ def query_profiles(
     )
 
 
-def insert_definition(ctx: ToolContext, definition: Definition) -> Inserted:
-    """Store a definition (FlashInfer-Trace layout: name, op_type, axes, inputs, outputs,
-    and `reference` Python code defining `run`). Storing it again replaces it."""
-    return Inserted(kind="definition", id=state_of(ctx).store().upsert_definition(definition))
-
-
-def insert_workload(
-    ctx: ToolContext,
-    definition_name: Annotated[str, Field(description="A stored definition.")],
-    workload: Workload,
-) -> Inserted:
-    """Store a workload (values of the definition's variable axes) for a stored definition."""
-    store = state_of(ctx).store()
-    _definition(store, definition_name)
-    return Inserted(kind="workload", id=store.upsert_workload(definition_name, workload))
-
-
-def insert_solution(
-    ctx: ToolContext,
-    solution: Solution,
-    parent_id: Annotated[
-        str | None, Field(description="The solution it was derived from (id or 8+ prefix).")
-    ] = None,
-    evolve_metadata: Annotated[
-        dict[str, Any] | None, Field(description="Free-form notes, e.g. {'plan': ...}.")
-    ] = None,
-) -> SolutionInserted:
-    """Store a solution (kernel) of a stored definition. A source stored already keeps its
-    row and id: a missing parent, a placeholder name, the default author and absent
-    evolve_metadata keys are filled in (`filled` says which); a value that contradicts the
-    stored one is refused. profile_kernel does this and profiles in one call."""
-    store = state_of(ctx).store()
-    _definition(store, solution.definition)
-    parent = _solution(store, parent_id).id if parent_id is not None else None
-    linked = store_kernel(store, solution, parent_id=parent, evolve_metadata=evolve_metadata)
-    return from_record(SolutionInserted, linked, id=linked.solution_id, message=linked.describe())
-
-
-def insert_profile(
-    ctx: ToolContext,
-    workload_uuid: str,
-    solution_id: Annotated[str, Field(description="Solution id or 8+ prefix.")],
-    evaluation: Annotated[
-        dict[str, Any],
-        Field(
-            description="A FlashInfer-Trace evaluation: status, environment {hardware}, "
-            "timestamp, correctness {max_relative_error, max_absolute_error}, performance "
-            "{latency_ms, reference_latency_ms, speedup_factor}, log, flags."
-        ),
-    ],
-    benchmark_config: Annotated[
-        dict[str, Any], Field(description="How it was measured (seeds, iterations, ...).")
-    ],
-) -> Inserted:
-    """Store an evaluation of a solution on a workload (profile_kernel measures and stores
-    one itself). Each is kept as a measurement; the profile of that (workload, solution,
-    config, hardware) shows their pooled figure."""
-    store = state_of(ctx).store()
-    solution_id = _solution(store, solution_id).id
-    record = Evaluation.model_validate(evaluation)
-    if store.get_workload(workload_uuid) is None:
-        raise NotFoundError(
-            f"no workload with uuid {workload_uuid!r}; get_definition lists the workloads of "
-            "a definition and insert_workload adds one"
-        )
-    profile_id = store.upsert_profile(workload_uuid, solution_id, record, benchmark_config)
-    return Inserted(kind="profile", id=profile_id)
-
-
-def import_directory(
-    ctx: ToolContext,
-    path: Annotated[str, Field(description="Directory on the server's machine.")],
-    format: Annotated[
-        transfer.ImportFormat,
-        Field(description="auto detects FlashInfer-Trace (definitions/...) or NKIBench."),
-    ] = "auto",
-) -> Imported:
-    """Load a FlashInfer-Trace directory (definitions/, workloads/, solutions/, traces/) or an
-    NKIBench directory (summary.json, reference/, kernels/) into the database. Idempotent."""
-    state = state_of(ctx)
-    folder = state.roots.tree(path, "path")
-    chosen, counts = transfer.import_directory(state.store(), folder, fmt=format)
-    return Imported(path=path, format=chosen, counts=counts)
-
-
 TOOLS = [
     Tool.from_function(tool, annotations=READ_ONLY)
     for tool in (
@@ -626,16 +508,5 @@ TOOLS = [
         get_solution,
         solution_lineage,
         query_profiles,
-    )
-]
-
-ADMIN_TOOLS = [
-    Tool.from_function(tool, annotations=UPSERT)
-    for tool in (
-        insert_definition,
-        insert_workload,
-        insert_solution,
-        insert_profile,
-        import_directory,
     )
 ]
