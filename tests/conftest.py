@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,3 +117,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     # sort is stable: within a file, and among the rest, the collected order is kept.
     items.sort(key=position)
+
+
+def home_with_peaks(home: Path, *, measure: bool = True) -> Path:
+    """`home` made an ACCELOPT_HOME that already keeps this host's cpu peaks, copied from the
+    session's (measured there first if no test has yet, unless `measure` is False): for a test
+    whose processes need a home of their own but not a measurement of their own, which takes
+    every core for about 8 s (tests/backends/test_cpu_peaks.py and test_backend_hooks.py
+    measure on purpose)."""
+    from accelopt_mcp.backends.cpu import host_hardware
+    from accelopt_mcp.backends.cpu_peaks import PeakSource, default_peaks_file
+
+    if measure:
+        PeakSource().peaks(host_hardware())
+    home.mkdir(parents=True, exist_ok=True)
+    kept = default_peaks_file()
+    if kept.is_file():  # figures taken under load may be kept in memory only
+        shutil.copy2(kept, home / kept.name)
+    return home

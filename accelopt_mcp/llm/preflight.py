@@ -19,14 +19,17 @@ import concurrent.futures
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import openai
-from openai import AsyncOpenAI
+from typing import TYPE_CHECKING
 
 from accelopt_mcp.llm.client import _api_key as api_key_for
 from accelopt_mcp.llm.config import ROLES, ModelConfig, RoleConfigs
 from accelopt_mcp.llm.errors import short_error
 from accelopt_mcp.redaction import redacted_url
+
+if TYPE_CHECKING:
+    # Imported where a check runs, as in llm/client.py: the SDK takes half a second to import,
+    # which every `accelopt` command would pay at start-up (the CLI imports this module).
+    from openai import AsyncOpenAI
 
 __all__ = ["PreflightFailed", "check_endpoints", "check_endpoints_now", "roles_used"]
 
@@ -100,6 +103,8 @@ async def _check(target: _Target, timeout_s: float) -> str | None:
     endpoint = redacted_url(target.base_url, [key])
     who = f"{'/'.join(target.roles)} model {target.model!r} at {endpoint}"
     timeout = min(timeout_s, target.config.timeout_s)
+    from openai import AsyncOpenAI
+
     client = AsyncOpenAI(api_key=key, base_url=target.base_url, timeout=timeout, max_retries=0)
     try:
         listed = await _listed_models(client)
@@ -121,6 +126,8 @@ async def _check(target: _Target, timeout_s: float) -> str | None:
 async def _listed_models(client: AsyncOpenAI) -> set[str] | str | None:
     """The model ids the endpoint lists; None when it has no usable list (ask the chat route);
     a problem text when the endpoint is unreachable or refuses the key."""
+    import openai
+
     try:
         page = await client.models.list()
     except (openai.APITimeoutError, openai.APIConnectionError) as exc:
@@ -146,6 +153,8 @@ async def _chat_probe(client: AsyncOpenAI, config: ModelConfig) -> str | None:
     }
     if config.extra_body:
         args["extra_body"] = dict(config.extra_body)
+    import openai
+
     try:
         await client.chat.completions.create(**args)  # type: ignore[call-overload]
     except (openai.APITimeoutError, openai.APIConnectionError) as exc:
@@ -166,6 +175,8 @@ async def _chat_probe(client: AsyncOpenAI, config: ModelConfig) -> str | None:
 
 
 def _connection_problem(exc: Exception) -> str:
+    import openai
+
     if isinstance(exc, openai.APITimeoutError):
         return "no answer in time"
     cause = exc.__cause__ or exc

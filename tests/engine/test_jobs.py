@@ -175,7 +175,7 @@ def test_two_servers_resuming_the_same_runs_take_each_exactly_once(
     start_standin: StartStandin, llm_key: str, tmp_path: Path, pg_admin_dsn: str
 ) -> None:
     # Two MCP servers (different jobs folders) start at once on one PostgreSQL database and
-    # both find the same 20 interrupted runs: each run goes to exactly one of them.
+    # both find the same 10 interrupted runs: each run goes to exactly one of them.
     standin = start_standin(build_script(faults=False, latency_s=0.5))
     models = models_config(standin.base_url, tmp_path / "models.json")
     dsn = create_database(pg_admin_dsn, f"jobs_{uuid.uuid4().hex[:10]}")
@@ -185,7 +185,7 @@ def test_two_servers_resuming_the_same_runs_take_each_exactly_once(
     try:
         request = _request(models, iterations=1)
         dead = _dead_holder()
-        runs = [_interrupted_run(first.store, request, dead) for _ in range(20)]
+        runs = [_interrupted_run(first.store, request, dead) for _ in range(10)]
         gate = threading.Barrier(2)
         taken: dict[str, list[str]] = {}
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.conftest import home_with_peaks
 from tests.server_process import ServerProcess, end_process
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -61,7 +62,7 @@ class HttpServer(ServerProcess):
         self.start_timeout_s = start_timeout_s
         self.process: subprocess.Popen[bytes] | None = None
         # Without a token given, the server makes one in its ACCELOPT_HOME: a private folder.
-        self.home = Path(tempfile.mkdtemp(prefix="accelopt-home-"))
+        self.home = home_with_peaks(Path(tempfile.mkdtemp(prefix="accelopt-home-")), measure=False)
         handle, log_path = tempfile.mkstemp(prefix="accelopt-mcp-", suffix=".log")
         os.close(handle)
         self.log_path = Path(log_path)

@@ -25,9 +25,9 @@ from tests.mcp.conftest import BENCH, MODES, NKIBENCH_DIR, served
 from tests.mcp.helpers import fails, ok, payload
 from tests.mcp.processes import HttpServer
 
-# Timing-sensitive (the lessons a job keeps depend on measured speedups): run alone, not beside
-# other tests (scripts/test.sh runs `-m serial` first, then the rest in parallel).
-pytestmark = [pytest.mark.anyio, pytest.mark.serial]
+# Not marked serial: what these jobs keep is decided between the naive silu and a vectorized
+# one (several times faster), a margin no neighbouring test's load closes.
+pytestmark = pytest.mark.anyio
 
 TASK = NKIBENCH_DIR / "reference" / "silu_M512_N1024_numpy_0.py"
 KERNEL = NKIBENCH_DIR / "kernels" / "silu_M512_N1024_0.py"
@@ -250,13 +250,13 @@ async def test_server_restart_resumes_interrupted_job(
             httpx2.AsyncClient(headers=auth, timeout=30) as http,
             Client(streamable_http_client(first.url, http_client=http)) as c,
         ):
-            job_id = (await ok(c, "start_optimization", job_args(models, iterations=6)))["job_id"]
+            job_id = (await ok(c, "start_optimization", job_args(models, iterations=4)))["job_id"]
             status = await ok(c, "job_status", {"job_id": job_id})
             deadline = time.monotonic() + 120
             while status["iteration"] < 1 and time.monotonic() < deadline:
                 status = await ok(c, "wait_for_job", {"job_id": job_id, "timeout_s": 0.5})
             # Mid-job: one iteration checkpointed, more to go.
-            assert status["state"] == "running" and 1 <= status["iteration"] < 6, status
+            assert status["state"] == "running" and 1 <= status["iteration"] < 4, status
         # The client that started it has gone; the job has not.
         async with (
             httpx2.AsyncClient(headers=auth, timeout=30) as http,
@@ -294,12 +294,12 @@ async def test_server_restart_resumes_interrupted_job(
             assert not waited.is_error, waited.content
             final = payload("wait_for_job", waited)
             assert final["state"] == "completed", final
-            assert final["iteration"] == 6
+            assert final["iteration"] == 4
             # Progress notifications travel over streamable HTTP too.
-            assert any("iteration 6" in m for m in progress), progress[-5:]
+            assert any("iteration 4" in m for m in progress), progress[-5:]
             assert _worker_pid(store_url, job_id) != worker
             result = await ok(c, "job_result", {"job_id": job_id})
-            assert [i["iteration"] for i in result["iterations"]] == [1, 2, 3, 4, 5, 6]
+            assert [i["iteration"] for i in result["iterations"]] == [1, 2, 3, 4]
             assert result["speedup_vs_initial"] > 1.0
         assert f"resumed 1 interrupted job(s): {job_id}" in second.stderr()
 

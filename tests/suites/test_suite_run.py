@@ -19,6 +19,7 @@ from accelopt_mcp.suites import builtin_suite
 from accelopt_mcp.suites.cases import discover_cases
 from tests.bench import quick_bench_fields
 from tests.cli_inprocess import run_accelopt
+from tests.conftest import home_with_peaks
 from tests.engine import kernels
 from tests.engine.conftest import KEY, KEY_ENV, build_script, models_config, text, write_preset
 from tests.llm_standin.process import StartStandin
@@ -99,7 +100,7 @@ def test_a_suite_killed_once_and_resumed_ends_in_the_table(
     )  # fmt: skip
     root = _two_task_suite(tmp_path / "suite")
     db = tmp_path / "k.db"
-    env = {**os.environ, KEY_ENV: KEY, "ACCELOPT_HOME": str(tmp_path / "home")}
+    env = {**os.environ, KEY_ENV: KEY, "ACCELOPT_HOME": str(home_with_peaks(tmp_path / "home"))}
     common = ["--store", str(db), "--out", str(tmp_path / "out")]
     driver = subprocess.Popen(
         [*ACCELOPT, "suite", "run", str(root), "--preset", str(preset),
