@@ -11,7 +11,7 @@ import re
 from types import SimpleNamespace
 from typing import Any, cast
 
-from accelopt_mcp.engine.beam import BeamSearch
+from accelopt_mcp.engine.beam import BeamSearch, _Opening
 from accelopt_mcp.engine.checkpoint import Checkpoint, RunSpec
 from accelopt_mcp.engine.checkpoint_writer import CheckpointWriter
 from accelopt_mcp.engine.config import OptimizeConfig
@@ -164,11 +164,13 @@ def test_a_resumed_run_shows_the_text_it_started_with(silu_task: Task) -> None:
     def texts(environment: Environment) -> tuple[str, str]:
         return asyncio.run(
             search._prompt_texts(
-                spec,
-                LiveRun(checkpoint),
-                cast(CheckpointWriter, writer),
-                Budget(),
-                cast(ProfileCache, _Profiles(environment)),
+                _Opening(
+                    spec,
+                    LiveRun(checkpoint),
+                    cast(CheckpointWriter, writer),
+                    Budget(),
+                    cast(ProfileCache, _Profiles(environment)),
+                ),
                 {"workers": 2, "cores": 1},
             )
         )
