@@ -89,18 +89,21 @@ def mcp_path_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 # short files to fill the end (longest-first scheduling). Only the order changes, never
 # what runs.
 LONGEST_FIRST = (
-    "tests/engine/test_jobs.py",  # 99 s
-    "tests/test_ray_cluster.py",  # 89 s
-    "tests/backends/test_cpu_backend.py",  # 87 s
-    "tests/backends/test_attacks.py",  # 73 s
-    "tests/suites/test_suite_run.py",  # 70 s
-    "tests/test_cli.py",  # 50 s
-    "tests/store/test_reconnect.py",  # 42 s
-    "tests/engine/test_resume.py",  # 42 s
-    "tests/mcp/test_suites.py",  # 40 s
-    "tests/engine/test_jobs_outage.py",  # 36 s
-    "tests/engine/test_store_restart.py",  # 32 s
+    "tests/engine/test_jobs.py",  # 98-110 s
+    "tests/test_ray_cluster.py",  # 92 s
+    "tests/suites/test_suite_run.py",  # 68-78 s
+    "tests/mcp/test_jobs.py",  # 71 s (in this stage since it stopped being marked serial)
+    "tests/backends/test_breakdown_stress.py",  # 59 s
+    "tests/backends/test_attacks.py",  # 54 s
+    "tests/backends/test_cpu_backend.py",  # 49 s
+    "tests/engine/test_jobs_outage.py",  # 39 s
+    "tests/engine/test_resume.py",  # 31-39 s
+    "tests/test_cli.py",  # 32 s
+    "tests/store/test_reconnect.py",  # 33 s
+    "tests/mcp/test_suites.py",  # 32 s
+    "tests/backends/test_nki_backend.py",  # 29 s
     "tests/viewer/test_browser.py",  # 30 s (an accelopt optimize run, then chromium)
+    "tests/engine/test_store_restart.py",  # 19 s
 )
 
 
