@@ -128,8 +128,8 @@ def home_with_peaks(home: Path, *, measure: bool = True) -> Path:
     whose processes need a home of their own but not a measurement of their own, which takes
     every core for about 8 s (tests/backends/test_cpu_peaks.py and test_backend_hooks.py
     measure on purpose)."""
-    from accelopt_mcp.backends.cpu import host_hardware
     from accelopt_mcp.backends.cpu_peaks import PeakSource, default_peaks_file
+    from accelopt_mcp.backends.host_facts import host_hardware
 
     if measure:
         PeakSource().peaks(host_hardware())

@@ -32,7 +32,7 @@ def test_starting_does_not_import_the_openai_sdk(what: str) -> None:
 def test_a_check_still_finds_the_sdk_when_it_runs() -> None:
     # The imports moved into the functions: what uses them must still resolve them.
     code = (
-        "import asyncio, sys\n"
+        "import sys\n"
         "from accelopt_mcp.llm import preflight\n"
         "print(preflight._connection_problem(ValueError('x')))\n"
         "print('openai' in sys.modules)\n"

@@ -31,13 +31,12 @@ from accelopt_mcp.mcp_tools.views import (
     WorkloadSummary,
     cut,
     definition_summary,
-    from_record,
     page_info,
     profile_summary,
     solution_summary,
     workload_summary,
 )
-from accelopt_mcp.models import Definition
+from accelopt_mcp.models import Definition, from_record
 from accelopt_mcp.models.evaluation import Verdict
 from accelopt_mcp.store.base import (
     KernelStore,

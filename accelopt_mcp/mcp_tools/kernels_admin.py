@@ -17,8 +17,8 @@ from accelopt_mcp.mcp_tools import ids
 from accelopt_mcp.mcp_tools.app import NotFoundError
 from accelopt_mcp.mcp_tools.kernels import definition_named
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
-from accelopt_mcp.mcp_tools.views import View, from_record
-from accelopt_mcp.models import Definition, Evaluation, Solution, Workload
+from accelopt_mcp.mcp_tools.views import View
+from accelopt_mcp.models import Definition, Evaluation, Solution, Workload, from_record
 from accelopt_mcp.transfer.traceset import TransferCounts
 
 UPSERT = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True)

@@ -20,11 +20,10 @@ from accelopt_mcp.mcp_tools.views import (
     Timestamp,
     View,
     cut,
-    from_record,
     page_info,
     redacted_tail,
 )
-from accelopt_mcp.models import LlmCallStatus
+from accelopt_mcp.models import LlmCallStatus, from_record
 from accelopt_mcp.store.base import LlmCallRecord
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)

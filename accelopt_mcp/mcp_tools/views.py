@@ -11,10 +11,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from accelopt_mcp.comparing import shown_counters
-from accelopt_mcp.models import MeasuringConditions
-
-# Re-exported: the tools' modules build their views with it from here (the viewer shares it).
-from accelopt_mcp.models import from_record as from_record
+from accelopt_mcp.models import MeasuringConditions, from_record
 from accelopt_mcp.redaction import redact
 from accelopt_mcp.store.base import (
     ExperienceRecord,
