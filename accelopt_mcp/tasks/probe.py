@@ -9,9 +9,12 @@ is hostile JSON and is checked here (sizes, NaN, long strings) before anyone rea
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,6 +28,10 @@ RUNNER_MODULE = "accelopt_mcp.backends.cpu_runner"
 STDERR_TAIL_CHARS = 4_000
 MAX_TENSORS = 256
 MAX_NDIM = 8
+# Task modules whose description this process keeps: an MCP server or a suite loads the same
+# few tasks again and again, and each probe is a jailed harness plus a jailed task (about a
+# second of CPU). The oldest entry goes first past this many.
+CACHE_ENTRIES = 256
 
 
 class _Described(BaseModel):
@@ -55,11 +62,58 @@ class TaskDescription(BaseModel):
     roofline: _Roofline | None = None
 
 
+class _DescriptionCache:
+    """What earlier probes in this process found, by the SHA-256 of the task's source.
+
+    A description depends on the source alone (the same interpreter and NumPy run it each
+    time), so a second probe of the same text would learn nothing new. Only successes are
+    kept: a probe that failed (a timeout under load, say) runs again next time."""
+
+    def __init__(self, entries: int) -> None:
+        self._entries = entries
+        self._found: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self.probes_run = 0
+        """Probes that ran a jail (not answered from the cache): what the tests count."""
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            found = self._found.get(key)
+        # A copy: callers build their task from it and may change what they were given.
+        return copy.deepcopy(found) if found is not None else None
+
+    def put(self, key: str, found: dict[str, Any]) -> None:
+        with self._lock:
+            self._found.pop(key, None)
+            self._found[key] = copy.deepcopy(found)
+            while len(self._found) > self._entries:
+                del self._found[next(iter(self._found))]
+
+    def count_run(self) -> None:
+        with self._lock:
+            self.probes_run += 1
+
+
+DESCRIPTIONS = _DescriptionCache(CACHE_ENTRIES)
+
+
 def probe_nkibench_task(
     source: str, *, timeout_s: float = 120, memory_limit_mb: int = 8192
 ) -> dict[str, Any]:
     """Run an NKIBench task module's get_inputs()/forward() once in the sandbox and return the
-    shapes and dtypes: {"inputs": [{"shape", "dtype"}...], "outputs": [...]}."""
+    shapes and dtypes: {"inputs": [{"shape", "dtype"}...], "outputs": [...]}. A source this
+    process has probed before is answered from `DESCRIPTIONS` without running it again."""
+    key = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
+    known = DESCRIPTIONS.get(key)
+    if known is not None:
+        return known
+    found = _run_probe(source, timeout_s=timeout_s, memory_limit_mb=memory_limit_mb)
+    DESCRIPTIONS.put(key, found)
+    return found
+
+
+def _run_probe(source: str, *, timeout_s: float, memory_limit_mb: int) -> dict[str, Any]:
+    DESCRIPTIONS.count_run()
     with tempfile.TemporaryDirectory(prefix="accelopt-probe-", ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
         (work / "reference.py").write_text(source)
