@@ -18,7 +18,8 @@ collect_ignore = [] if in_private_network() else ["cluster"]
 
 # Nothing a test runs writes into the user's own data directory (the default database, the
 # cached cpu peaks): one per-session folder instead, inherited by every subprocess. The cpu
-# peaks are measured once in it, by the first test that needs them.
+# peaks are measured once in it, by the first test that needs them, unless scripts/test.sh has
+# given every stage one home with the peaks measured up front (tests/session_peaks.py).
 if not os.environ.get("ACCELOPT_HOME"):
     os.environ["ACCELOPT_HOME"] = tempfile.mkdtemp(prefix="accelopt-test-home-")
 

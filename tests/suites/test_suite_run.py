@@ -57,7 +57,7 @@ def test_the_builtin_suite_baseline_column(tmp_path: Path) -> None:
     done = run_accelopt(
         "suite", "run", "--builtin", "cpu-nkibench", "--baseline-only", "--preset", preset,
         "--store", tmp_path / "k.db", "--out", tmp_path / "out", "--json",
-        env={"ACCELOPT_HOME": str(tmp_path / "home")},
+        env={"ACCELOPT_HOME": str(home_with_peaks(tmp_path / "home"))},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     table = json.loads(done.stdout)
