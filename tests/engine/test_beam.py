@@ -37,9 +37,11 @@ from tests.engine.conftest import (
     text,
 )
 
-# Timing-sensitive (measured speedups decide what is kept): run alone, not beside other tests
-# (scripts/test.sh runs `-m serial` first, then the rest in parallel).
-pytestmark = pytest.mark.serial
+# The tests whose outcome rests on measured speedups (which kernel is kept, which pairs are
+# slow-to-fast) run alone, not beside other tests: they are marked serial one by one
+# (scripts/test.sh runs `-m serial` first, then the rest in parallel). The others check what a
+# run does whatever its kernels measure (budgets, settings, claims) and run in parallel.
+TIMED = pytest.mark.serial
 
 # Filed as the engine files them: the run's settings (its thresholds are what it decides at),
 # two workers, one core each (tests/engine/conftest.py).
@@ -82,6 +84,7 @@ def _passed(store: KernelStore, solution_ids: set[str], figure: str) -> dict[str
     return found
 
 
+@TIMED
 @BOTH_STORES
 def test_full_loop_invariants(
     store: KernelStore,
@@ -310,6 +313,7 @@ def test_unknown_run_id_creates_nothing(store: KernelStore, tmp_path: Path) -> N
     assert not out.exists()
 
 
+@TIMED
 @BOTH_STORES
 def test_resumed_summarizing_keeps_topk_per_iteration(
     store: KernelStore,
@@ -379,6 +383,7 @@ def test_a_reopened_run_is_not_refused_for_its_last_workers_process(
         alive.wait()
 
 
+@TIMED
 def test_a_removed_lesson_is_not_summarized_again_on_resume(
     store: KernelStore,
     silu_task: Task,
