@@ -39,11 +39,15 @@ def _request(models: Path, **fields: Any) -> OptimizeRequest:
     for key in ("kernel_path", "kernel_source", "task_path", "workload"):
         if key in fields:
             target[key] = fields.pop(key)
+    # Narrow (one beam kernel, two plans, one attempt each: two attempts an iteration): these
+    # tests are about a job's life (start, wait, cancel, kill, resume, leases), which any run
+    # has; the beam's breadth is tests/engine/test_beam.py's. At 2 x 2 x 2 a job ran up to
+    # twelve attempts, each a profile, and made this the longest file of the parallel stage.
     config: dict[str, Any] = {
         "iterations": 2,
-        "beam": 2,
+        "beam": 1,
         "plans": 2,
-        "attempts": 2,
+        "attempts": 1,
         "topk": 2,
         "exp_n": 4,
         "positive_threshold": 1.04,
