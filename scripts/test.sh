@@ -119,11 +119,6 @@ if [ "$#" -gt 0 ]; then
   stage tests .venv/bin/python -m pytest -q "$@"
   exit "$FAILED"
 fi
-# Timing-sensitive tests (marked serial: measured speedups decide what they check) run alone
-# first; then the rest, two workers at a time (most of it waits on subprocesses and servers),
-# each test file kept on one worker, the longest files started first (tests/conftest.py
-# LONGEST_FIRST). Three workers gained 20 s of 510 and slowed the CPU-bound tests of the
-# parallel half enough to fail a wall-clock one (test_call_limits) twice in two runs.
 # One ACCELOPT_HOME for every stage (tests/conftest.py would make one per pytest run), with
 # this host's cpu peaks measured into it first, while nothing else runs: left to the parallel
 # stage, they are measured on a busy host and then again (tests/session_peaks.py).
@@ -132,6 +127,11 @@ if [ -z "${ACCELOPT_HOME:-}" ]; then
   export ACCELOPT_HOME
 fi
 stage peaks .venv/bin/python -m tests.session_peaks
+# Timing-sensitive tests (marked serial: measured speedups decide what they check) run alone
+# first; then the rest, two workers at a time (most of it waits on subprocesses and servers),
+# each test file kept on one worker, the longest files started first (tests/conftest.py
+# LONGEST_FIRST). Three workers gained 20 s of 510 and slowed the CPU-bound tests of the
+# parallel half enough to fail a wall-clock one (test_call_limits) twice in two runs.
 stage serial .venv/bin/python -m pytest -q -m serial --durations=10
 # The measurements that decide what a run keeps, again with a busy loop on every core: a
 # timing that is fair only on a quiet host fails here (tests/conftest.py: busy_cores).
