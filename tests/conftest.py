@@ -129,11 +129,11 @@ def home_with_peaks(home: Path, *, measure: bool = True) -> Path:
     whose processes need a home of their own but not a measurement of their own, which takes
     every core for about 8 s (tests/backends/test_cpu_peaks.py and test_backend_hooks.py
     measure on purpose)."""
-    from accelopt_mcp.backends.cpu_peaks import PeakSource, default_peaks_file
-    from accelopt_mcp.backends.host_facts import host_hardware
+    from accelopt_mcp.backends.cpu_peaks import default_peaks_file
+    from tests.session_peaks import measure as measure_session_peaks
 
     if measure:
-        PeakSource().peaks(host_hardware())
+        measure_session_peaks()  # the same figures scripts/test.sh measures up front
     home.mkdir(parents=True, exist_ok=True)
     kept = default_peaks_file()
     if kept.is_file():  # figures taken under load may be kept in memory only
