@@ -72,11 +72,20 @@ def _complete(
     return asyncio.run(go()), outcomes(written)
 
 
-def _complete_fails(configs: RoleConfigs, **client_args: Any) -> tuple[Exception, list[LlmCallIn]]:
+def _complete_fails(
+    configs: RoleConfigs, *, stamps: list[float] | None = None, **client_args: Any
+) -> tuple[Exception, list[LlmCallIn]]:
+    """The error a call that fails raises, and its ledger rows; `stamps` gets the
+    time.monotonic() of each ledger write (a call's "sent" write, then its end)."""
     written: list[LlmCallIn] = []
 
+    def ledger(row: LlmCallIn) -> None:
+        written.append(row)
+        if stamps is not None:
+            stamps.append(time.monotonic())
+
     async def go() -> None:
-        async with LlmClient(configs, ledger=written.append, **client_args) as client:
+        async with LlmClient(configs, ledger=ledger, **client_args) as client:
             await client.complete("planner", MESSAGES)
 
     with pytest.raises(Exception) as info:
@@ -168,11 +177,18 @@ def test_timeouts_are_retried_then_given_up_with_a_clear_error(
     standin = start_standin(
         _planner_script({"kind": "delay", "seconds": 3}, when_exhausted="repeat_last")
     )
-    started = time.monotonic()
+    stamps: list[float] = []
 
-    error, rows = _complete_fails(configs_for(standin.base_url, timeout_s=0.3, max_retries=1))
+    error, rows = _complete_fails(
+        configs_for(standin.base_url, timeout_s=0.3, max_retries=1), stamps=stamps
+    )
 
-    assert time.monotonic() - started < 2.5
+    # Each attempt was given up on at its timeout, long before the stand-in's reply (3 s after
+    # the request) would have come: timed from its "sent" write to its end (0.4 s here, 0.8 s
+    # on a busy host), not from before the call, which the client's first call in a process
+    # spends importing the OpenAI SDK first (0.8 s of CPU, over 5 s on a busy host).
+    assert len(stamps) == 4  # sent, ended; sent, ended
+    assert stamps[1] - stamps[0] < 2.5 and stamps[3] - stamps[2] < 2.5, stamps
     assert isinstance(error, LlmCallFailed)
     assert error.attempts == 2
     assert "timed out after 0.3 s" in str(error) and "no retries left" in str(error)
@@ -321,10 +337,13 @@ def test_wall_time_budget_refuses_a_retry_pause_it_cannot_afford(
     standin = start_standin(_planner_script({"kind": "status", "status": 429, "retry_after": "30"}))
     started = time.monotonic()
 
-    error, rows = _complete_fails(configs_for(standin.base_url), budget=Budget(max_wall_s=5))
+    # 20 s of budget: far from the 30 s pause, and more than a busy host spends before the
+    # first reply (the client's first call in a process imports the OpenAI SDK, 0.8 s of CPU,
+    # over 5 s on a busy host), which a 5 s budget could run out in before any call was made.
+    error, rows = _complete_fails(configs_for(standin.base_url), budget=Budget(max_wall_s=20))
 
     assert isinstance(error, BudgetExceeded) and "wall-time budget" in str(error)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 20  # refused at once, not paused for 30 s
     assert len(rows) == 1 and not rows[0].ok
 
 
