@@ -93,10 +93,10 @@ def test_a_slow_kernel_fits_and_skips_its_warm_up(backend: CpuBackend) -> None:
     # It did outlast the old whole-evaluation limit (a bound that load can only help).
     assert took > config.timeout_seconds + config.max_timing_seconds, took
     # No warm-up calls: 6 seeds + 2 fresh sets in the first process set, 1 fresh set in the
-    # second, then one call per timed sample (a 0.6 s call is a batch of one). The two sets'
-    # two warm-up calls each would add 4.
+    # second, then the timed calls. The two sets' two warm-up calls each would add 4.
     calls = evaluation.log.count("slow call")
-    assert calls == len(config.seeds) + 3 + evaluation.latency_stats.runs, evaluation.log
+    timed = evaluation.measurement["timed_calls"]
+    assert calls == len(config.seeds) + 3 + timed, (calls, timed, evaluation.log)
 
 
 def test_the_backstop_fits_every_untimed_call_and_is_capped() -> None:
