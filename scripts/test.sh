@@ -137,10 +137,10 @@ if [ -z "${ACCELOPT_HOME:-}" ]; then
 fi
 stage peaks .venv/bin/python -m tests.session_peaks
 # Timing-sensitive tests (marked serial: measured speedups decide what they check) run alone
-# first; then the rest, two workers at a time (most of it waits on subprocesses and servers),
-# each test file kept on one worker, the longest files started first (tests/conftest.py
-# LONGEST_FIRST). Three workers gained 20 s of 510 and slowed the CPU-bound tests of the
-# parallel half enough to fail a wall-clock one (test_call_limits) twice in two runs.
+# first; then the rest, WORKERS at a time (ACCELOPT_TEST_WORKERS, default 3: much of it waits on
+# subprocesses and servers, and two workers left a fifth of two cores idle), each test file
+# kept on one worker, the longest files started first (tests/conftest.py LONGEST_FIRST).
+WORKERS="${ACCELOPT_TEST_WORKERS:-3}"
 stage serial .venv/bin/python -m pytest -q -m serial --durations=10
 # The measurements that decide what a run keeps, again with a busy loop on every core: a
 # timing that is fair only on a quiet host fails here (tests/conftest.py: busy_cores).
@@ -159,7 +159,7 @@ MYPY_STARTED=$SECONDS
   echo "$? $((SECONDS - MYPY_STARTED))" >"$MYPY_LOG.rc"
 ) &
 MYPY_PID=$!
-stage parallel .venv/bin/python -m pytest -q -m "not serial" -n 2 --dist loadfile --durations=15
+stage parallel .venv/bin/python -m pytest -q -m "not serial" -n "$WORKERS" --dist loadfile --durations=15
 wait "$MYPY_PID" || true
 read -r MYPY_RC MYPY_SECONDS <"$MYPY_LOG.rc" || { MYPY_RC=1 MYPY_SECONDS=?; }
 cat "$MYPY_LOG"
