@@ -166,7 +166,8 @@ MYPY_STARTED=$SECONDS
   echo "$? $((SECONDS - MYPY_STARTED))" >"$MYPY_LOG.rc"
 ) &
 MYPY_PID=$!
-stage parallel .venv/bin/python -m pytest -q -m "not serial" -n "$WORKERS" --dist loadfile --durations=15
+stage parallel .venv/bin/python -m pytest -q -m "not serial" -n "$WORKERS" \
+  --dist loadfile --no-loadscope-reorder --durations=15
 wait "$MYPY_PID" || true
 read -r MYPY_RC MYPY_SECONDS <"$MYPY_LOG.rc" || { MYPY_RC=1 MYPY_SECONDS=?; }
 cat "$MYPY_LOG"

@@ -88,7 +88,12 @@ def mcp_path_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 # order, and collection order is alphabetical: the Ray cluster suite (90 s, one test) came
 # last and ran alone while the other worker sat idle. Starting the longest first leaves
 # short files to fill the end (longest-first scheduling). Only the order changes, never
-# what runs.
+# what runs. pytest-xdist 3.7 and later hand files out by their number of tests instead,
+# most first, unless told `--no-loadscope-reorder` (scripts/test.sh does): files of a few
+# long tests, such as the suite, outage and store-restart tests, then started last and were
+# still running at the stage's end (seen with py-spy). On three workers the stage is about as
+# long either way (628 s kept in order, 625-634 s reordered): it is CPU-bound now, and the
+# order keeps a long file from ever being the one left running alone.
 LONGEST_FIRST = (
     "tests/engine/test_jobs.py",  # 98-110 s
     "tests/test_ray_cluster.py",  # 92 s
