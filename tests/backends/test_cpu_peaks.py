@@ -80,9 +80,6 @@ def test_tiny_measurement_gives_positive_ordered_figures(tiny_peaks: CpuPeaks) -
             peaks.memory_bytes_per_s,
         ):
             assert 1e6 < rate < 1e15
-        # Twice the bytes per element: fp64 is not faster than fp32 (10 % for noise).
-        assert peaks.matmul_fp64_flops_per_s <= 1.1 * peaks.matmul_fp32_flops_per_s
-        assert peaks.vector_fp64_flops_per_s <= 1.1 * peaks.vector_fp32_flops_per_s
         # Every set says when it was measured and how busy the host was meanwhile.
         assert peaks.measured_at and peaks.measure_seconds > 0 and peaks.measurements == 1
         assert 0 <= peaks.load.share <= 1 and peaks.load.load_average >= 0
@@ -92,6 +89,18 @@ def test_tiny_measurement_gives_positive_ordered_figures(tiny_peaks: CpuPeaks) -
     assert [p.level for p in one.bandwidth] == ["L2", "memory"]
     assert 0 < tiny_peaks.measure_seconds < 30
     assert tiny_peaks.sizes == TINY and tiny_peaks.hardware == HARDWARE
+
+
+@pytest.mark.serial
+def test_on_a_quiet_host_fp64_is_no_faster_than_fp32() -> None:
+    """Twice the bytes per element: fp64 is not faster than fp32 (10 % for noise). A comparison
+    of two timed figures, so it runs alone (marked serial): in the parallel stage a tiny
+    measurement taken while the other workers ran once read fp64 vectors at 2.2x fp32 (its
+    load record said the host was 80 % busy), which says nothing about the code."""
+    peaks = measure_peaks(HARDWARE, TINY)
+    for figures in (peaks.one_core, peaks.most_cores):
+        assert figures.matmul_fp64_flops_per_s <= 1.1 * figures.matmul_fp32_flops_per_s
+        assert figures.vector_fp64_flops_per_s <= 1.1 * figures.vector_fp32_flops_per_s
 
 
 @several_cores
