@@ -97,6 +97,13 @@ else
 fi
 .venv/bin/python -m compileall -q -j 0 accelopt_mcp >/dev/null
 part_done install "ok ($installer)"
+# From here on, bytecode is cached (in __pycache__, which git ignores), pytest's rewritten test
+# modules included: pytest reads a cached rewrite even where it may not write one, but with
+# PYTHONDONTWRITEBYTECODE set none is ever written, and each pytest process (the serial and
+# busy-core stages, every parallel worker) parsed and rewrote the asserts of all 180 test
+# modules again: 7 s of collection against under 4 with them cached. What the product starts
+# in its sandbox and jails sets the variable itself, so this changes nothing the tests check.
+unset PYTHONDONTWRITEBYTECODE
 
 # stage NAME COMMAND...: run it, record how it ended, go on either way.
 stage() {
