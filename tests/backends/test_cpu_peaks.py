@@ -92,13 +92,13 @@ def test_tiny_measurement_gives_positive_ordered_figures(tiny_peaks: CpuPeaks) -
 
 
 @pytest.mark.serial
-def test_on_a_quiet_host_fp64_is_no_faster_than_fp32() -> None:
+def test_on_a_quiet_host_fp64_is_no_faster_than_fp32(tiny_peaks: CpuPeaks) -> None:
     """Twice the bytes per element: fp64 is not faster than fp32 (10 % for noise). A comparison
-    of two timed figures, so it runs alone (marked serial): in the parallel stage a tiny
-    measurement taken while the other workers ran once read fp64 vectors at 2.2x fp32 (its
-    load record said the host was 80 % busy), which says nothing about the code."""
-    peaks = measure_peaks(HARDWARE, TINY)
-    for figures in (peaks.one_core, peaks.most_cores):
+    of two timed figures, so it runs alone (marked serial; the serial stage runs no other test
+    of this module, so the shared measurement is taken there, on a quiet host): in the parallel
+    stage a tiny measurement taken while the other workers ran once read fp64 vectors at 2.2x
+    fp32 (its load record said the host was 80 % busy), which says nothing about the code."""
+    for figures in (tiny_peaks.one_core, tiny_peaks.most_cores):
         assert figures.matmul_fp64_flops_per_s <= 1.1 * figures.matmul_fp32_flops_per_s
         assert figures.vector_fp64_flops_per_s <= 1.1 * figures.vector_fp32_flops_per_s
 
