@@ -25,6 +25,8 @@ print_summary() {
   printf '%s' "$SUMMARY"
   # One closing line over every pytest stage, in the plain form any reader of a log takes.
   echo "${PASSED_TOTAL} passed, ${FAILED_TOTAL} failed, ${SKIPPED_TOTAL} skipped"
+  # The home made below for the stages goes with them (one given in ACCELOPT_HOME stays).
+  [ -z "${OWN_HOME:-}" ] || rm -rf "$OWN_HOME"
 }
 trap print_summary EXIT
 # Ctrl-C stops the whole script (pytest exits 2 on it, which a stage would take for a failure
@@ -153,6 +155,7 @@ fi
 if [ -z "${ACCELOPT_HOME:-}" ]; then
   ACCELOPT_HOME="$(mktemp -d -t accelopt-test-home-XXXXXX)"
   export ACCELOPT_HOME
+  OWN_HOME=$ACCELOPT_HOME
 fi
 stage peaks .venv/bin/python -m tests.session_peaks
 # Timing-sensitive tests (marked serial: measured speedups decide what they check) run alone

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -20,8 +21,11 @@ collect_ignore = [] if in_private_network() else ["cluster"]
 # cached cpu peaks): one per-session folder instead, inherited by every subprocess. The cpu
 # peaks are measured once in it, by the first test that needs them, unless scripts/test.sh has
 # given every stage one home with the peaks measured up front (tests/session_peaks.py).
+# The folder goes when the process that made it exits (the xdist workers and every subprocess
+# inherit it and leave it alone), so runs do not pile up folders in the temp dir.
 if not os.environ.get("ACCELOPT_HOME"):
     os.environ["ACCELOPT_HOME"] = tempfile.mkdtemp(prefix="accelopt-test-home-")
+    atexit.register(shutil.rmtree, os.environ["ACCELOPT_HOME"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

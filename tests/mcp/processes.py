@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from pathlib import Path
 
 import httpx
@@ -62,10 +64,14 @@ class HttpServer(ServerProcess):
         self.start_timeout_s = start_timeout_s
         self.process: subprocess.Popen[bytes] | None = None
         # Without a token given, the server makes one in its ACCELOPT_HOME: a private folder.
-        self.home = home_with_peaks(Path(tempfile.mkdtemp(prefix="accelopt-home-")), measure=False)
-        handle, log_path = tempfile.mkstemp(prefix="accelopt-mcp-", suffix=".log")
-        os.close(handle)
-        self.log_path = Path(log_path)
+        # The home and the server's log share one temp folder, removed once this object is
+        # gone (a test may still read the log after stop()), or at exit.
+        self.folder = Path(tempfile.mkdtemp(prefix="accelopt-mcp-"))
+        weakref.finalize(self, shutil.rmtree, self.folder, ignore_errors=True)
+        (self.folder / "home").mkdir(mode=0o700)
+        self.home = home_with_peaks(self.folder / "home", measure=False)
+        self.log_path = self.folder / "server.log"
+        self.log_path.touch(mode=0o600)
 
     @property
     def base(self) -> str:
