@@ -137,7 +137,7 @@ def render_output(schema: dict[str, Any] | None) -> list[str]:
     return [f"Returns {schema.get('title', 'an object')}: {fields}.", ""]
 
 
-async def collect() -> tuple[list[Any], list[Any], list[Any], list[Any]]:
+async def collect() -> tuple[list[Any], list[Any], list[Any], list[Any], dict[str, Any]]:
     with tempfile.TemporaryDirectory() as folder:
         state = ServerState(str(Path(folder) / "reference.db"))
         try:
@@ -151,10 +151,18 @@ async def collect() -> tuple[list[Any], list[Any], list[Any], list[Any]]:
                 prompts = (await client.list_prompts()).prompts
         finally:
             state.close()
-    return tools, resources, templates, prompts
+    # What each tool returns: the server lists no output schema (app.compact_tool), so the
+    # schemas come from the server object, which keeps them for this reference.
+    return tools, resources, templates, prompts, server.result_schemas
 
 
-def render(tools: list[Any], resources: list[Any], templates: list[Any], prompts: list[Any]) -> str:
+def render(
+    tools: list[Any],
+    resources: list[Any],
+    templates: list[Any],
+    prompts: list[Any],
+    result_schemas: dict[str, Any],
+) -> str:
     by_name = {t.name: t for t in tools}
     grouped = {name for names in GROUPS.values() for name in names}
     groups = dict(GROUPS)
@@ -168,9 +176,9 @@ def render(tools: list[Any], resources: list[Any], templates: list[Any], prompts
         "do not edit by hand. -->",
         "",
         f"{len(tools)} tools, {len(resources) + len(templates)} resources, "
-        f"{len(prompts)} prompt(s). Every tool returns structured content (JSON) and, on bad "
-        "input, a tool error whose message says what to fix. Long texts (kernel sources) come "
-        "in slices: pass `next_offset` back to read on.",
+        f"{len(prompts)} prompt(s). Every tool returns its result as one JSON text block and, on "
+        "bad input, a tool error whose message says what to fix. Long texts (kernel sources) "
+        "come in slices: pass `next_offset` back to read on.",
         "",
     ]
     for group, names in groups.items():
@@ -200,7 +208,7 @@ def render(tools: list[Any], resources: list[Any], templates: list[Any], prompts
             suffix = f" *({', '.join(traits)})*" if traits else ""
             lines += [f"### `{name}`{suffix}", "", " ".join((tool.description or "").split()), ""]
             lines += render_parameters(tool.input_schema)
-            lines += render_output(tool.output_schema)
+            lines += render_output(result_schemas.get(name))
     lines += ["## Resources", "", "| URI | description |", "|---|---|"]
     for r in resources:
         lines.append(f"| `{r.uri}` | {cell(r.description or '')} |")
