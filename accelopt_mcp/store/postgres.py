@@ -369,8 +369,9 @@ class PostgresStore(SqlKernelStore):
         return None
 
     def _explain(self, exc: psycopg.Error) -> str:
+        # libpq's last line is its hint, indented with a tab: the message is one line.
         detail = redact(
-            str(exc).strip().splitlines()[-1] if str(exc).strip() else "", [self._secret]
+            str(exc).strip().splitlines()[-1].strip() if str(exc).strip() else "", [self._secret]
         )
         where = self.location
         refusal = self._refusal(exc)

@@ -195,6 +195,8 @@ def test_unreachable_server_fails_fast_without_the_password() -> None:
     assert time.monotonic() - began < 10
     assert "s3cret-pw" not in str(caught.value)
     assert f"alice@127.0.0.1:{port}/kernels" in str(caught.value)
+    # libpq indents its hint line with a tab: one clear line keeps none of that.
+    assert "\t" not in str(caught.value) and "( " not in str(caught.value), str(caught.value)
 
 
 def test_mask_dsn_drops_the_password() -> None:
