@@ -9,6 +9,7 @@ raised, and importing it costs every `accelopt` command half a second at start-u
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import time
@@ -62,7 +63,10 @@ def status_outcome(exc: openai.APIStatusError, config: ModelConfig, secrets: lis
     status = exc.status_code
     message = re.sub(r"^Error code: \d+ - ", "", exc.message)
     detail = short_error(f"HTTP {status}: {message}", secrets)
-    if status == 401:
+    if status == 401 and not os.environ.get(config.api_key_env):
+        # A local server is sent a placeholder when the variable is unset (client._api_key).
+        detail += f" (the server wants a key: {config.api_key_env} is not set)"
+    elif status == 401:
         detail += f" (the server rejected the key in {config.api_key_env})"
     retry_after = retry_after_s(exc.response.headers)
     if retry_after is not None and retry_after > _MAX_RETRY_AFTER_S:

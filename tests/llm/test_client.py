@@ -386,6 +386,22 @@ def test_a_rejected_key_names_the_variable_but_not_the_key(
     assert standin.requests()[0]["auth_ok"] is False
 
 
+def test_a_local_server_that_wants_a_key_is_told_apart_from_a_rejected_one(
+    start_standin: StartStandin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The stand-in listens on 127.0.0.1, so with the variable unset a placeholder is sent; its
+    # 401 must not read as if the key in the variable were wrong.
+    standin = start_standin(_planner_script())
+    monkeypatch.delenv(TEST_KEY_ENV, raising=False)
+
+    error, _ = _complete_fails(configs_for(standin.base_url, max_retries=0))
+
+    assert isinstance(error, LlmCallFailed)
+    assert "HTTP 401" in str(error)
+    assert f"{TEST_KEY_ENV} is not set" in str(error), str(error)
+    assert "rejected the key in" not in str(error)
+
+
 def test_missing_key_for_a_remote_endpoint_is_a_clear_config_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
