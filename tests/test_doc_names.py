@@ -1,7 +1,8 @@
 """The Python names the Markdown pages give a reader exist: every dotted `accelopt_mcp.x.y`
 they mention and every name a Python block imports from the package, so that a snippet copied
 from a page does not fail on its first line (examples/README.md once imported load_solution
-from the module that does not define it)."""
+from the module that does not define it); and every code name docs/architecture.md's guides
+give is in the code (they once named the SQL stores' base class by a name it had lost)."""
 
 from __future__ import annotations
 
@@ -62,3 +63,38 @@ def test_the_pages_name_some_package_names() -> None:
 def test_every_package_name_a_page_gives_exists(page: Path) -> None:
     missing = sorted(name for name in _named(page) if not _resolves(name))
     assert not missing, f"{page.relative_to(ROOT)} names what the package lacks: {missing}"
+
+
+THIS = str(Path(__file__).resolve().relative_to(ROOT))
+CODE_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _is_code_name(word: str) -> bool:
+    """snake_case with an underscore, or CamelCase: a word prose would not use."""
+    return ("_" in word.strip("_") or word.startswith("_")) or bool(
+        re.fullmatch(r"[A-Z][a-z0-9]+[A-Z]\w*", word)
+    )
+
+
+def test_every_code_name_the_architecture_guides_give_is_in_the_code() -> None:
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    # A name may be a file or folder (`test_batch` of tests/store/test_batch.py) or anything
+    # the code, SQL or scripts spell out.
+    known = {part.split(".")[0] for path in tracked for part in path.split("/")}
+    code = "\n".join(
+        (ROOT / path).read_text(errors="replace")
+        for path in tracked
+        if path.endswith((".py", ".txt", ".sql", ".sh", ".toml")) and path != THIS
+    )
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    named = {
+        word
+        for span in re.findall(r"`([^`]+)`", page)
+        for word in CODE_WORD.findall(span)
+        if _is_code_name(word)
+    }
+    assert "KernelStore" in named and "resolve_optimize_config" in named  # the scan works
+    missing = sorted(w for w in named if w not in known and not re.search(rf"\b{w}\b", code))
+    assert not missing, f"docs/architecture.md names what the code lacks: {missing}"
