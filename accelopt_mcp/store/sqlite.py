@@ -675,15 +675,28 @@ class SqliteStore(SqlKernelStore):
         step = "s.id = c.parent_id" if up else "s.parent_id = c.id"
         order = "c.depth" if up else "c.depth, s.rowid"
         columns = ", ".join(f"s.{c} AS {c}" for c in SOLUTION_COLUMNS)
-        return cur.all(
+        # A cycle (a hand-edited row, or update_solution_links called without linking.py's
+        # check) is walked once, as schema_v2.txt's functions walk it with their path: the
+        # walk stops at the solution it started from, and an ancestor loop that does not hold
+        # it (the only other cycle a one-parent walk can meet) is cut at its first repeat.
+        # No path column: building one costs time quadratic in the depth on every walk.
+        rows = cur.all(
             "WITH RECURSIVE c (id, parent_id, depth) AS ("
             "SELECT id, parent_id, 0 FROM solutions WHERE id = ? "
             f"UNION ALL SELECT s.id, s.parent_id, c.depth + 1 FROM c JOIN solutions s ON {step} "
-            f"WHERE c.depth < {LINEAGE_DEPTH_CAP}) "
+            f"WHERE s.id <> ? AND c.depth < {LINEAGE_DEPTH_CAP}) "
             f"SELECT {columns} FROM c JOIN solutions s ON s.id = c.id WHERE c.depth > 0 "
             f"ORDER BY {order}",
-            (solution_id,),
+            (solution_id, solution_id),
         )
+        seen: set[str] = set()
+        walked: list[Row] = []
+        for row in rows:
+            if row["id"] in seen:
+                break
+            seen.add(row["id"])
+            walked.append(row)
+        return walked
 
 
 class _NoLock:

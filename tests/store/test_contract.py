@@ -301,6 +301,22 @@ def test_descendants_are_breadth_first(seeded: KernelStore) -> None:
     assert [s.id for s in seeded.ancestors(h)] == [g2, c2, root]
 
 
+def test_a_lineage_cycle_is_walked_once_in_every_store(seeded: KernelStore) -> None:
+    # The store API sets a parent without policy (linking.py refuses cycles above it), so a
+    # cycle can reach the table; each store must walk it once, not to its depth cap.
+    a, b, c = _chain(seeded, 3, "cycle")
+    seeded.update_solution_links(a, parent_id=c)
+    assert [s.id for s in seeded.ancestors(a)] == [c, b]
+    assert [s.id for s in seeded.descendants(a)] == [b, c]
+    # A walk that meets the loop without starting in it goes round it once too.
+    tail = seeded.upsert_solution(make_solution(DEF, "# off the loop\n"), parent_id=c)
+    assert [s.id for s in seeded.ancestors(tail)] == [c, b, a]
+    assert [s.id for s in seeded.descendants(b)] == [c, a, tail]
+    lone = seeded.upsert_solution(make_solution(DEF, "# its own parent\n"))
+    seeded.update_solution_links(lone, parent_id=lone)
+    assert seeded.ancestors(lone) == [] and seeded.descendants(lone) == []
+
+
 # --------------------------------------------------------------------------- profiles
 
 
