@@ -755,10 +755,16 @@ class KernelStore(abc.ABC):
             definition_name=definition_name, run_id=run_id, language=language
         )
         wanted = {s.id for s in solutions}
+        # best_solutions ranks every solution of the definition, not only the filtered ones:
+        # its limit must cover them all, or faster kernels of other runs or languages push
+        # the wanted ones off the end (and they would read as never passed).
+        every = solutions
+        if run_id is not None or language is not None:
+            every = self.list_solutions(definition_name=definition_name)
         ranked = self.best_solutions(
             definition_name,
             hardware=hardware,
-            limit=max(len(wanted), 1),
+            limit=max(len(every), 1),
             include_flagged=include_flagged,
         )
         entries = [

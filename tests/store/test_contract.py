@@ -520,6 +520,34 @@ def test_untrusted_profiles_rank_nothing_unless_asked(seeded: KernelStore) -> No
     assert flagged_too[0].best_profile.flags == ["constant_output"]
 
 
+def test_ranked_solutions_of_one_run_keep_their_rank_behind_faster_kernels(
+    seeded: KernelStore,
+) -> None:
+    # Faster kernels of another run (or language) must not push this run's out of the ranking.
+    for i in range(3):
+        other = seeded.upsert_solution(
+            make_solution(DEF, f"# other {i}\n"), evolve_metadata={"run_id": "r-other"}
+        )
+        seeded.upsert_profile("w-1", other, make_evaluation("PASSED", 0.1 + i / 100), CONFIG)
+    mine = [
+        seeded.upsert_solution(
+            make_solution(DEF, f"# mine {i}\n", language="cuda"), evolve_metadata={"run_id": "r-1"}
+        )
+        for i in range(2)
+    ]
+    seeded.upsert_profile("w-1", mine[0], make_evaluation("PASSED", 2.0), CONFIG)
+    seeded.upsert_profile("w-1", mine[1], make_evaluation("PASSED", 1.0), CONFIG)
+    for entries in (
+        seeded.ranked_solutions(DEF, run_id="r-1"),
+        seeded.ranked_solutions(DEF, language="cuda"),
+    ):
+        assert [e.solution.id for e in entries] == [mine[1], mine[0]]
+        assert [e.best_profile.latency_ms if e.best_profile else None for e in entries] == [
+            1.0,
+            2.0,
+        ]
+
+
 def test_the_stores_trust_is_the_records_trust(seeded: KernelStore) -> None:
     # The SQL column and Evaluation.trusted must agree on every kind of flag list.
     cases = [
