@@ -31,6 +31,7 @@ from accelopt_mcp.redaction import redact, redacted_url
 from accelopt_mcp.store._rows import SCHEMA_TABLES, TABLES
 from accelopt_mcp.store.base import StoreError
 from accelopt_mcp.store.postgres import dsn_password, mask_dsn
+from accelopt_mcp.store.sqlite import another_programs_file, another_programs_tables
 from accelopt_mcp.store.url import describe_store_url
 
 SUPABASE_URL_ENV = "SUPABASE_URL"
@@ -188,6 +189,7 @@ def check_sqlite(path: str) -> StoreCheck:
             names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
             missing = [t for t in TABLES if t not in names]
             counts = {} if missing else _sqlite_counts(conn)
+            foreign = another_programs_tables(conn)
     except sqlite3.DatabaseError as exc:
         return _failed(
             "sqlite",
@@ -195,6 +197,14 @@ def check_sqlite(path: str) -> StoreCheck:
             "bad_url",
             f"{location} is not a usable SQLite database ({exc})",
             ["point --store at another file; this one is not a kernel database"],
+        )
+    if foreign:
+        return _failed(
+            "sqlite",
+            location,
+            "bad_url",
+            another_programs_file(location, foreign),
+            ["point --store at a kernel database or at a new path; this file is left alone"],
         )
     if missing:
         return _failed(

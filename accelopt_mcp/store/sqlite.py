@@ -17,7 +17,7 @@ import re
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
@@ -182,6 +182,49 @@ def _rebuild_solutions(conn: sqlite3.Connection, schema: str) -> None:
         )
 
 
+def another_programs_tables(conn: sqlite3.Connection) -> list[str]:
+    """The tables of a SQLite file that holds tables but none of the kernel database's (so
+    another program's file), sorted; empty for a kernel database or a file with no table."""
+    tables = [
+        r[0]
+        for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' "
+            "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name"
+        )
+    ]
+    return [] if set(_rows.SCHEMA_TABLES).intersection(tables) else tables
+
+
+def another_programs_file(location: str, tables: list[str]) -> str:
+    """Why a file that another_programs_tables found is refused."""
+    shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
+    return (
+        f"{location} is a SQLite database of another program (its tables: {shown}), not a "
+        "kernel database"
+    )
+
+
+def _refuse_another_programs_file(path: str) -> None:
+    """Raise StoreUnavailableError when `path` is another program's SQLite file, named by a
+    typo in --store: opening it would switch it to WAL and write our tables and user_version
+    (by which that program may count its own migrations) into it. Read-only and before any
+    other connection; a file that cannot be read so is left to the usual opening, which says
+    what is wrong with it."""
+    file = Path(path)
+    if not file.is_file() or file.stat().st_size == 0:
+        return
+    try:
+        with closing(sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)) as conn:
+            tables = another_programs_tables(conn)
+    except sqlite3.DatabaseError:
+        return
+    if tables:
+        raise StoreUnavailableError(
+            f"{another_programs_file(path, tables)}; it was left as it was. Point --store at a "
+            "kernel database or at a new path"
+        )
+
+
 def _index_experiences(conn: sqlite3.Connection) -> None:
     """A file from before word search: index every stored item (the triggers index new ones)."""
     conn.execute("DELETE FROM experiences_fts")
@@ -336,6 +379,7 @@ class SqliteStore(SqlKernelStore):
                     f"cannot create the folder of the SQLite database {self.path}: {exc}; "
                     "choose a writable location (e.g. --store ~/kernels.db)"
                 ) from exc
+            _refuse_another_programs_file(self.path)
         self._init_schema()
         with self._memory_lock:
             try:

@@ -407,6 +407,14 @@ def test_sqlite_file_without_our_tables(tmp_path: Path) -> None:
     with sqlite3.connect(path) as conn:
         conn.execute("CREATE TABLE unrelated (x)")
     check = check_store(str(path))
+    # Another program's file: `accelopt db init` would refuse it (test_schema.py), so the
+    # check must not send the user there.
+    assert check.problem == "bad_url" and not check.ok
+    assert "another program" in check.message and "unrelated" in check.message
+    assert not any("accelopt db init" in step for step in check.next_steps)
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE definitions (name TEXT)")  # ours, from an older schema
+    check = check_store(str(path))
     assert check.problem == "schema_missing"
     assert any("accelopt db init" in step for step in check.next_steps)
 

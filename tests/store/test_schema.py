@@ -237,6 +237,25 @@ def test_sqlite_refuses_a_file_that_is_not_a_database(tmp_path: Path) -> None:
         SqliteStore(path)
 
 
+def test_sqlite_leaves_another_programs_database_alone(tmp_path: Path) -> None:
+    # A --store typo that names another program's SQLite file must not write our schema (and
+    # our user_version, which that program may count its own migrations by) into it.
+    path = tmp_path / "contacts.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE customers (id INTEGER, name TEXT)")
+        conn.execute("PRAGMA user_version = 3")
+    with pytest.raises(StoreUnavailableError, match=r"contacts\.db.*another program.*customers"):
+        SqliteStore(path)
+    with sqlite3.connect(path) as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        assert tables == ["customers"]
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+    empty = tmp_path / "empty.db"
+    sqlite3.connect(empty).close()  # a SQLite file with nothing in it yet is ours to fill
+    with SqliteStore(empty) as store:
+        assert store.list_definitions() == []
+
+
 def test_sqlite_creates_missing_folders_and_reopens(tmp_path: Path) -> None:
     path = tmp_path / "a" / "b" / "k.db"
     with SqliteStore(path) as store:
