@@ -156,6 +156,36 @@ def test_bad_input_gets_a_clear_error(args: list[str], message: str, sqlite_url:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("role", "args"),
+    [
+        ("kernel.py", ["profile", "{file}", "--task", str(TASK), "--no-store"]),
+        ("task.py", ["profile", str(FAST), "--task", "{file}", "--no-store"]),
+        ("task.json", ["profile", str(FAST), "--task", "{file}", "--no-store"]),
+        ("task.py", ["profile", str(FAST), "--task", "{dir}", "--no-store"]),
+        ("kernel.py", ["compare", str(FAST), "{file}", "--task", str(TASK)]),
+        ("preset.json", ["optimize", str(FAST), "--task", str(TASK), "--preset", "{file}"]),
+        ("models.toml", ["optimize", str(FAST), "--task", str(TASK), "--config", "{file}"]),
+        ("definitions/x.json", ["import", "flashinfer", "{dir}"]),
+    ],
+)
+def test_a_file_that_is_not_utf8_is_named_in_one_line(
+    role: str, args: list[str], sqlite_url: str, tmp_path: Path
+) -> None:
+    # A file saved in another encoding (Latin-1 here) must be named, with what to do, not
+    # answered with the codec's bare words (which name no file: compare takes several).
+    bad = tmp_path / "in" / role
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes('# caf\xe9\nx = "na\xefve"\n'.encode("latin-1"))
+    given = [a.format(file=bad, dir=tmp_path / "in") for a in args]
+    result = accelopt(*given, env={"ACCELOPT_STORE": sqlite_url, "OPENAI_API_KEY": "sk-test"})
+    assert result.returncode == 2, result.stdout + result.stderr
+    said = " ".join(result.stderr.split())
+    assert bad.name in said and "UTF-8" in said, said
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert "Traceback" not in result.stderr and len(errors) == 1, result.stderr
+
+
 def test_nkibench_import_then_export_import_into_postgres(
     sqlite_url: str, pg_admin_dsn: str, tmp_path: Path
 ) -> None:

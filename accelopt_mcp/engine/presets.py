@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from accelopt_mcp.tasks.flashinfer_format import read_text
+
 PRESETS: dict[str, dict[str, Any]] = {
     # A few minutes on a laptop: enough to see the loop work end to end.
     "quick": {
@@ -50,7 +52,7 @@ def load_preset(name_or_path: str) -> dict[str, Any]:
             "JSON file of run settings"
         )
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_text(path, "preset"))
     except json.JSONDecodeError as exc:
         raise ValueError(f"preset file {path} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):

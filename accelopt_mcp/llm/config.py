@@ -300,7 +300,13 @@ def _read_config_file(path: Path) -> dict[str, Any]:
         raise LlmConfigError(
             f"model config {path} does not exist; see {shipped_configs_location()} for examples"
         )
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise LlmConfigError(
+            f"model config {path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
+            f"offset {exc.start}); save it as UTF-8"
+        ) from None
     try:
         if path.suffix == ".json":
             data = json.loads(text)

@@ -23,11 +23,29 @@ class TaskFileError(ValueError):
     """A task, workload or solution file is missing or malformed; the message names the file."""
 
 
+def not_utf8(path: Path, what: str, exc: UnicodeDecodeError) -> str:
+    """Why a file that is not UTF-8 is refused, naming it and what to do (the codec's own
+    words name no file)."""
+    return (
+        f"{what} file {str(path)!r} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
+        f"offset {exc.start}); save it as UTF-8"
+    )
+
+
+def read_text(path: Path, what: str) -> str:
+    """A task, workload or kernel file's text (UTF-8, as every format here is written);
+    TaskFileError naming the file when it is not UTF-8."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise TaskFileError(not_utf8(path, what, exc)) from None
+
+
 def read_json(path: Path, what: str) -> Any:
     if not path.is_file():
         raise TaskFileError(f"{what} file {str(path)!r} does not exist")
     try:
-        return json.loads(path.read_text())
+        return json.loads(read_text(path, what))
     except json.JSONDecodeError as exc:
         raise TaskFileError(f"{what} file {str(path)!r} is not valid JSON: {exc}") from exc
 
@@ -58,7 +76,7 @@ def load_solution_json(path: Path) -> Solution:
 def _workload_values(path: Path) -> list[Any]:
     if not path.is_file():
         raise TaskFileError(f"workload file {str(path)!r} does not exist")
-    text = path.read_text()
+    text = read_text(path, "workload")
     if path.suffix == ".jsonl":
         values = []
         for number, line in enumerate(text.splitlines(), start=1):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from accelopt_mcp.models import BuildSpec, Language, Solution, SourceFile, Task
 from accelopt_mcp.pysource import describe_syntax_error, imports_any, parse_python, syntax_error
-from accelopt_mcp.tasks.flashinfer_format import TaskFileError, load_solution_json
+from accelopt_mcp.tasks.flashinfer_format import TaskFileError, load_solution_json, read_text
 
 ENTRY_SYMBOLS = ("kernel", "optimized_kernel", "run")
 NKI_MODULES = ("neuronxcc", "nki")
@@ -153,7 +153,7 @@ def solution_from_kernel_file(
     if not path.is_file():
         raise TaskFileError(f"kernel file {str(path)!r} does not exist")
     return solution_from_source(
-        path.read_text(),
+        read_text(path, "kernel"),
         definition,
         file_name=path.name,
         name=name or path.stem,

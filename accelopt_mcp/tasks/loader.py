@@ -16,6 +16,7 @@ from accelopt_mcp.tasks.flashinfer_format import (
     is_trace_set,
     load_definition,
     load_trace_set,
+    read_text,
 )
 from accelopt_mcp.tasks.nkibench import default_workload, definition_from_task, is_nkibench_task
 
@@ -61,7 +62,9 @@ def _task_from_dir(root: Path, workload: str | None, within: Callable[[Path], bo
             workload=_choose(definition, trace_set.workloads.get(name, []), workload),
         )
     candidates = [p for p in sorted(root.glob("*.json")) if _looks_like_definition(p)]
-    candidates += [p for p in sorted(root.glob("*.py")) if is_nkibench_task(p.read_text())]
+    candidates += [
+        p for p in sorted(root.glob("*.py")) if is_nkibench_task(read_text(p, "NKIBench task"))
+    ]
     if len(candidates) != 1:
         found = [p.name for p in candidates] or "none"
         hint = ""
@@ -79,8 +82,8 @@ def _task_from_dir(root: Path, workload: str | None, within: Callable[[Path], bo
 
 def _looks_like_definition(path: Path) -> bool:
     try:
-        text = path.read_text()
-    except OSError:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
         return False
     return '"reference"' in text and '"axes"' in text
 

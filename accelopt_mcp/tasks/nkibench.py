@@ -26,7 +26,7 @@ from accelopt_mcp.models import (
     Workload,
 )
 from accelopt_mcp.pysource import parse_python
-from accelopt_mcp.tasks.flashinfer_format import TaskFileError, read_json
+from accelopt_mcp.tasks.flashinfer_format import TaskFileError, read_json, read_text
 from accelopt_mcp.tasks.kernels import solution_from_kernel_file
 from accelopt_mcp.tasks.probe import probe_nkibench_task
 
@@ -129,7 +129,7 @@ def definition_from_task(
     forward() once, sandboxed, to learn the shapes and dtypes."""
     if not path.is_file():
         raise TaskFileError(f"NKIBench task file {str(path)!r} does not exist")
-    source = path.read_text()
+    source = read_text(path, "NKIBench task")
     if not is_nkibench_task(source):
         raise TaskFileError(
             f"{str(path)!r} is not an NKIBench task: it must define top-level functions "

@@ -44,6 +44,7 @@ from accelopt_mcp.store.base import (
     StoreError,
     SuiteRecord,
 )
+from accelopt_mcp.tasks.flashinfer_format import not_utf8
 
 EXTRA_KEY = "accelopt"
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
@@ -87,9 +88,16 @@ def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
             handle.write(json.dumps(row, separators=(",", ":")) + "\n")
 
 
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise TraceSetError(not_utf8(path, "trace set", exc)) from None
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(_read_text(path))
     except json.JSONDecodeError as exc:
         raise TraceSetError(f"{path}: not valid JSON ({exc})") from exc
     if not isinstance(data, dict):
@@ -98,7 +106,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(_read_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         try:
