@@ -169,19 +169,28 @@ def test_bad_input_gets_a_clear_error(args: list[str], message: str, sqlite_url:
         ("definitions/x.json", ["import", "flashinfer", "{dir}"]),
     ],
 )
-def test_a_file_that_is_not_utf8_is_named_in_one_line(
-    role: str, args: list[str], sqlite_url: str, tmp_path: Path
+@pytest.mark.parametrize(
+    ("problem", "said"),
+    [("latin-1", "is not UTF-8 text"), ("unreadable", "cannot be read")],
+)
+def test_a_file_that_cannot_be_read_as_text_is_named_in_one_line(
+    role: str, args: list[str], problem: str, said: str, sqlite_url: str, tmp_path: Path
 ) -> None:
-    # A file saved in another encoding (Latin-1 here) must be named, with what to do, not
-    # answered with the codec's bare words (which name no file: compare takes several).
+    # A file saved in another encoding, or one that cannot be read (a link to /proc/self/mem
+    # fails with EIO even for root, whom permissions do not stop), must be named with what to
+    # do: the codec's bare words name no file (compare takes several), and an OSError was a
+    # traceback with exit code 1, the code of a run that failed.
     bad = tmp_path / "in" / role
     bad.parent.mkdir(parents=True)
-    bad.write_bytes('# caf\xe9\nx = "na\xefve"\n'.encode("latin-1"))
+    if problem == "latin-1":
+        bad.write_bytes('# caf\xe9\nx = "na\xefve"\n'.encode("latin-1"))
+    else:
+        bad.symlink_to("/proc/self/mem")
     given = [a.format(file=bad, dir=tmp_path / "in") for a in args]
     result = accelopt(*given, env={"ACCELOPT_STORE": sqlite_url, "OPENAI_API_KEY": "sk-test"})
     assert result.returncode == 2, result.stdout + result.stderr
-    said = " ".join(result.stderr.split())
-    assert bad.name in said and "UTF-8" in said, said
+    shown = " ".join(result.stderr.split())
+    assert bad.name in shown and said in shown, shown
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert "Traceback" not in result.stderr and len(errors) == 1, result.stderr
 

@@ -307,6 +307,11 @@ def _read_config_file(path: Path) -> dict[str, Any]:
             f"model config {path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
             f"offset {exc.start}); save it as UTF-8"
         ) from None
+    except OSError as exc:
+        raise LlmConfigError(
+            f"model config {path} cannot be read ({exc.strerror or exc}); check that it is a "
+            "readable file"
+        ) from None
     try:
         if path.suffix == ".json":
             data = json.loads(text)

@@ -23,22 +23,28 @@ class TaskFileError(ValueError):
     """A task, workload or solution file is missing or malformed; the message names the file."""
 
 
-def not_utf8(path: Path, what: str, exc: UnicodeDecodeError) -> str:
-    """Why a file that is not UTF-8 is refused, naming it and what to do (the codec's own
-    words name no file)."""
+def unreadable(path: Path, what: str, exc: OSError | UnicodeDecodeError) -> str:
+    """Why a file that cannot be read as UTF-8 text is refused, naming it and what to do (the
+    codec's own words name no file, and an OSError would be a traceback)."""
+    if isinstance(exc, UnicodeDecodeError):
+        byte = exc.object[exc.start]
+        return (
+            f"{what} file {str(path)!r} is not UTF-8 text (byte 0x{byte:02x} at offset "
+            f"{exc.start}); save it as UTF-8"
+        )
     return (
-        f"{what} file {str(path)!r} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
-        f"offset {exc.start}); save it as UTF-8"
+        f"{what} file {str(path)!r} cannot be read ({exc.strerror or exc}); check that it is "
+        "a readable file"
     )
 
 
 def read_text(path: Path, what: str) -> str:
     """A task, workload or kernel file's text (UTF-8, as every format here is written);
-    TaskFileError naming the file when it is not UTF-8."""
+    TaskFileError naming the file when it cannot be read or is not UTF-8."""
     try:
         return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise TaskFileError(not_utf8(path, what, exc)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TaskFileError(unreadable(path, what, exc)) from None
 
 
 def read_json(path: Path, what: str) -> Any:

@@ -44,7 +44,7 @@ from accelopt_mcp.store.base import (
     StoreError,
     SuiteRecord,
 )
-from accelopt_mcp.tasks.flashinfer_format import not_utf8
+from accelopt_mcp.tasks.flashinfer_format import unreadable
 
 EXTRA_KEY = "accelopt"
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
@@ -91,8 +91,8 @@ def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
 def _read_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise TraceSetError(not_utf8(path, "trace set", exc)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceSetError(unreadable(path, "trace set", exc)) from None
 
 
 def _read_json(path: Path) -> dict[str, Any]:
