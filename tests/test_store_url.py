@@ -14,6 +14,8 @@ import pytest
 from accelopt_mcp.mcp_tools.state import ServerState
 from accelopt_mcp.store import open_store
 from accelopt_mcp.store.base import StoreError
+from accelopt_mcp.store.detect import check_store
+from accelopt_mcp.store.postgres import mask_dsn
 from accelopt_mcp.store.sqlite import SqliteStore
 from accelopt_mcp.store.url import describe_store_url, new_sqlite_notice
 from tests.cli_inprocess import Finished, run_accelopt
@@ -43,6 +45,28 @@ def test_an_unknown_url_is_refused_without_its_secret(url: str) -> None:
     with pytest.raises(StoreError, match="cannot tell which database") as raised:
         describe_store_url(url)
     assert "hunter22" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u:pa/ss1234@127.0.0.1:1/db",  # libpq ends the host at the '/'
+        "postgresql://u:pa@ss1234@127.0.0.1:1/db",  # libpq ends the password at the first '@'
+        "postgres://u:pa/ss1234@127.0.0.1:1/db?sslmode=require",
+    ],
+)
+def test_a_password_that_needs_percent_encoding_is_refused_without_it(url: str) -> None:
+    # libpq splits such a DSN elsewhere than the user meant, and the host, port and database
+    # it then reports held the password (the whole DSN came back in the error, '/' case).
+    with pytest.raises(StoreError, match="percent-encoded") as raised:
+        describe_store_url(url)
+    assert "ss1234" not in str(raised.value)
+    assert "ss1234" not in mask_dsn(url)
+    checked = check_store(url, timeout_s=2)
+    assert checked.problem == "bad_url" and "percent-encoded" in checked.message
+    assert "ss1234" not in checked.model_dump_json()
+    # An '@' after the '?' is a parameter's, not the password's.
+    assert describe_store_url("postgresql://db.example.com/k?user=me@corp")[0] == "postgres"
 
 
 # --------------------------------------------------------------------------- SQLite URLs

@@ -38,6 +38,7 @@ from accelopt_mcp.store.base import (
     StoreError,
     StoreUnavailableError,
 )
+from accelopt_mcp.store.url import misencoded_userinfo
 
 CONNECT_TIMEOUT_S = 5
 POOL_MAX_SIZE = 8
@@ -203,7 +204,10 @@ def _conninfo(dsn: str) -> dict[str, str]:
 
 def mask_dsn(dsn: str) -> str:
     """The DSN as postgresql://user@host:port/dbname: enough to recognise it, no secret (a DSN
-    psycopg cannot parse is shown redacted instead)."""
+    psycopg cannot parse, or one whose password libpq would cut short, is shown redacted
+    instead)."""
+    if misencoded_userinfo(dsn):
+        return redacted_url(dsn)
     try:
         parts = _conninfo(dsn)
     except psycopg.ProgrammingError:

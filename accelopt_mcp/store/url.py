@@ -26,6 +26,19 @@ def default_sqlite_path() -> Path:
 _KEY_VALUE_DSN = re.compile(r"^\s*(host|hostaddr|dbname|user|port|service)\s*=")
 
 
+def misencoded_userinfo(dsn: str) -> bool:
+    """Whether a postgresql:// DSN's user name or password holds an '@' or a '/' that is not
+    percent-encoded. libpq ends the host part at the first '/' and the password at the first
+    '@', so it reads such a DSN otherwise than meant, and the host, port and database it then
+    reports hold pieces of the password. An '@' in the query string (?user=me@corp) is a
+    parameter's and fine."""
+    if not dsn.startswith(("postgresql://", "postgres://")):
+        return False
+    authority, _, rest = dsn.partition("://")[2].partition("/")
+    path = re.split(r"[?#]", rest, maxsplit=1)[0]
+    return authority.count("@") > 1 or ("@" not in authority and "@" in path)
+
+
 def store_url(url: str | None) -> str:
     """The URL a store is opened from: `url`, else $ACCELOPT_STORE, else "" (the default)."""
     return url or os.environ.get(STORE_ENV) or ""
@@ -71,6 +84,13 @@ def describe_store_url(url: str | None) -> tuple[str, str]:
         return "sqlite", str(default_sqlite_path())
     if url.startswith("sqlite:"):
         return "sqlite", sqlite_url_path(url)
+    if misencoded_userinfo(url):
+        # Not shown, not even redacted: where the password ends is what is in doubt.
+        raise StoreError(
+            "the PostgreSQL DSN's user name or password holds a character that must be "
+            "percent-encoded: write '@' as %40 and '/' as %2F (postgresql://user:p%40ss@host:"
+            "5432/db), or leave the password out of the DSN and set PGPASSWORD"
+        )
     if url.startswith(("postgresql://", "postgres://")) or _KEY_VALUE_DSN.match(url):
         return "postgres", url
     if url.startswith(("http://", "https://", "supabase://")):
