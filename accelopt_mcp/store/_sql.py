@@ -307,10 +307,9 @@ class SqlKernelStore(KeyedStore, abc.ABC):
 
     def list_definitions(self) -> list[StoredDefinition]:
         with self._tx(write=False) as cur:
-            rows = cur.all(
-                f"SELECT {_cols('d', _rows.DEFINITION_COLUMNS)} FROM definitions d ORDER BY d.name"
-            )
-        return [_rows.definition_from_row(r) for r in rows]
+            rows = cur.all(f"SELECT {_cols('d', _rows.DEFINITION_COLUMNS)} FROM definitions d")
+        # Sorted here: PostgreSQL's ORDER BY follows the database's collation.
+        return sorted((_rows.definition_from_row(r) for r in rows), key=lambda d: d.name)
 
     # ------------------------------------------------------------------ workloads
     def upsert_workload(self, definition_name: str, workload: Workload) -> str:

@@ -537,7 +537,9 @@ class KernelStore(abc.ABC):
     def get_definition(self, name: str) -> StoredDefinition | None: ...
 
     @abc.abstractmethod
-    def list_definitions(self) -> list[StoredDefinition]: ...
+    def list_definitions(self) -> list[StoredDefinition]:
+        """Every definition, by name in code-point order ("B" before "a"), the same in every
+        store whatever the database's collation."""
 
     # workloads -----------------------------------------------------------
     @abc.abstractmethod

@@ -313,7 +313,8 @@ class SupabaseStore(KeyedStore):
     def list_definitions(self) -> list[StoredDefinition]:
         columns = ",".join(_rows.DEFINITION_COLUMNS)
         rows = self._paged(lambda: self._table("definitions").select(columns).order("name"), None)
-        return [_rows.definition_from_row(r) for r in rows]
+        # Sorted here: the database's ORDER BY follows its collation (pages need one order).
+        return sorted((_rows.definition_from_row(r) for r in rows), key=lambda d: d.name)
 
     # ------------------------------------------------------------------ workloads
     def upsert_workload(self, definition_name: str, workload: Workload) -> str:

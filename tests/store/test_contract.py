@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
+import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 
+import psycopg
 import pydantic
 import pytest
 
@@ -21,6 +24,10 @@ from accelopt_mcp.store.base import (
     SuiteRecord,
     UnknownReferenceError,
 )
+from accelopt_mcp.store.postgres import PostgresStore
+from accelopt_mcp.store.sqlite import SqliteStore
+from accelopt_mcp.store.supabase import SupabaseStore
+from tests.store.conftest import STORE_KINDS
 from tests.store.samples import (
     make_definition,
     make_evaluation,
@@ -75,6 +82,38 @@ def test_definitions_listed_by_name_and_unknown_is_none(store: KernelStore) -> N
         store.upsert_definition(make_definition(name))
     assert [d.name for d in store.list_definitions()] == ["alpha", "mid", "zeta"]
     assert store.get_definition("nope") is None
+
+
+def _linguistic_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> KernelStore:
+    """A store whose PostgreSQL database sorts text by ICU's en-US collation, as a server
+    initialised in an English locale does (the test server's own is C: code-point order)."""
+    if kind == "sqlite":
+        return SqliteStore(tmp_path / "k.db")
+    admin_dsn = request.getfixturevalue("pg_admin_dsn")
+    name = f"icu_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(
+            f'CREATE DATABASE "{name}" TEMPLATE template0 LOCALE_PROVIDER icu '
+            "ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'"
+        )
+    dsn = admin_dsn.rsplit("/", 1)[0] + f"/{name}"
+    PostgresStore(dsn, init_schema=True).close()
+    if kind == "postgres":
+        return PostgresStore(dsn)
+    running = request.getfixturevalue("shared_standin")
+    running.repoint(dsn)
+    return SupabaseStore(running.url, key=running.key, timeout_s=10)
+
+
+@pytest.mark.parametrize("kind", STORE_KINDS)
+def test_definitions_are_listed_in_code_point_order_whatever_the_collation(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    names = ["softmax_N1024", "add_N64", "addmm_m8", "B_x", "a_y", "Zeta"]
+    with _linguistic_store(kind, request, tmp_path) as store:
+        for name in names:
+            store.upsert_definition(make_definition(name))
+        assert [d.name for d in store.list_definitions()] == sorted(names)
 
 
 # --------------------------------------------------------------------------- workloads
