@@ -9,6 +9,7 @@ value is a bare Workload or a workload Trace `{"definition": ..., "workload": {.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -126,7 +127,20 @@ def is_trace_set(root: Path) -> bool:
     return (root / "definitions").is_dir()
 
 
-def load_trace_set(root: Path) -> TraceSet:
+def _inside(path: Path, within: Callable[[Path], bool] | None) -> Path:
+    """`path`, unless `within` is given and refuses where it leads (links followed): a link in
+    a trace set must not hand the caller a file from outside the folders it may read."""
+    if within is not None and not within(path.resolve()):
+        raise TaskFileError(
+            f"trace-set file {str(path)!r} leads out of the folders this task may be read from "
+            "(a link; the MCP server reads only under its roots): put the file itself there"
+        )
+    return path
+
+
+def load_trace_set(root: Path, *, within: Callable[[Path], bool] | None = None) -> TraceSet:
+    """Every definition, workload and solution of the trace set at `root`. within: where its
+    files may lie once links are followed (the MCP server's roots); None: anywhere."""
     if not is_trace_set(root):
         raise TaskFileError(
             f"{str(root)!r} is not a FlashInfer trace-set directory (it has no definitions/ "
@@ -134,7 +148,7 @@ def load_trace_set(root: Path) -> TraceSet:
         )
     trace_set = TraceSet(root=root)
     for path in sorted((root / "definitions").rglob("*.json")):
-        definition = load_definition(path)
+        definition = load_definition(_inside(path, within))
         if definition.name in trace_set.definitions:
             raise TaskFileError(
                 f"definition {definition.name!r} is defined twice: "
@@ -146,7 +160,7 @@ def load_trace_set(root: Path) -> TraceSet:
         for path in sorted((root / folder).rglob("*.json*")):
             if path.suffix not in (".json", ".jsonl"):
                 continue
-            for value in _workload_values(path):
+            for value in _workload_values(_inside(path, within)):
                 if not isinstance(value, dict) or "workload" not in value:
                     continue  # a bare workload names no definition: only usable via its own file
                 trace = _validate(Trace, value, path, "workload trace")
@@ -156,6 +170,6 @@ def load_trace_set(root: Path) -> TraceSet:
                 if all(w.uuid != trace.workload.uuid for w in known):
                     known.append(trace.workload)
     for path in sorted((root / "solutions").rglob("*.json")):
-        solution = load_solution_json(path)
+        solution = load_solution_json(_inside(path, within))
         trace_set.solutions.setdefault(solution.definition, []).append(solution)
     return trace_set

@@ -50,7 +50,7 @@ def load_task(
 
 def _task_from_dir(root: Path, workload: str | None, within: Callable[[Path], bool] | None) -> Task:
     if is_trace_set(root):
-        trace_set = load_trace_set(root)
+        trace_set = load_trace_set(root, within=within)
         if len(trace_set.definitions) != 1:
             raise TaskFileError(
                 f"trace set {str(root)!r} holds {len(trace_set.definitions)} definitions "
@@ -103,7 +103,7 @@ def _pick(
             if within is not None and not within(parent):
                 break
             if is_trace_set(parent):
-                known = load_trace_set(parent).workloads.get(definition.name, [])
+                known = load_trace_set(parent, within=within).workloads.get(definition.name, [])
                 break
     return _choose(definition, known, workload)
 

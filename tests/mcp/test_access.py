@@ -221,6 +221,36 @@ async def test_a_task_finds_no_trace_set_above_the_roots(tmp_path: Path) -> None
         assert "workload" not in message
 
 
+@pytest.mark.parametrize("link", ["file", "folder"])
+async def test_a_trace_set_beside_the_task_reads_no_link_out_of_the_roots(
+    link: str, layout: dict[str, Path], tmp_path: Path
+) -> None:
+    """A definition in a root whose trace set holds a link out of the roots (its workloads
+    file, or the whole workloads/ folder): the trace set is read to find the workloads, so
+    the link would hand the server's files to the caller (a workload's uuid is listed in the
+    error for an unknown one)."""
+    root, outside = layout["root"], layout["outside"]
+    trace = {
+        "definition": "silu_n1024",
+        "workload": {"axes": {"M": 512}, "inputs": {"x": {"type": "random"}}, "uuid": SECRET},
+    }
+    workloads = root / "trace" / "workloads"
+    if link == "file":
+        (outside / "stolen.jsonl").write_text(json.dumps(trace) + "\n")
+        (workloads / "silu_n1024.jsonl").unlink()
+        (workloads / "silu_n1024.jsonl").symlink_to(outside / "stolen.jsonl")
+    else:
+        (outside / "workloads").mkdir()
+        (outside / "workloads" / "silu_n1024.jsonl").write_text(json.dumps(trace) + "\n")
+        shutil.rmtree(workloads)
+        workloads.symlink_to(outside / "workloads", target_is_directory=True)
+    task = str(root / "trace" / SILU_TASK.relative_to(TRACE_DIR))
+    async with served(str(tmp_path / "k.db"), tmp_path, roots=Roots.of([root])) as client:
+        for args in ({"task_path": task, "workload": "nope"}, {"task_path": task}):
+            message = await fails(client, "profile_kernel", args, "silu_n1024", "roots")
+            assert SECRET not in message
+
+
 # --------------------------------------------------------------------------- check_database
 
 
