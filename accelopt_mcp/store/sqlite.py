@@ -17,7 +17,7 @@ import re
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import closing, contextmanager
+from contextlib import closing, contextmanager, suppress
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
@@ -373,10 +373,16 @@ class SqliteStore(SqlKernelStore):
         self.schema_changes: list[str] = []
         if not self.memory:
             try:
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                # Every kernel, LLM prompt and reply lands here: a folder made for it, and a new
+                # file (its -wal and -shm take the file's mode), are this user's alone, as the
+                # viewer's and the HTTP server's tokens keep the same rows from other users.
+                Path(self.path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                if not os.path.lexists(self.path):
+                    with suppress(FileExistsError):
+                        os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             except OSError as exc:
                 raise StoreUnavailableError(
-                    f"cannot create the folder of the SQLite database {self.path}: {exc}; "
+                    f"cannot create the SQLite database {self.path} or its folder: {exc}; "
                     "choose a writable location (e.g. --store ~/kernels.db)"
                 ) from exc
             _refuse_another_programs_file(self.path)

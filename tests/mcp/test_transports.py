@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -107,6 +108,27 @@ def test_stdio_stdout_holds_only_protocol(tmp_path: Path) -> None:
     assert by_id[3]["result"]["isError"] is True
     # The failure was logged, on stderr.
     assert "nope" in stderr.decode()
+
+
+async def test_a_new_default_database_is_readable_by_this_user_alone(tmp_path: Path) -> None:
+    """The per-user database holds every kernel, LLM prompt and reply (what the viewer and
+    the HTTP token keep from other local users): the server that creates it and its folder,
+    under a usual umask of 022, leaves neither open to other users."""
+    home = tmp_path / "fresh-home"
+    script = f"umask 022 && exec {shlex.quote(console_script())}"
+    params = StdioServerParameters(
+        command="sh",
+        args=["-c", script],
+        env=server_env(ACCELOPT_HOME=str(home)),
+        cwd=str(tmp_path),
+    )
+    async with Client(params) as client:
+        await ok(client, "list_definitions")
+    database = home / "kernels.db"
+    assert database.is_file()
+    assert home.stat().st_mode & 0o077 == 0, oct(home.stat().st_mode)
+    for path in home.glob("kernels.db*"):  # the file, and its -wal and -shm beside it
+        assert path.stat().st_mode & 0o077 == 0, (path.name, oct(path.stat().st_mode))
 
 
 # --------------------------------------------------------------------------- HTTP
