@@ -37,6 +37,9 @@ from accelopt_mcp.store import STORE_ENV
 
 TOKEN_ENV = "ACCELOPT_MCP_TOKEN"
 TOKEN_FILE = "mcp_token"
+# Nothing slows a client that tries tokens one after another: one shorter than this falls to
+# guessing (a generated token has 43 characters; `openssl rand -hex 32` gives 64).
+MIN_TOKEN_CHARS = 16
 DEFAULT_PORT = 8765
 MCP_PATH = "/mcp"
 HEALTH_PATH = "/health"
@@ -93,14 +96,21 @@ class BearerTokenGate:
 
 
 def check_bind(host: str, token: str | None) -> None:
-    """Refuse to serve HTTP without a token, on any address: the tools run code on this
-    machine, and a loopback port is open to every local user."""
+    """Refuse to serve HTTP without a token, or with one short enough to guess, on any
+    address: the tools run code on this machine, and a loopback port is open to every local
+    user."""
     if not token:
         raise ServerConfigError(
             f"refusing to serve on {host} without a bearer token: anyone who can reach it could "
             f"run code on this machine. Set {TOKEN_ENV} to a long random secret (e.g. `export "
             f"{TOKEN_ENV}=$(openssl rand -hex 32)`) and give it to the client"
             + ("" if is_loopback(host) else ", or bind to 127.0.0.1 (which makes one itself)")
+        )
+    if len(token) < MIN_TOKEN_CHARS:
+        raise ServerConfigError(
+            f"{TOKEN_ENV} is {len(token)} characters long, short enough to guess by trying: set "
+            f"it to a long random secret of {MIN_TOKEN_CHARS} characters or more (e.g. `export "
+            f"{TOKEN_ENV}=$(openssl rand -hex 32)`) and give it to the client"
         )
 
 

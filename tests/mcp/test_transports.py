@@ -17,7 +17,7 @@ from mcp.client.streamable_http import streamable_http_client
 from accelopt_mcp.mcp_tools import ADMIN_TOOLS_ENV
 from tests.mcp.conftest import TRACE_DIR
 from tests.mcp.helpers import TOOLS_LIST_BYTES, fails, ok
-from tests.mcp.processes import REPO_ROOT, HttpServer, console_script, server_env
+from tests.mcp.processes import REPO_ROOT, HttpServer, console_script, free_port, server_env
 
 pytestmark = pytest.mark.anyio
 
@@ -186,6 +186,35 @@ def test_http_refuses_public_bind_without_token(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "ACCELOPT_MCP_TOKEN" in done.stderr.decode()
     assert not (tmp_path / "k.db").exists()  # it stopped before touching anything
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
+def test_http_refuses_a_token_short_enough_to_guess(host: str, tmp_path: Path) -> None:
+    """A one-letter $ACCELOPT_MCP_TOKEN falls to a few dozen tries (nothing slows them), on
+    the network or from any local user: the server refuses it, without repeating it."""
+    short = "Zq7"
+    port = str(free_port())
+    done = subprocess.run(
+        [
+            console_script(),
+            "--http",
+            "--host",
+            host,
+            "--port",
+            port,
+            "--store",
+            str(tmp_path / "k.db"),
+        ],
+        capture_output=True,
+        env=server_env(ACCELOPT_MCP_TOKEN=short),
+        cwd=REPO_ROOT,
+        timeout=30,
+    )
+    stderr = done.stderr.decode()
+    assert done.returncode == 2, stderr
+    assert "ACCELOPT_MCP_TOKEN" in stderr and "openssl rand" in stderr
+    assert short not in stderr
+    assert not (tmp_path / "k.db").exists()
 
 
 async def test_http_public_bind_with_token(tmp_path: Path) -> None:
