@@ -5,7 +5,7 @@ HTTP server): without this a tool reads any file the server can, and a kernel .p
 word for word through get_solution.
 
 Roots: `--root PATH` on accelopt-mcp, else $ACCELOPT_MCP_ROOTS (os.pathsep-separated), else
-the server's working directory and ACCELOPT_HOME."""
+the server's working directory (not when it is /) and ACCELOPT_HOME."""
 
 from __future__ import annotations
 
@@ -51,13 +51,17 @@ class Roots:
 
     @classmethod
     def configured(cls, given: Sequence[str | Path] | None = None) -> Roots:
-        """`given` (the --root options), else $ACCELOPT_MCP_ROOTS, else cwd + ACCELOPT_HOME."""
+        """`given` (the --root options), else $ACCELOPT_MCP_ROOTS, else cwd (unless it is the
+        filesystem root) + ACCELOPT_HOME."""
         if given:
             return cls.of(given)
         env = os.environ.get(ROOTS_ENV, "")
         if env.strip():
             return cls.of(env.split(os.pathsep))
-        return cls.of([Path.cwd(), accelopt_home()])
+        # A server started from / (a service, a container) has no project there: taking the
+        # working directory would open every file the user can read. --root / still can.
+        cwd = Path.cwd()
+        return cls.of([cwd, accelopt_home()] if cwd != Path(cwd.anchor) else [accelopt_home()])
 
     def describe(self) -> str:
         return ", ".join(str(p) for p in self.paths) or "(none)"

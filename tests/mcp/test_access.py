@@ -16,13 +16,13 @@ from typing import Any, ClassVar
 
 import httpx
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
 
-from accelopt_mcp.mcp_tools.roots import Roots
+from accelopt_mcp.mcp_tools.roots import ROOTS_ENV, Roots
 from tests.http_listener import serve_in_thread
 from tests.mcp.conftest import SILU_FAST, SILU_TASK, TRACE_DIR, served
 from tests.mcp.helpers import fails, ok
-from tests.mcp.processes import HttpServer
+from tests.mcp.processes import HttpServer, console_script, server_env
 
 pytestmark = pytest.mark.anyio
 
@@ -117,6 +117,29 @@ def escapes(layout: dict[str, Path]) -> list[str]:
 async def refused(client: Client, tool: str, args: dict[str, Any], arg: str) -> None:
     message = await fails(client, tool, args, arg, "outside the server's roots", "--root")
     assert SECRET not in message
+
+
+async def test_a_server_started_in_the_filesystem_root_does_not_take_it_as_a_root(
+    layout: dict[str, Path], tmp_path: Path
+) -> None:
+    """The default roots are the working directory and ACCELOPT_HOME; a server started from
+    / (a service, a container's default) would take the whole filesystem as a root and hand
+    back any .py or .json the user can read, word for word, through get_solution."""
+    home = tmp_path / "home"
+    shutil.copytree(TRACE_DIR, home / "trace")
+    task = str(home / "trace" / SILU_TASK.relative_to(TRACE_DIR))
+    params = StdioServerParameters(
+        command=console_script(),
+        args=["--store", str(tmp_path / "k.db")],
+        # The default roots: no --root, no $ACCELOPT_MCP_ROOTS (the test session sets one).
+        env={k: v for k, v in server_env(ACCELOPT_HOME=str(home)).items() if k != ROOTS_ENV},
+        cwd="/",
+    )
+    async with Client(params) as client:
+        args = {"task_path": task, "kernel_path": str(layout["secret"])}
+        await refused(client, "profile_kernel", args, "kernel_path")
+        # Inside ACCELOPT_HOME, the root that is left, files are read.
+        await fails(client, "profile_kernel", {"task_path": task}, "kernel")
 
 
 async def test_kernel_paths_outside_the_roots_are_refused(
