@@ -4,7 +4,6 @@ that started them; the server resumes interrupted ones when it starts."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,7 +20,7 @@ from accelopt_mcp.engine.jobs import JobNotFinished, JobStatus, OptimizeRequest,
 from accelopt_mcp.engine.presets import PRESETS
 from accelopt_mcp.mcp_tools import ids
 from accelopt_mcp.mcp_tools.roots import KERNEL_SUFFIXES
-from accelopt_mcp.mcp_tools.run_params import with_run_params
+from accelopt_mcp.mcp_tools.run_params import confined_run_files, with_run_params
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
 from accelopt_mcp.mcp_tools.views import MAX_PAGE, SOURCE_CHARS, ClusterArg, TextSlice, View, cut
 from accelopt_mcp.tasks.kernels import SOURCE_ORIGIN, kernel_solution, syntax_problem
@@ -137,12 +136,10 @@ def start_optimization(
     task_path = str(roots.file_or_dir(task_path, "task_path"))
     if kernel_path is not None:
         kernel_path = str(roots.file(kernel_path, "kernel_path", suffixes=KERNEL_SUFFIXES))
-    if preset not in PRESETS:
-        preset = str(roots.file(preset, "preset", suffixes=(".json",)))
     overrides = dict(given)
-    models_config = overrides.get("models_config")
-    if models_config is not None and _names_a_file(models_config):
-        overrides["models_config"] = str(roots.file(models_config, "models_config"))
+    preset, overrides["models_config"] = confined_run_files(
+        roots, preset, overrides.get("models_config")
+    )
     config = resolve_optimize_config(
         preset,
         {
@@ -167,11 +164,6 @@ def start_optimization(
         status=job_view(jobs.status(job_id)),
         next="wait_for_job to follow progress; job_result once it has finished",
     )
-
-
-def _names_a_file(value: str) -> bool:
-    """A models_config that is a path, not a preset name (which has no separator or dot)."""
-    return os.sep in value or "." in value or value.startswith("~")
 
 
 def _check_initial_kernel(request: OptimizeRequest) -> None:

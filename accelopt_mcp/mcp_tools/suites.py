@@ -22,6 +22,7 @@ from accelopt_mcp.llm import load_role_configs
 from accelopt_mcp.llm.preflight import check_endpoints_now, roles_used
 from accelopt_mcp.mcp_tools import ids
 from accelopt_mcp.mcp_tools.app import NotFoundError
+from accelopt_mcp.mcp_tools.run_params import confined_run_files
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
 from accelopt_mcp.mcp_tools.views import View
 from accelopt_mcp.store import STORE_ENV
@@ -116,9 +117,8 @@ def start_suite(
     else:
         assert directory is not None
         root = state_of(ctx).roots.file_or_dir(directory, "directory")
-    if preset not in PRESETS:
-        preset = str(state_of(ctx).roots.file(preset, "preset", suffixes=(".json",)))
-    config = resolve_optimize_config(preset)
+    preset, models_config = confined_run_files(state_of(ctx).roots, preset, None)
+    config = resolve_optimize_config(preset, {"models_config": models_config})
     if not baseline_only:
         # Refused now, before anything is stored, when a role's LLM cannot serve it: every
         # task's job would end llm_unavailable.

@@ -178,6 +178,25 @@ async def test_task_and_config_paths_outside_the_roots_are_refused(
         await refused(client, "start_optimization", args, arg)
 
 
+async def test_a_preset_in_the_roots_names_no_model_config_outside_them(
+    client: Client, layout: dict[str, Path]
+) -> None:
+    """A preset file is checked, and so must be the model config it names: the settings are
+    resolved by loading it, which tells whether a file outside the roots exists and echoes
+    the names of its fields."""
+    config = layout["outside"] / "models.json"
+    config.write_text(json.dumps({"default": {SECRET.replace("-", "_"): 1}}))
+    preset = layout["root"] / "preset.json"
+    preset.write_text(json.dumps({"models_config": str(config)}))
+    task, kernel = str(layout["root"] / "task.json"), str(layout["root"] / "kernel.json")
+    args = {"task_path": task, "kernel_path": kernel, "preset": str(preset)}
+    message = await fails(client, "start_optimization", args, "models_config", "outside")
+    assert SECRET.replace("-", "_") not in message
+    suite = {"builtin": "cpu-nkibench", "preset": str(preset)}
+    message = await fails(client, "start_suite", suite, "models_config", "outside")
+    assert SECRET.replace("-", "_") not in message
+
+
 async def test_import_directory_stays_in_the_roots(client: Client, layout: dict[str, Path]) -> None:
     await refused(client, "import_directory", {"path": str(layout["outside"])}, "path")
     await refused(client, "import_directory", {"path": str(layout["root"] / "linked")}, "path")
