@@ -4,9 +4,11 @@ the tool's schema."""
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, TypeVar
 
 from pydantic import Field
@@ -14,7 +16,13 @@ from pydantic import Field
 from accelopt_mcp.engine.presets import PRESETS, load_preset
 from accelopt_mcp.engine.setting_signature import with_setting_params
 from accelopt_mcp.engine.settings import RunSetting
-from accelopt_mcp.mcp_tools.roots import Roots
+from accelopt_mcp.llm.config import LlmConfigError, load_role_configs
+from accelopt_mcp.llm.key_destinations import require_trusted_destinations
+from accelopt_mcp.mcp_tools.roots import Roots, accelopt_home
+
+SNAPSHOT_FOLDER = "model-configs"
+"""Under ACCELOPT_HOME: the copies of client-named model configs that runs read (see
+confined_run_files)."""
 
 R = TypeVar("R")
 
@@ -40,15 +48,39 @@ def confined_run_files(
     """The preset and the model config a run's settings will load, each file confined to the
     roots (roots.py): a preset file, and the model config given or, when none is, the one the
     preset names (resolving the settings loads it, so it is checked before). A preset or
-    model config given by name (a shipped one) stays as it is."""
+    model config given by name (a shipped one) stays as it is.
+
+    A model config file is the client's choice of endpoints and of the variables whose values
+    are sent there as keys: it must send none of this server's keys anywhere its operator does
+    not (llm/key_destinations.py). What the run then reads is a copy taken here, the bytes that
+    were checked, so that the file rewritten after the check cannot send them elsewhere."""
     if preset not in PRESETS:
         preset = str(roots.file(preset, "preset", suffixes=(".json",)))
     if models_config is None:
         named = load_preset(preset).get("models_config")
         models_config = named if isinstance(named, str) else None
     if models_config is not None and _names_a_file(models_config):
-        models_config = str(roots.file(models_config, "models_config"))
+        models_config = str(_checked_copy(roots.file(models_config, "models_config")))
     return preset, models_config
+
+
+def _checked_copy(path: Path) -> Path:
+    """A copy of the model config at `path` in this server's own folder, checked for where it
+    sends keys (KeyDestinationRefused, an LlmConfigError, names `path`)."""
+    data = path.read_bytes()
+    folder = accelopt_home() / SNAPSHOT_FOLDER
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    copy = folder / f"{hashlib.sha256(data).hexdigest()[:32]}{path.suffix}"
+    if not copy.is_file() or copy.read_bytes() != data:
+        partial = copy.with_name(f".{copy.name}.{os.getpid()}")
+        partial.write_bytes(data)
+        os.replace(partial, copy)
+    try:
+        require_trusted_destinations(load_role_configs(copy), f"model config {path}")
+    except LlmConfigError as exc:
+        # A message about the copy names the file the client gave.
+        raise type(exc)(str(exc).replace(str(copy), str(path))) from None
+    return copy
 
 
 def _names_a_file(value: str) -> bool:

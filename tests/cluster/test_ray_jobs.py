@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
+from accelopt_mcp.llm.key_destinations import TRUSTED_CONFIGS_ENV
 from accelopt_mcp.mcp_tools import ServerState, build_server
 from accelopt_mcp.store import open_store
 from tests.llm_standin.process import StandinProcess
@@ -27,6 +28,7 @@ async def test_a_job_runs_on_the_cluster(
     ray_cluster: RayCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(KEY_ENV, KEY)
+    monkeypatch.setenv(TRUSTED_CONFIGS_ENV, "")  # models_config adds its file to it
     db = str(tmp_path / "kernels.db")
     state = ServerState(db, jobs_output_dir=tmp_path / "jobs")
     with StandinProcess(script(latency_s=0.1)) as llm:

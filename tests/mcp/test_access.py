@@ -18,7 +18,9 @@ import httpx
 import pytest
 from mcp import Client, StdioServerParameters
 
+from accelopt_mcp.llm.key_destinations import TRUSTED_CONFIGS_ENV
 from accelopt_mcp.mcp_tools.roots import ROOTS_ENV, Roots
+from accelopt_mcp.mcp_tools.run_params import SNAPSHOT_FOLDER, confined_run_files
 from tests.http_listener import serve_in_thread
 from tests.mcp.conftest import SILU_FAST, SILU_TASK, TRACE_DIR, served
 from tests.mcp.helpers import fails, ok
@@ -362,27 +364,55 @@ async def test_check_database_hands_no_secret_to_a_url_the_client_names(
     assert SECRET.replace("-", "_") not in message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open hole, left for the lead: a model config the client names (a file under the "
-    "roots, or a preset naming one) picks both the endpoint and the environment variable whose "
-    "value is sent to it as the API key",
-)
 async def test_a_model_config_the_client_names_sends_no_key_where_it_points(
-    client: Client, layout: dict[str, Path], listener: str, monkeypatch: pytest.MonkeyPatch
+    client: Client,
+    layout: dict[str, Path],
+    listener: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     """A prompt-injected agent writes a model config into the project (a root) that points
     every role at a listener of the attacker's, with `api_key_env` naming any variable of the
-    server's environment, and starts an optimization with it: the LLM check before the job
-    sends that variable's value as the bearer key. check_database keeps SUPABASE_KEY to its
-    project; an LLM key should likewise go only where the server's user configured it."""
+    server's environment, and starts an optimization with it (directly, or through a preset
+    that names it): refused before any call, whatever the variable, and the value goes nowhere.
+    A config the server's operator lists is taken, and what the run reads is the copy that was
+    checked, so rewriting the file afterwards sends nothing elsewhere either."""
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.setenv("SUPABASE_KEY", SECRET)
+    monkeypatch.setenv("ACCELOPT_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv(TRUSTED_CONFIGS_ENV, raising=False)
     task, kernel = str(layout["root"] / "task.json"), str(layout["root"] / "kernel.json")
     for variable in ("OPENAI_API_KEY", "SUPABASE_KEY"):
         config = layout["root"] / f"models-{variable}.json"
         endpoint = {"base_url": f"{listener}/v1", "api_key_env": variable}
         config.write_text(json.dumps({"default": endpoint}))
-        args = {"task_path": task, "kernel_path": kernel, "models_config": str(config)}
-        await client.call_tool("start_optimization", args)
+        preset = layout["root"] / f"preset-{variable}.json"
+        preset.write_text(json.dumps({"models_config": str(config)}))
+        for args in ({"models_config": str(config)}, {"preset": str(preset)}):
+            message = await fails(
+                client,
+                "start_optimization",
+                {"task_path": task, "kernel_path": kernel, **args},
+                f"the key in {variable}",
+                TRUSTED_CONFIGS_ENV,
+            )
+            assert SECRET not in message
     assert not any(SECRET in headers for headers in _HeaderLog.seen), _HeaderLog.seen
+    assert not _HeaderLog.seen  # refused before the LLM check, which would have called
+
+    # The operator lists the config: the same request goes through to the LLM check, which
+    # sends the key (the listener answers 404, so the check fails, after the call).
+    config = layout["root"] / "models-OPENAI_API_KEY.json"
+    monkeypatch.setenv(TRUSTED_CONFIGS_ENV, str(config))
+    args = {"task_path": task, "kernel_path": kernel, "models_config": str(config)}
+    message = await fails(client, "start_optimization", args)
+    assert TRUSTED_CONFIGS_ENV not in message
+    assert any(SECRET in headers for headers in _HeaderLog.seen)
+
+    # The copy a run reads is the checked file's bytes, in the server's own folder.
+    preset, copied = confined_run_files(Roots.of([layout["root"]]), "quick", str(config))
+    assert preset == "quick" and copied is not None
+    assert Path(copied).parent == tmp_path / "home" / SNAPSHOT_FOLDER
+    assert Path(copied).read_bytes() == config.read_bytes()
+    config.write_text(json.dumps({"default": {"base_url": "http://elsewhere.invalid/v1"}}))
+    assert "elsewhere" not in Path(copied).read_text()

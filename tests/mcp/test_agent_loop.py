@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from mcp import Client, StdioServerParameters
 
+from accelopt_mcp.llm.key_destinations import TRUSTED_CONFIGS_ENV
 from tests.llm_standin.process import StandinProcess
 from tests.llm_standin.script import StandinScript
 from tests.mcp.conftest import BENCH, SILU_FAST, SILU_SLOW, SILU_TASK
@@ -76,7 +77,8 @@ async def test_an_agent_drives_the_loop_over_stdio(tmp_path: Path) -> None:
     params = StdioServerParameters(
         command=console_script(),
         args=["--store", str(tmp_path / "kernels.db"), "--jobs-dir", str(tmp_path / "jobs")],
-        env=server_env(**{KEY_ENV: KEY}),
+        # The model config _models writes is one the server's operator lists.
+        env=server_env(**{KEY_ENV: KEY, TRUSTED_CONFIGS_ENV: str(tmp_path / "models.json")}),
         cwd=str(tmp_path),
     )
     with StandinProcess(_script()) as llm:

@@ -16,6 +16,7 @@ import pytest
 from mcp import Client
 
 from accelopt_mcp.engine.runs import local_worker_pid
+from accelopt_mcp.llm.key_destinations import TRUSTED_CONFIGS_ENV
 from accelopt_mcp.mcp_tools import ServerState, build_server
 from accelopt_mcp.store import open_store
 from tests.engine import kernels
@@ -91,6 +92,11 @@ def models_config(base_url: str, folder: Path) -> str:
     }
     path = folder / "models.json"
     path.write_text(json.dumps(config))
+    # The server's operator lists it: a config a client names sends a key of the server's
+    # only where one of those does (test_access.py). Set directly, so that a server started
+    # after this inherits it; llm_key's monkeypatch puts the variable back after the test.
+    listed = os.environ.get(TRUSTED_CONFIGS_ENV, "")
+    os.environ[TRUSTED_CONFIGS_ENV] = os.pathsep.join(filter(None, (listed, str(path))))
     return str(path)
 
 
@@ -116,6 +122,7 @@ def job_args(models: str, **overrides: Any) -> dict[str, Any]:
 def llm_key(monkeypatch: pytest.MonkeyPatch) -> str:
     # Job workers inherit the server's environment, which is where the key lives.
     monkeypatch.setenv(KEY_ENV, KEY)
+    monkeypatch.setenv(TRUSTED_CONFIGS_ENV, "")  # models_config adds to it
     return KEY
 
 
