@@ -337,3 +337,13 @@ def test_profile_one_kernel_against_two_definitions(sqlite_url: str, tmp_path: P
     with SqliteStore(sqlite_url) as store:
         a, b = store.get_solution(first["solution_id"]), store.get_solution(second["solution_id"])
     assert a is not None and b is not None and a.solution_hash == b.solution_hash
+
+
+def test_db_import_of_a_file_says_to_give_its_folder(tmp_path: Path) -> None:
+    task = tmp_path / "summary.json"
+    task.write_text("{}")
+    done = accelopt("db", "import", str(task), "--store", str(tmp_path / "k.db"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    message = " ".join(done.stderr.split())
+    assert "is not a directory; give the folder that holds" in message
+    assert "Traceback" not in done.stderr

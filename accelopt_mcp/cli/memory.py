@@ -147,7 +147,7 @@ def add(
 
 @app.command()
 def search(
-    words: Annotated[str, typer.Argument(help=WORDS_HELP)],
+    words: Annotated[list[str], typer.Argument(help=WORDS_HELP, show_default=False)],
     namespace: Annotated[
         str | None, typer.Option(help="Only this namespace (default: every namespace).")
     ] = None,
@@ -163,7 +163,8 @@ def search(
         run=None,
         namespace=namespace,
         backend=DEFAULT_BACKEND,
-        search=words,
+        # Quoted as one argument or given as several, the same words.
+        search=" ".join(words),
         include_removed=include_removed,
         limit=limit,
         store=store,

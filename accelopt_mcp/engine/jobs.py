@@ -608,7 +608,9 @@ class JobManager:
 
     def _spawn(self, run_id: str) -> subprocess.Popen[bytes]:
         folder = self.output_dir / run_id
-        folder.mkdir(parents=True, exist_ok=True)
+        # The worker's log, its events and the kernels it writes (LLM prompts' results, error
+        # text) are kept from other users, as the database is, wherever --jobs-dir points.
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         env = dict(os.environ)
         if self.store_url:
             env[STORE_ENV] = self.store_url

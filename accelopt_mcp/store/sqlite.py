@@ -498,6 +498,13 @@ class SqliteStore(SqlKernelStore):
                         "uses; use a Python whose sqlite3 has it (python.org, Debian, Ubuntu, "
                         "Homebrew and conda builds do), or a PostgreSQL store"
                     ) from exc
+                if "readonly" in str(exc).lower():
+                    raise StoreUnavailableError(
+                        f"cannot write the SQLite database {self.path} ({exc}): this user may "
+                        "not write the file or its folder (SQLite keeps -wal and -shm files "
+                        "beside it); make both writable, or copy the file somewhere writable "
+                        "and point --store at the copy"
+                    ) from exc
                 raise StoreUnavailableError(
                     f"cannot set up the SQLite database {self.path}: {exc}; is it a SQLite file "
                     "written by accelopt?"

@@ -14,9 +14,16 @@ from accelopt_mcp.transfer.traceset import TransferCounts, export_traceset, impo
 ImportFormat = Literal["auto", "flashinfer-trace", "nkibench"]
 
 
+def _not_a_directory(root: Path) -> TaskFileError:
+    return TaskFileError(
+        f"{str(root)!r} is not a directory; give the folder that holds the FlashInfer-Trace "
+        "set (definitions/, workloads/, ...) or the NKIBench suite (summary.json), not a file in it"
+    )
+
+
 def detect_import_format(root: Path) -> Literal["flashinfer-trace", "nkibench"]:
     if not root.is_dir():
-        raise TaskFileError(f"{str(root)!r} is not a directory")
+        raise _not_a_directory(root)
     if is_trace_set(root):
         return "flashinfer-trace"
     if (root / "summary.json").is_file():
@@ -40,7 +47,7 @@ def import_directory(
     root = Path(root).expanduser()
     chosen = detect_import_format(root) if fmt == "auto" else fmt
     if not root.is_dir():
-        raise TaskFileError(f"{str(root)!r} is not a directory")
+        raise _not_a_directory(root)
     with store.batch():
         if chosen == "flashinfer-trace":
             return chosen, import_traceset(store, root)

@@ -58,6 +58,11 @@ def test_runs_and_memory_commands(
     item_id = added.output.split()[-1]
     items = json.loads(runner.invoke(app, ["memory", "list", *db, "--json"]).output)
     assert items[-1]["id"] == item_id and items[-1]["title"] == "hand-written trick"
+    # The words of `memory search`, quoted as one argument or not, find the same item.
+    for words in (["buffers trick"], ["buffers", "trick"]):
+        found = runner.invoke(app, ["memory", "search", *words, *db, "--json"])
+        assert found.exit_code == 0, found.output
+        assert [i["id"] for i in json.loads(found.output)] == [item_id], words
     assert runner.invoke(app, ["memory", "remove", item_id, *db]).exit_code == 0
     items = json.loads(runner.invoke(app, ["memory", "list", *db, "--json"]).output)
     assert item_id not in [i["id"] for i in items]

@@ -79,6 +79,8 @@ def test_start_wait_result_list(
     try:
         job = manager.start(_request(models))
         assert manager.status(job).state in ("pending", "running")
+        # The job's folder (its worker's log, events, kernels) is this user's alone.
+        assert (tmp_path / "out" / job).stat().st_mode & 0o777 == 0o700
         events: list[ProgressEvent] = []
 
         async def collect(event: ProgressEvent) -> None:

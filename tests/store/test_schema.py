@@ -237,6 +237,23 @@ def test_sqlite_refuses_a_file_that_is_not_a_database(tmp_path: Path) -> None:
         SqliteStore(path)
 
 
+def test_a_sqlite_database_this_user_cannot_write_says_so(tmp_path: Path) -> None:
+    # Root writes through file modes, so the file is made immutable (ext4's `i` attribute),
+    # which holds for root too; where the filesystem has no such attribute, nothing to check.
+    path = tmp_path / "k.db"
+    SqliteStore(path).close()
+    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i does not work on this filesystem")
+    try:
+        with pytest.raises(StoreUnavailableError) as caught:
+            SqliteStore(path)
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+    message = str(caught.value)
+    assert "this user may not write the file or its folder" in message
+    assert "written by accelopt" not in message  # not a wrong file: a read-only one
+
+
 def test_sqlite_leaves_another_programs_database_alone(tmp_path: Path) -> None:
     # A --store typo that names another program's SQLite file must not write our schema (and
     # our user_version, which that program may count its own migrations by) into it.
