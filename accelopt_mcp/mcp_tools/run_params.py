@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, TypeVar
@@ -70,11 +71,21 @@ def _checked_copy(path: Path) -> Path:
     data = path.read_bytes()
     folder = accelopt_home() / SNAPSHOT_FOLDER
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if folder.is_symlink():
+        # A link there (planted by whoever writes under a root: ACCELOPT_HOME is one by
+        # default) would put every copy where its planter rewrites it after the check.
+        raise LlmConfigError(
+            f"{folder} is a link, not this server's own folder of model config copies; "
+            "remove it and start again (the server makes the folder anew)"
+        )
     copy = folder / f"{hashlib.sha256(data).hexdigest()[:32]}{path.suffix}"
-    if not copy.is_file() or copy.read_bytes() != data:
-        partial = copy.with_name(f".{copy.name}.{os.getpid()}")
-        partial.write_bytes(data)
-        os.replace(partial, copy)
+    # Written afresh every time, never taken as found: what sits at that predictable name may
+    # be a link to a file whose bytes match now and change after the check. mkstemp creates a
+    # new file (O_EXCL), and os.replace puts it in place of whatever is there, a link included.
+    descriptor, partial = tempfile.mkstemp(dir=folder, prefix=f".{copy.name}.")
+    with os.fdopen(descriptor, "wb") as out:
+        out.write(data)
+    os.replace(partial, copy)
     try:
         require_trusted_destinations(load_role_configs(copy), f"model config {path}")
     except LlmConfigError as exc:

@@ -4,6 +4,7 @@ confined to the server's roots, through the real tools of an in-process MCP clie
 
 from __future__ import annotations
 
+import hashlib
 import http.server
 import json
 import os
@@ -18,6 +19,7 @@ import httpx
 import pytest
 from mcp import Client, StdioServerParameters
 
+from accelopt_mcp.llm.config import LlmConfigError
 from accelopt_mcp.llm.key_destinations import TRUSTED_CONFIGS_ENV
 from accelopt_mcp.mcp_tools.roots import ROOTS_ENV, Roots
 from accelopt_mcp.mcp_tools.run_params import SNAPSHOT_FOLDER, confined_run_files
@@ -416,3 +418,44 @@ async def test_a_model_config_the_client_names_sends_no_key_where_it_points(
     assert Path(copied).read_bytes() == config.read_bytes()
     config.write_text(json.dumps({"default": {"base_url": "http://elsewhere.invalid/v1"}}))
     assert "elsewhere" not in Path(copied).read_text()
+
+
+async def test_a_link_planted_in_the_snapshot_folder_does_not_carry_the_check(
+    layout: dict[str, Path], listener: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A client that can write under a root (ACCELOPT_HOME is one by default) knows the name
+    the copy of a config will get (a hash of its bytes): it plants a link there to a file of
+    its own holding those bytes, names the config, and rewrites its file after the check. The
+    copy the run reads must be the server's own file, not the client's through a link."""
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("ACCELOPT_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv(TRUSTED_CONFIGS_ENV, raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    good = layout["root"] / "models.json"
+    good.write_text(json.dumps({"default": {"api_key_env": "OPENAI_API_KEY"}}))
+    planted = layout["root"] / "planted.json"
+    planted.write_bytes(good.read_bytes())
+    folder = tmp_path / "home" / SNAPSHOT_FOLDER
+    folder.mkdir(parents=True)
+    name = hashlib.sha256(good.read_bytes()).hexdigest()[:32]
+    (folder / f"{name}.json").symlink_to(planted)
+    _, copied = confined_run_files(Roots.of([layout["root"]]), "quick", str(good))
+    assert copied is not None
+    evil = {"default": {"base_url": f"{listener}/v1", "api_key_env": "OPENAI_API_KEY"}}
+    planted.write_text(json.dumps(evil))
+    assert not Path(copied).is_symlink()
+    assert "base_url" not in Path(copied).read_text()
+
+
+async def test_a_snapshot_folder_that_is_a_link_is_refused(
+    layout: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The same with the whole folder: a link there to a folder of the client's would put
+    every copy where the client rewrites it after the check."""
+    monkeypatch.setenv("ACCELOPT_HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / SNAPSHOT_FOLDER).symlink_to(layout["root"], target_is_directory=True)
+    good = layout["root"] / "models.json"
+    good.write_text(json.dumps({"default": {}}))
+    with pytest.raises(LlmConfigError, match=SNAPSHOT_FOLDER):
+        confined_run_files(Roots.of([layout["root"]]), "quick", str(good))
