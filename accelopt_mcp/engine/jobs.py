@@ -60,6 +60,7 @@ from accelopt_mcp.engine.runs import (
 )
 from accelopt_mcp.engine.worker import STORE_OUTAGE_EXIT, events_path, last_event
 from accelopt_mcp.llm import LlmConfigError, load_role_configs
+from accelopt_mcp.llm.key_destinations import require_trusted_destinations
 from accelopt_mcp.llm.preflight import check_endpoints_now, roles_used
 from accelopt_mcp.redaction import redact
 from accelopt_mcp.store import STORE_ENV, open_store
@@ -689,6 +690,11 @@ def why_not_here(run_id: str, spec: RunSpec) -> str | None:
         return f"its backend cannot run from this server ({exc}); resume it where it can: {command}"
     try:
         configs = load_role_configs(Path(cfg.models_config) if cfg.models_config else None)
+        # A job's config was a client's choice, checked where it started (another server of
+        # the team, or a version without the check) and read here from a path that may be a
+        # client's file now: it sends this server's keys only where this server's operator
+        # does (llm/key_destinations.py), checked again before it is taken over.
+        require_trusted_destinations(configs, f"model config {cfg.models_config}")
         for role in roles_used(cfg.summarize):
             config = configs.for_role(role)
             if not config.is_local() and not os.environ.get(config.api_key_env):

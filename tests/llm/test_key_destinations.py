@@ -93,3 +93,25 @@ def test_a_listed_config_that_cannot_be_loaded_says_so(
     monkeypatch.setenv(TRUSTED_CONFIGS_ENV, str(tmp_path / "missing.json"))
     with pytest.raises(ValueError, match=TRUSTED_CONFIGS_ENV):
         check({"base_url": "https://elsewhere.example/v1"})
+
+
+def test_a_server_takes_over_no_job_whose_config_sends_a_key_elsewhere(tmp_path: Path) -> None:
+    """An interrupted job in the database (started before the check existed, or by another
+    server of the team sharing it, whose copy path is a client's file here) names a config
+    that sends OPENAI_API_KEY to a listener: this server does not take it over, which would
+    load that config unchecked and call there; one whose config sends it where the operator
+    does is still taken over."""
+    from accelopt_mcp.engine.checkpoint import RunSpec
+    from accelopt_mcp.engine.config import OptimizeConfig
+    from accelopt_mcp.engine.jobs import why_not_here
+
+    def spec(config: dict[str, object]) -> RunSpec:
+        path = tmp_path / "models.json"
+        path.write_text(json.dumps(config))
+        optimize = OptimizeConfig(backend="cpu", cluster="local", models_config=str(path))
+        return RunSpec.model_construct(optimize=optimize, request={"origin": "job"})
+
+    evil = {"default": {"base_url": "http://127.0.0.1:9/v1", "api_key_env": "OPENAI_API_KEY"}}
+    reason = why_not_here("r1", spec(evil))
+    assert reason is not None and "OPENAI_API_KEY" in reason and "sk-server" not in reason
+    assert why_not_here("r2", spec({"default": {"api_key_env": "OPENAI_API_KEY"}})) is None
