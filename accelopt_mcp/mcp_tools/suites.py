@@ -19,6 +19,7 @@ from accelopt_mcp.engine.config import resolve_optimize_config
 from accelopt_mcp.engine.presets import PRESETS
 from accelopt_mcp.engine.runs import default_output_dir, local_worker_gone
 from accelopt_mcp.llm import load_role_configs
+from accelopt_mcp.llm.key_destinations import require_trusted_destinations
 from accelopt_mcp.llm.preflight import check_endpoints_now, roles_used
 from accelopt_mcp.mcp_tools import ids
 from accelopt_mcp.mcp_tools.app import NotFoundError
@@ -142,8 +143,19 @@ def suite_status(ctx: ToolContext, suite_id: SuiteId) -> SuiteView:
     """A suite's table so far: percent of peak before and after per task, speedups, cost,
     geometric means."""
     record = _record(ctx, suite_id)
-    driver = spec_of(record).driver
+    spec = spec_of(record)
+    driver = spec.driver
     if record.status == "running" and driver is not None and local_worker_gone(driver):
+        if not spec.baseline_only:
+            # The stored config was checked where the suite started (if at all: another
+            # server, an older version, a row anyone with the database wrote) and is read
+            # here from a path that may be a client's file now: the new driver's jobs send
+            # this server's keys only where its operator does (llm/key_destinations.py).
+            models = spec.settings.get("models_config")
+            require_trusted_destinations(
+                load_role_configs(Path(models) if models else None),
+                f"suite {record.id}'s model config {models}",
+            )
         # Its driver died with the server (or was killed): start another, which finds the
         # runs it had started and goes on.
         _start_driver(ctx, record.id)

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -150,3 +151,43 @@ async def test_a_suite_whose_driver_died_gets_a_new_one(sqlite_url: str, tmp_pat
         status = await _until(client, started["suite_id"], lambda s: s["status"] != "running", 180)
         assert status["status"] == "completed", status
         assert all(t["baseline"]["status"] == "PASSED" for t in status["tasks"])
+
+
+async def test_no_driver_is_restarted_for_a_suite_whose_config_sends_a_key_elsewhere(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A running suite in the database whose driver is gone (a server's that died, one made
+    before the check on model configs, or a row written by anyone with the database) names a
+    config that sends OPENAI_API_KEY to a listener: suite_status starts no driver for it, which
+    would run its jobs with that config, the key sent there."""
+    from accelopt_mcp.engine.config import OptimizeConfig
+    from accelopt_mcp.engine.runs import worker_id_of
+    from accelopt_mcp.llm.key_destinations import TRUSTED_CONFIGS_ENV
+    from accelopt_mcp.suites.runner import create_suite
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-server-secret")
+    monkeypatch.delenv(TRUSTED_CONFIGS_ENV, raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    models = tmp_path / "models.json"
+    elsewhere = {"base_url": "http://127.0.0.1:9/v1", "api_key_env": "OPENAI_API_KEY"}
+    models.write_text(json.dumps({"default": elsewhere}))
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with SqliteStore(sqlite_url) as store:
+        record = create_suite(
+            store,
+            _suite(tmp_path, ("silu",)),
+            name="planted",
+            source="planted",
+            config=OptimizeConfig(backend="cpu", models_config=str(models)),
+            preset=None,
+            baseline_only=False,
+        )
+        spec = {**record.spec, "driver": worker_id_of(gone.pid)}
+        store.put_suite(record.model_copy(update={"spec": spec}))
+    async with served(sqlite_url, tmp_path, roots=Roots.of([tmp_path])) as client:
+        message = await fails(client, "suite_status", {"suite_id": record.id}, "OPENAI_API_KEY")
+    assert "sk-server-secret" not in message
+    with SqliteStore(sqlite_url) as store:
+        after = store.get_suite(record.id)
+    assert after is not None and after.spec.get("driver") == worker_id_of(gone.pid)
