@@ -20,7 +20,11 @@ from accelopt_mcp.engine.jobs import JobNotFinished, JobStatus, OptimizeRequest,
 from accelopt_mcp.engine.presets import PRESETS
 from accelopt_mcp.mcp_tools import ids
 from accelopt_mcp.mcp_tools.roots import KERNEL_SUFFIXES
-from accelopt_mcp.mcp_tools.run_params import confined_run_files, with_run_params
+from accelopt_mcp.mcp_tools.run_params import (
+    confined_run_files,
+    require_config_checked,
+    with_run_params,
+)
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
 from accelopt_mcp.mcp_tools.views import MAX_PAGE, SOURCE_CHARS, ClusterArg, TextSlice, View, cut
 from accelopt_mcp.tasks.kernels import SOURCE_ORIGIN, kernel_solution, syntax_problem
@@ -148,6 +152,7 @@ def start_optimization(
             "cluster": cluster,
         },
     )
+    require_config_checked(preset, overrides["models_config"], config.models_config)
     request = OptimizeRequest(
         task_path=task_path,
         kernel_path=kernel_path,

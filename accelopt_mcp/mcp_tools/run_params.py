@@ -65,6 +65,17 @@ def confined_run_files(
     return preset, models_config
 
 
+def require_config_checked(preset: str, checked: str | None, resolved: str | None) -> None:
+    """Raise LlmConfigError when the run's settings (`resolved`, read from the preset again)
+    name a model config where confined_run_files found none to check (`checked`): a preset
+    file rewritten between the two reads would otherwise have its new config taken unchecked."""
+    if checked is None and resolved is not None:
+        raise LlmConfigError(
+            f"preset {preset} named no model config when it was checked and names one now: it "
+            "changed while it was read; start again once it stays as it is"
+        )
+
+
 def _checked_copy(path: Path) -> Path:
     """A copy of the model config at `path` in this server's own folder, checked for where it
     sends keys (KeyDestinationRefused, an LlmConfigError, names `path`)."""

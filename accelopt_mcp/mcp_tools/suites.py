@@ -23,7 +23,7 @@ from accelopt_mcp.llm.key_destinations import require_trusted_destinations
 from accelopt_mcp.llm.preflight import check_endpoints_now, roles_used
 from accelopt_mcp.mcp_tools import ids
 from accelopt_mcp.mcp_tools.app import NotFoundError
-from accelopt_mcp.mcp_tools.run_params import confined_run_files
+from accelopt_mcp.mcp_tools.run_params import confined_run_files, require_config_checked
 from accelopt_mcp.mcp_tools.state import ToolContext, state_of
 from accelopt_mcp.mcp_tools.views import View
 from accelopt_mcp.store import STORE_ENV
@@ -120,6 +120,7 @@ def start_suite(
         root = state_of(ctx).roots.file_or_dir(directory, "directory")
     preset, models_config = confined_run_files(state_of(ctx).roots, preset, None)
     config = resolve_optimize_config(preset, {"models_config": models_config})
+    require_config_checked(preset, models_config, config.models_config)
     if not baseline_only:
         # Refused now, before anything is stored, when a role's LLM cannot serve it: every
         # task's job would end llm_unavailable.

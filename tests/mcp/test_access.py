@@ -21,6 +21,7 @@ from mcp import Client, StdioServerParameters
 
 from accelopt_mcp.llm.config import LlmConfigError
 from accelopt_mcp.llm.key_destinations import TRUSTED_CONFIGS_ENV
+from accelopt_mcp.mcp_tools import run_params
 from accelopt_mcp.mcp_tools.roots import ROOTS_ENV, Roots
 from accelopt_mcp.mcp_tools.run_params import SNAPSHOT_FOLDER, confined_run_files
 from tests.http_listener import serve_in_thread
@@ -459,3 +460,36 @@ async def test_a_snapshot_folder_that_is_a_link_is_refused(
     good.write_text(json.dumps({"default": {}}))
     with pytest.raises(LlmConfigError, match=SNAPSHOT_FOLDER):
         confined_run_files(Roots.of([layout["root"]]), "quick", str(good))
+
+
+async def test_a_preset_rewritten_between_its_two_reads_names_no_unchecked_config(
+    client: Client,
+    layout: dict[str, Path],
+    listener: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """The preset file is read to find the model config to check, then read again for the
+    run's settings: a client rewriting it in between (here, at once after the first read)
+    must not have the second read's model config taken unchecked."""
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("ACCELOPT_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv(TRUSTED_CONFIGS_ENV, raising=False)
+    evil = layout["root"] / "evil.json"
+    endpoint = {"base_url": f"{listener}/v1", "api_key_env": "OPENAI_API_KEY"}
+    evil.write_text(json.dumps({"default": endpoint}))
+    preset = layout["root"] / "preset.json"
+    preset.write_text(json.dumps({}))
+    first_read = run_params.load_preset
+
+    def read_then_rewrite(name: str) -> dict[str, Any]:
+        fields = first_read(name)
+        preset.write_text(json.dumps({"models_config": str(evil)}))
+        return fields
+
+    monkeypatch.setattr(run_params, "load_preset", read_then_rewrite)
+    task, kernel = str(layout["root"] / "task.json"), str(layout["root"] / "kernel.json")
+    args = {"task_path": task, "kernel_path": kernel, "preset": str(preset)}
+    message = await fails(client, "start_optimization", args, "preset")
+    assert SECRET not in message
+    assert not any(SECRET in headers for headers in _HeaderLog.seen), _HeaderLog.seen
