@@ -200,9 +200,13 @@ class JobManager:
         output_dir: Path | None = None,
         max_parallel_jobs: int = 1,
         auto_resume: bool = False,
+        client_configs: bool = False,
     ) -> None:
         """auto_resume: every half lease, take over interrupted runs this server can serve
-        (resume_interrupted); the MCP server turns it on."""
+        (resume_interrupted); the MCP server turns it on. client_configs: the runs' model
+        configs were named by MCP clients, not by this process's user, so a run is taken over
+        only when its config sends this host's keys where the operator's own configs do
+        (llm/key_destinations.py); the MCP server turns it on too."""
         if max_parallel_jobs < 1:
             raise ValueError(f"max_parallel_jobs must be at least 1, got {max_parallel_jobs}")
         self.store_url = store_url or os.environ.get(STORE_ENV)
@@ -214,6 +218,7 @@ class JobManager:
         self._lock = threading.RLock()
         self._closed = threading.Event()
         self.auto_resume = auto_resume
+        self.client_configs = client_configs
         self.lease_s = lease_seconds()
         # The id this manager holds its queued runs under until their worker takes them.
         self.holder_id = worker_id_of(os.getpid(), queue=True)
@@ -389,7 +394,7 @@ class JobManager:
             return False  # not a run made by the engine
         if status.state != "interrupted":
             return False
-        reason = why_not_here(run.id, spec)
+        reason = why_not_here(run.id, spec, check_key_destinations=self.client_configs)
         if reason is not None:
             if self._left.get(run.id) != reason:
                 log.info("interrupted run %s left alone: %s", run.id, reason)
@@ -670,10 +675,11 @@ class JobManager:
         return offset + len(complete)
 
 
-def why_not_here(run_id: str, spec: RunSpec) -> str | None:
+def why_not_here(run_id: str, spec: RunSpec, *, check_key_destinations: bool = False) -> str | None:
     """Why this server should not take over an interrupted run (with the command that
     resumes it), or None when it can: a job whose backend runs here and whose LLM settings
-    resolve in this environment."""
+    resolve in this environment (and, with check_key_destinations, send this host's keys
+    only where its operator's configs do)."""
     command = f"`accelopt resume {run_id}`"
     request = spec.request
     # Runs from before `origin`: a job's request lists kernel_source, the CLI's does not.
@@ -694,7 +700,8 @@ def why_not_here(run_id: str, spec: RunSpec) -> str | None:
         # the team, or a version without the check) and read here from a path that may be a
         # client's file now: it sends this server's keys only where this server's operator
         # does (llm/key_destinations.py), checked again before it is taken over.
-        require_trusted_destinations(configs, f"model config {cfg.models_config}")
+        if check_key_destinations:
+            require_trusted_destinations(configs, f"model config {cfg.models_config}")
         for role in roles_used(cfg.summarize):
             config = configs.for_role(role)
             if not config.is_local() and not os.environ.get(config.api_key_env):

@@ -68,6 +68,8 @@ class ServerState:
                     # A team's servers share the database: a job whose server vanished is
                     # taken over by one that can run it once its lease ends.
                     auto_resume=True,
+                    # Its runs' model configs are its clients' choice (run_params.py).
+                    client_configs=True,
                 )
             return self._jobs
 

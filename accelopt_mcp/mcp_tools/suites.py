@@ -18,7 +18,7 @@ from pydantic import Field
 from accelopt_mcp.engine.config import resolve_optimize_config
 from accelopt_mcp.engine.presets import PRESETS
 from accelopt_mcp.engine.runs import default_output_dir, local_worker_gone
-from accelopt_mcp.llm import load_role_configs
+from accelopt_mcp.llm import LlmConfigError, load_role_configs
 from accelopt_mcp.llm.key_destinations import require_trusted_destinations
 from accelopt_mcp.llm.preflight import check_endpoints_now, roles_used
 from accelopt_mcp.mcp_tools import ids
@@ -152,11 +152,15 @@ def suite_status(ctx: ToolContext, suite_id: SuiteId) -> SuiteView:
             # server, an older version, a row anyone with the database wrote) and is read
             # here from a path that may be a client's file now: the new driver's jobs send
             # this server's keys only where its operator does (llm/key_destinations.py).
+            # Refused, the table is still shown, with why no driver was started.
             models = spec.settings.get("models_config")
-            require_trusted_destinations(
-                load_role_configs(Path(models) if models else None),
-                f"suite {record.id}'s model config {models}",
-            )
+            try:
+                require_trusted_destinations(
+                    load_role_configs(Path(models) if models else None),
+                    f"suite {record.id}'s model config {models}",
+                )
+            except (LlmConfigError, OSError) as exc:
+                return _view(record, f"its driver had stopped and was not started again: {exc}")
         # Its driver died with the server (or was killed): start another, which finds the
         # runs it had started and goes on.
         _start_driver(ctx, record.id)

@@ -26,7 +26,6 @@ from accelopt_mcp.engine.jobs import (
 )
 from accelopt_mcp.engine.runs import load_run, local_worker_pid, prepare_run, worker_id_of
 from accelopt_mcp.engine.worker import events_path
-from accelopt_mcp.llm.key_destinations import TRUSTED_CONFIGS_ENV
 from accelopt_mcp.store.base import KernelStore, RunUpdate
 from accelopt_mcp.store.postgres import PostgresStore
 from accelopt_mcp.tasks.kernels import load_solution
@@ -116,12 +115,11 @@ def test_bad_request_is_refused_clearly(tmp_path: Path) -> None:
 
 
 def test_cancel_and_resume_interrupted(
-    start_standin: StartStandin, llm_key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    start_standin: StartStandin, llm_key: str, tmp_path: Path
 ) -> None:
     # Slow replies keep the jobs running long enough to cancel and to kill.
     standin = start_standin(build_script(faults=False, latency_s=0.3))
     models = models_config(standin.base_url, tmp_path / "models.json")
-    monkeypatch.setenv(TRUSTED_CONFIGS_ENV, str(models))  # the operator's own: taken over
     db = str(tmp_path / "kernels.db")
     manager = JobManager(db, output_dir=tmp_path / "out", max_parallel_jobs=2)
     try:
@@ -181,17 +179,12 @@ def _dead_holder() -> str:
 
 
 def test_two_servers_resuming_the_same_runs_take_each_exactly_once(
-    start_standin: StartStandin,
-    llm_key: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    pg_admin_dsn: str,
+    start_standin: StartStandin, llm_key: str, tmp_path: Path, pg_admin_dsn: str
 ) -> None:
     # Two MCP servers (different jobs folders) start at once on one PostgreSQL database and
     # both find the same 10 interrupted runs: each run goes to exactly one of them.
     standin = start_standin(build_script(faults=False, latency_s=0.5))
     models = models_config(standin.base_url, tmp_path / "models.json")
-    monkeypatch.setenv(TRUSTED_CONFIGS_ENV, str(models))  # the operator's own: taken over
     dsn = create_database(pg_admin_dsn, f"jobs_{uuid.uuid4().hex[:10]}")
     PostgresStore(dsn, init_schema=True).close()
     first = JobManager(dsn, output_dir=tmp_path / "out-a")
@@ -240,11 +233,10 @@ def test_two_servers_resuming_the_same_runs_take_each_exactly_once(
 
 
 def test_a_resumed_job_runs_once_to_completion(
-    start_standin: StartStandin, llm_key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    start_standin: StartStandin, llm_key: str, tmp_path: Path
 ) -> None:
     standin = start_standin(build_script(faults=False, latency_s=0.2))
     models = models_config(standin.base_url, tmp_path / "models.json")
-    monkeypatch.setenv(TRUSTED_CONFIGS_ENV, str(models))  # the operator's own: taken over
     db = str(tmp_path / "kernels.db")
     first = JobManager(db, output_dir=tmp_path / "out-a")
     second = JobManager(db, output_dir=tmp_path / "out-b")
@@ -362,7 +354,6 @@ def test_a_worker_killed_on_another_host_is_taken_over_once_its_lease_ends(
 ) -> None:
     standin = start_standin(build_script(faults=False, latency_s=0.3))
     models = models_config(standin.base_url, tmp_path / "models.json")
-    monkeypatch.setenv(TRUSTED_CONFIGS_ENV, str(models))  # the operator's own: taken over
     db = str(tmp_path / "kernels.db")
     monkeypatch.setenv("ACCELOPT_LEASE_S", "3")
     # The first server and its worker say they run on another host, so from here their

@@ -112,6 +112,19 @@ def test_a_server_takes_over_no_job_whose_config_sends_a_key_elsewhere(tmp_path:
         return RunSpec.model_construct(optimize=optimize, request={"origin": "job"})
 
     evil = {"default": {"base_url": "http://127.0.0.1:9/v1", "api_key_env": "OPENAI_API_KEY"}}
-    reason = why_not_here("r1", spec(evil))
+    reason = why_not_here("r1", spec(evil), check_key_destinations=True)
     assert reason is not None and "OPENAI_API_KEY" in reason and "sk-server" not in reason
-    assert why_not_here("r2", spec({"default": {"api_key_env": "OPENAI_API_KEY"}})) is None
+    trusted = spec({"default": {"api_key_env": "OPENAI_API_KEY"}})
+    assert why_not_here("r2", trusted, check_key_destinations=True) is None
+    # The CLI's job manager (a `suite run`'s) resumes its own user's config, wherever it points.
+    assert why_not_here("r1", spec(evil)) is None
+
+
+def test_the_mcp_servers_job_manager_checks_where_keys_go(tmp_path: Path) -> None:
+    from accelopt_mcp.mcp_tools.state import ServerState
+
+    state = ServerState(str(tmp_path / "k.db"), jobs_output_dir=tmp_path / "jobs")
+    try:
+        assert state.jobs().client_configs
+    finally:
+        state.close()
