@@ -18,6 +18,8 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
+from accelopt_mcp.tasks.flashinfer_format import unreadable
+
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "gpt-4.1-mini"
 MODEL_ENV = "ACCELOPT_MODEL"
@@ -302,16 +304,8 @@ def _read_config_file(path: Path) -> dict[str, Any]:
         )
     try:
         text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise LlmConfigError(
-            f"model config {path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
-            f"offset {exc.start}); save it as UTF-8"
-        ) from None
-    except OSError as exc:
-        raise LlmConfigError(
-            f"model config {path} cannot be read ({exc.strerror or exc}); check that it is a "
-            "readable file"
-        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LlmConfigError(unreadable(path, "model config", exc)) from None
     try:
         if path.suffix == ".json":
             data = json.loads(text)
