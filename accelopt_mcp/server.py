@@ -21,6 +21,7 @@ from pathlib import Path
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.status import WS_1008_POLICY_VIOLATION
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from accelopt_mcp import __version__
@@ -67,20 +68,29 @@ def is_loopback(host: str) -> bool:
 
 
 class BearerTokenGate:
-    """ASGI middleware: every HTTP request but /health must carry `Authorization: Bearer
-    <token>`; others get 401. The comparison takes constant time."""
+    """ASGI middleware: every connection but an HTTP request for /health must carry
+    `Authorization: Bearer <token>`; an HTTP request without it gets 401, a websocket is
+    closed before it opens (uvicorn answers 403). Closed by default: a connection of a kind it
+    does not know (the app has no websocket route today, but one added later, or a new ASGI
+    scope type, must not be open to anyone) gets nothing. The comparison takes constant time."""
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
         self.expected = f"Bearer {token}".encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("path") == HEALTH_PATH:
+        kind = scope["type"]
+        if kind == "lifespan" or (kind == "http" and scope.get("path") == HEALTH_PATH):
             await self.app(scope, receive, send)
             return
         given = dict(scope.get("headers") or []).get(b"authorization", b"")
-        if hmac.compare_digest(given, self.expected):
+        if kind in ("http", "websocket") and hmac.compare_digest(given, self.expected):
             await self.app(scope, receive, send)
+            return
+        if kind == "websocket":
+            await send({"type": "websocket.close", "code": WS_1008_POLICY_VIOLATION})
+            return
+        if kind != "http":
             return
         response = JSONResponse(
             {

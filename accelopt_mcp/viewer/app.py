@@ -32,6 +32,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.status import WS_1008_POLICY_VIOLATION
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from accelopt_mcp.store.base import KernelStore, StoreError
@@ -91,8 +92,15 @@ class Gate:
         self.hosts = allowed_hosts(port)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "lifespan":
             await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":
+            # Closed by default: the viewer has no websocket route, so every websocket is
+            # refused (closed before it opens: uvicorn answers 403); one added later must be
+            # given this gate's Host and token checks first.
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": WS_1008_POLICY_VIOLATION})
             return
         headers = dict(scope.get("headers") or [])
         if headers.get(b"host", b"") not in self.hosts:
