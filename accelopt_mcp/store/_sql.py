@@ -875,10 +875,12 @@ class SqlKernelStore(KeyedStore, abc.ABC):
             if digits is None:
                 return None
             forms = _ids.prefix_forms(digits)
-            # Hex digits and dashes only: nothing in a form is a LIKE wildcard.
+            # Hex digits and dashes only: nothing in a form is a LIKE wildcard. Lower-cased on
+            # both sides, so that a run id in capitals (run ids are free text) answers in every
+            # store alike: SQLite's LIKE ignores ASCII case, PostgreSQL's does not.
             rows = cur.all(
                 f"SELECT CAST(t.id AS TEXT) AS id FROM {table} t WHERE "
-                + " OR ".join("CAST(t.id AS TEXT) LIKE ?" for _ in forms)
+                + " OR ".join("LOWER(CAST(t.id AS TEXT)) LIKE ?" for _ in forms)
                 + " ORDER BY 1 LIMIT ?",
                 (*(form + "%" for form in forms), _ids.AMBIGUOUS_SHOWN + 1),
             )

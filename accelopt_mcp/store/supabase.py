@@ -944,8 +944,10 @@ class SupabaseStore(KeyedStore):
             low, high = _ids.uuid_bounds(digits)
             query = query.gte("id", low).lte("id", high)
         else:
-            forms = _ids.prefix_forms(digits)  # hex and dashes: plain inside or=(...)
-            query = query.or_(",".join(f"id.like.{form}*" for form in forms))
+            # Hex and dashes: plain inside or=(...). ilike: a run id in capitals answers a
+            # prefix as it does in the other stores.
+            forms = _ids.prefix_forms(digits)
+            query = query.or_(",".join(f"id.ilike.{form}*" for form in forms))
         rows = self._rows(query.order("id").limit(_ids.AMBIGUOUS_SHOWN + 1))
         return _ids.one_id(kind, id_or_prefix, [str(r["id"]) for r in rows])
 

@@ -814,6 +814,11 @@ def test_resolve_id_takes_a_unique_prefix(seeded: KernelStore) -> None:
         seeded.create_run(RunRecord(id=run_id, definition_name=DEF))
     assert seeded.resolve_id("run", "r1") == "r1"  # any id, whole
     assert seeded.resolve_id("run", "cafebabe") == "cafebabe12345678"
+    # Run ids are free text: one in capitals answers a prefix in either case, in every store
+    # (SQLite's LIKE ignores case, PostgreSQL's does not).
+    seeded.create_run(RunRecord(id="C0FFEE00ABCD", definition_name=DEF))
+    for given in ("c0ffee00", "C0FFEE00", "c0ffee00AB"):
+        assert seeded.resolve_id("run", given) == "C0FFEE00ABCD", given
     assert seeded.resolve_id("run", "deadbeef0000400080000000000000001") is None  # 33 digits
     assert seeded.resolve_id("run", "deadbeef000040008000000000000001") == twins[1]
     with pytest.raises(AmbiguousIdError, match=r"run id prefix 'DEADBEEF' matches 2 runs") as err:
