@@ -35,6 +35,7 @@ from accelopt_mcp.mcp_tools import (
 )
 from accelopt_mcp.mcp_tools.roots import ROOTS_ENV, Roots, accelopt_home
 from accelopt_mcp.store import STORE_ENV
+from accelopt_mcp.store.url import password_on_command_line
 
 TOKEN_ENV = "ACCELOPT_MCP_TOKEN"
 TOKEN_FILE = "mcp_token"
@@ -277,6 +278,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(install_skill(given[1:]))
     args = parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=args.log_level, format="%(levelname)s %(message)s")
+    # Said, not refused: the password is already in the process list by the time we run.
+    warning = password_on_command_line(given)
+    if warning:
+        print(warning, file=sys.stderr)
     # What a killed server or job left (frozen jails, their cgroups), should its reaper be gone.
     remove_stale_groups()
     state = ServerState(

@@ -56,8 +56,16 @@ def _register() -> None:
 
 
 def main() -> None:
+    import sys
+
     from accelopt_mcp.cli.common import show_store_notices
     from accelopt_mcp.isolation.cgroups import remove_stale_groups
+    from accelopt_mcp.store.url import password_on_command_line
+
+    # Said, not refused: the password is already in the process list by the time we run.
+    warning = password_on_command_line(sys.argv[1:])
+    if warning:
+        typer.echo(warning, err=True)
 
     # What a killed run left (frozen jails, their cgroups), should its reaper be gone too.
     remove_stale_groups()

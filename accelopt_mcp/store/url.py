@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 from accelopt_mcp.redaction import redacted_url
 from accelopt_mcp.store.base import StoreError
@@ -37,6 +39,38 @@ def misencoded_userinfo(dsn: str) -> bool:
     authority, _, rest = dsn.partition("://")[2].partition("/")
     path = re.split(r"[?#]", rest, maxsplit=1)[0]
     return authority.count("@") > 1 or ("@" not in authority and "@" in path)
+
+
+STORE_FLAG = "--store"
+PASSWORD_IN_ARGUMENT = (
+    "warning: the --store URL holds a password, and every local user can read a command line "
+    f"(ps, /proc): put the URL in ${STORE_ENV} instead, or the password in PGPASSWORD or "
+    "~/.pgpass"
+)
+
+
+def holds_password(url: str) -> bool:
+    """Whether a PostgreSQL URL or key=value DSN carries a password (in its user part, its
+    query string or a password= pair). Read without psycopg: the entry points ask this before
+    anything heavy is imported."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        return re.search(r"(^|\s)password\s*=", url) is not None
+    try:
+        parts = urlsplit(url)
+        return bool(parts.password) or "password" in parse_qs(parts.query)
+    except ValueError:
+        return False
+
+
+def password_on_command_line(argv: Sequence[str]) -> str | None:
+    """PASSWORD_IN_ARGUMENT when a --store value on this command line holds a password, else
+    None. What came from $ACCELOPT_STORE is not on the command line and is not looked at."""
+    values = [
+        arg.partition("=")[2] if arg.startswith(f"{STORE_FLAG}=") else argv[i + 1]
+        for i, arg in enumerate(argv)
+        if arg.startswith(f"{STORE_FLAG}=") or (arg == STORE_FLAG and i + 1 < len(argv))
+    ]
+    return PASSWORD_IN_ARGUMENT if any(holds_password(v) for v in values) else None
 
 
 def store_url(url: str | None) -> str:
