@@ -347,6 +347,10 @@ def work_dir_prefix(kind: str) -> str:
     return f"accelopt-{kind}-{pid_namespace()}-{os.getpid()}-"
 
 
+SANDBOX_DIR_KIND = "sandbox"
+"""The kind of run_sandboxed's own work dirs (accelopt-sandbox-NS-PID-...)."""
+
+
 def remove_abandoned_work_dirs(kind: str) -> None:
     """Remove the temp dirs of `kind` whose owner died mid-evaluation (a killed server or job
     worker never ran its cleanup). Only this pid namespace's, and only of dead owners."""
@@ -465,7 +469,15 @@ def run_sandboxed(
     check_cpus(cpus)
 
     own_dir = cwd is None
-    work_dir = Path(tempfile.mkdtemp(prefix="accelopt-sandbox-")) if cwd is None else Path(cwd)
+    if own_dir:
+        # Named after this process, like the backends' work dirs, so that what a killed owner
+        # left (it never reached the rmtree below) is removed by the next run on the host.
+        remove_abandoned_work_dirs(SANDBOX_DIR_KIND)
+    work_dir = (
+        Path(tempfile.mkdtemp(prefix=work_dir_prefix(SANDBOX_DIR_KIND)))
+        if cwd is None
+        else Path(cwd)
+    )
     remove_stale_groups()
     cgroup = PidsGroup.make(max_processes)
     limits = resource_limits(

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -293,6 +294,27 @@ def test_what_a_killed_profiler_left_is_cleaned_up_by_the_next_run(tmp_path: Pat
         while any(path.exists() for path in left) and time.monotonic() < deadline:
             run_code("pass")
         assert not any(path.exists() for path in left), "the killed run's cgroup stayed"
+
+
+def test_a_killed_profilers_work_dir_is_removed_by_the_next_run(tmp_path: Path) -> None:
+    """run_sandboxed's own temp dir carries its owner's pid: one left by a profiler killed
+    mid-run (which never reached its cleanup) is removed by the next sandboxed run, and a live
+    owner's is not."""
+    pid_file = tmp_path / "kernel.pid"
+    kernel = (
+        f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(120)\n"
+    )
+    with profiling(kernel, pid_file) as (process, kernel_pid):
+        assert kernel_pid is not None, "the kernel never started"
+        (left,) = Path(tempfile.gettempdir()).glob(f"accelopt-sandbox-*-{process.pid}-*")
+        assert left.is_dir()
+        assert run_code("pass").ok
+        assert left.is_dir(), "a live profiler's work dir was removed"
+        process.kill()
+        process.wait(timeout=10)
+        assert left.is_dir()  # nobody cleaned up: the profiler died mid-run
+        assert run_code("pass").ok
+        assert not left.exists(), "the killed profiler's work dir stayed"
 
 
 def test_a_zombie_leader_is_not_a_live_member_of_its_group() -> None:
