@@ -33,18 +33,24 @@ URL = f"postgresql://me:{SECRET}@127.0.0.1:9/kernels"
         ("/home/me/kernels.db", False),
         ("https://abcd.supabase.co", False),
         ("postgresql://me:@127.0.0.1/kernels", False),  # an empty password is none
+        (f"host=db password='{SECRET} with spaces'", True),
+        ("how to keep a password = out of logs", False),  # words, not a connection string
     ],
 )
 def test_which_urls_hold_a_password(url: str, held: bool) -> None:
     assert holds_password(url) is held
 
 
-def test_only_a_store_value_on_the_command_line_counts() -> None:
+def test_any_argument_holding_a_password_counts() -> None:
     assert password_on_command_line(["runs", "list", "--store", URL]) == PASSWORD_IN_ARGUMENT
     assert password_on_command_line(["runs", "list", f"--store={URL}"]) == PASSWORD_IN_ARGUMENT
+    # argparse takes abbreviations (--sto is --store): every argument is looked at.
+    assert password_on_command_line(["--sto", URL]) == PASSWORD_IN_ARGUMENT
+    assert password_on_command_line([f"--sto={URL}"]) == PASSWORD_IN_ARGUMENT
+    assert password_on_command_line([URL.replace("postgresql", "POSTGRESQL")]) is not None
     assert password_on_command_line(["runs", "list", "--store"]) is None  # no value given
-    assert password_on_command_line(["--task", URL]) is None  # another option's value
     assert password_on_command_line(["--store", "/tmp/kernels.db"]) is None
+    assert password_on_command_line(["--store", "postgresql://me@127.0.0.1/k"]) is None
     assert SECRET not in PASSWORD_IN_ARGUMENT
 
 
@@ -77,6 +83,10 @@ def test_the_entry_points_warn_once_without_the_password(
     given = _run([*argv, "--store", URL], tmp_path, None)
     assert given.stderr.count(PASSWORD_IN_ARGUMENT) == 1, given.stderr
     assert SECRET not in given.stderr + given.stdout
+    if command[0] == "accelopt-mcp":
+        # argparse's abbreviation of --store is the same option, and warned of alike.
+        short = _run([*argv, "--sto", URL], tmp_path, None)
+        assert short.stderr.count(PASSWORD_IN_ARGUMENT) == 1, short.stderr
     # The warning is not the outcome: the unreachable store still fails `accelopt`.
     if command[0] == "accelopt":
         assert given.returncode != 0 and "not reachable" in given.stderr, given.stderr

@@ -41,20 +41,27 @@ def misencoded_userinfo(dsn: str) -> bool:
     return authority.count("@") > 1 or ("@" not in authority and "@" in path)
 
 
-STORE_FLAG = "--store"
 PASSWORD_IN_ARGUMENT = (
-    "warning: the --store URL holds a password, and every local user can read a command line "
-    f"(ps, /proc): put the URL in ${STORE_ENV} instead, or the password in PGPASSWORD or "
-    "~/.pgpass"
+    "warning: a database URL on this command line holds a password, and every local user can "
+    f"read a command line (ps, /proc): put the URL in ${STORE_ENV} instead, or the password in "
+    "PGPASSWORD or ~/.pgpass"
 )
+
+
+# A libpq key=value connection string as a whole: pairs, values plain or single-quoted.
+_PAIR = r"\w+\s*=\s*(?:'(?:[^'\\]|\\.)*'|[^\s']+)"
+_KEY_VALUE_PAIRS = re.compile(rf"\s*{_PAIR}(?:\s+{_PAIR})*\s*")
+_PASSWORD_PAIR = re.compile(r"(^|\s)password\s*=")
 
 
 def holds_password(url: str) -> bool:
     """Whether a PostgreSQL URL or key=value DSN carries a password (in its user part, its
     query string or a password= pair). Read without psycopg: the entry points ask this before
     anything heavy is imported."""
-    if not url.startswith(("postgresql://", "postgres://")):
-        return re.search(r"(^|\s)password\s*=", url) is not None
+    if not url.lower().startswith(("postgresql://", "postgres://")):
+        # Only a whole key=value connection string counts, not any text with "password =" in
+        # it (a memory search's words).
+        return bool(_KEY_VALUE_PAIRS.fullmatch(url)) and _PASSWORD_PAIR.search(url) is not None
     try:
         parts = urlsplit(url)
         return bool(parts.password) or "password" in parse_qs(parts.query)
@@ -63,14 +70,13 @@ def holds_password(url: str) -> bool:
 
 
 def password_on_command_line(argv: Sequence[str]) -> str | None:
-    """PASSWORD_IN_ARGUMENT when a --store value on this command line holds a password, else
-    None. What came from $ACCELOPT_STORE is not on the command line and is not looked at."""
-    values = [
-        arg.partition("=")[2] if arg.startswith(f"{STORE_FLAG}=") else argv[i + 1]
-        for i, arg in enumerate(argv)
-        if arg.startswith(f"{STORE_FLAG}=") or (arg == STORE_FLAG and i + 1 < len(argv))
-    ]
-    return PASSWORD_IN_ARGUMENT if any(holds_password(v) for v in values) else None
+    """PASSWORD_IN_ARGUMENT when an argument on this command line (or what follows the first
+    '=' of one, as in --store=URL) holds a password, else None. Every argument is looked at,
+    not only --store's value: a parser may take an abbreviation (argparse reads --sto as
+    --store), and a password anywhere on the line is in the process list all the same. What
+    came from $ACCELOPT_STORE is not on the command line and is not looked at."""
+    found = any(holds_password(arg) or holds_password(arg.partition("=")[2]) for arg in argv)
+    return PASSWORD_IN_ARGUMENT if found else None
 
 
 def store_url(url: str | None) -> str:
