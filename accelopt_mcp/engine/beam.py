@@ -73,6 +73,7 @@ from accelopt_mcp.llm import (
     RoleConfigs,
     load_role_configs,
 )
+from accelopt_mcp.llm.key_destinations import require_trusted_destinations
 from accelopt_mcp.models import LlmCallIn
 from accelopt_mcp.store.base import (
     KernelStore,
@@ -121,10 +122,14 @@ class BeamSearch:
         role_configs: RoleConfigs | None = None,
         statuses: frozenset[str] | None = None,
         handed_over_by: str | None = None,
+        check_key_destinations: bool = False,
     ) -> None:
         """statuses: run only a run in one of these states (checked under the run's lock), else
         raise RunNotRunnable; None: any run not yet completed. handed_over_by: the job
-        manager that queued the run for this worker (claim.claim)."""
+        manager that queued the run for this worker (claim.claim). check_key_destinations:
+        the run's model config was named by an MCP client: refuse it (the run fails) where it
+        would send a key of this environment to an endpoint no operator's config pairs with
+        it, checked on the very configs the run then uses."""
         self.store = store
         self.run_id = run_id
         self.on_event = on_event
@@ -133,6 +138,7 @@ class BeamSearch:
         self._role_configs = role_configs
         self._statuses = statuses
         self._handed_over_by = handed_over_by
+        self._check_key_destinations = check_key_destinations
         self._control = RunControl(run_id)
 
     # ------------------------------------------------------------------ control
@@ -263,6 +269,10 @@ class BeamSearch:
             configs = self._role_configs or load_role_configs(
                 Path(cfg.models_config) if cfg.models_config else None
             )
+            if self._check_key_destinations:
+                # Checked before (start, take-over) on the file; again here on what was read
+                # from it, so that a file rewritten since then sends nothing unchecked.
+                require_trusted_destinations(configs, f"model config {cfg.models_config}")
             models = {role: configs.for_role(role).model for role in ROLES}
             if opened.local:
                 await asyncio.to_thread(factory.before_run, self.store, spec.task)

@@ -631,6 +631,9 @@ class JobManager:
                     str(self.output_dir),
                     "--handed-over-by",
                     self.holder_id,
+                    # Checked at start and take-over on the file; the worker checks again what
+                    # it reads from it (the file could change in between).
+                    *(["--check-key-destinations"] if self.client_configs else []),
                 ],
                 env=env,
                 stdin=subprocess.DEVNULL,

@@ -63,7 +63,13 @@ class EventLog:
         self._file.close()
 
 
-async def run_worker(run_id: str, output_dir: Path, handed_over_by: str | None = None) -> int:
+async def run_worker(
+    run_id: str,
+    output_dir: Path,
+    handed_over_by: str | None = None,
+    *,
+    check_key_destinations: bool = False,
+) -> int:
     store = open_store(None)
     log = EventLog(events_path(output_dir, run_id))
     # A job's worker is started for a new or interrupted run. By the time it holds the run's lock
@@ -76,6 +82,7 @@ async def run_worker(run_id: str, output_dir: Path, handed_over_by: str | None =
         output_dir=output_dir,
         statuses=frozenset({"pending", "running"}),
         handed_over_by=handed_over_by,
+        check_key_destinations=check_key_destinations,
     )
     try:
         run = await engine.run_with_signals()
@@ -109,12 +116,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--handed-over-by", default=None, help="the job manager's id that holds the run queued"
     )
+    parser.add_argument(
+        "--check-key-destinations",
+        action="store_true",
+        help="the run's model config was named by an MCP client: check where its keys go",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     output_dir = args.output_dir or default_output_dir()
-    sys.exit(asyncio.run(run_worker(args.run_id, output_dir, args.handed_over_by)))
+    sys.exit(
+        asyncio.run(
+            run_worker(
+                args.run_id,
+                output_dir,
+                args.handed_over_by,
+                check_key_destinations=args.check_key_destinations,
+            )
+        )
+    )
 
 
 if __name__ == "__main__":
