@@ -84,8 +84,11 @@ class BearerTokenGate:
         if kind == "lifespan" or (kind == "http" and scope.get("path") == HEALTH_PATH):
             await self.app(scope, receive, send)
             return
-        given = dict(scope.get("headers") or []).get(b"authorization", b"")
-        if kind in ("http", "websocket") and hmac.compare_digest(given, self.expected):
+        # Exactly one Authorization header: with two, this gate and the app behind it could
+        # each read a different one.
+        given = [value for name, value in scope.get("headers") or [] if name == b"authorization"]
+        one = given[0] if len(given) == 1 else b""
+        if kind in ("http", "websocket") and hmac.compare_digest(one, self.expected):
             await self.app(scope, receive, send)
             return
         if kind == "websocket":
@@ -276,12 +279,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         from accelopt_mcp.install_skill import main as install_skill
 
         raise SystemExit(install_skill(given[1:]))
-    args = parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=args.log_level, format="%(levelname)s %(message)s")
     # Said, not refused: the password is already in the process list by the time we run.
+    # Before the arguments are parsed, so that --help or a mistyped option says it too.
     warning = password_on_command_line(given)
     if warning:
         print(warning, file=sys.stderr)
+    args = parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=args.log_level, format="%(levelname)s %(message)s")
     # What a killed server or job left (frozen jails, their cgroups), should its reaper be gone.
     remove_stale_groups()
     state = ServerState(

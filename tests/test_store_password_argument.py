@@ -34,6 +34,13 @@ URL = f"postgresql://me:{SECRET}@127.0.0.1:9/kernels"
         ("https://abcd.supabase.co", False),
         ("postgresql://me:@127.0.0.1/kernels", False),  # an empty password is none
         (f"host=db password='{SECRET} with spaces'", True),
+        # As libpq reads them (a review found each missed): '#' and '?' unencoded in the
+        # password, a backslash escape and a quote inside a plain value.
+        ("postgresql://me:pa#ss@db/kernels", True),
+        ("postgresql://me:pa?ss@db/kernels", True),
+        ("host=db password=a\\ b", True),
+        ("host=db password=it's", True),
+        ("postgresql://me@db/kernels/x@y", False),  # an '@' past the host is no password
         ("how to keep a password = out of logs", False),  # words, not a connection string
     ],
 )

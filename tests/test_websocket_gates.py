@@ -64,7 +64,7 @@ def served(make_app: type[BearerTokenGate] | type[Gate], port: int) -> Iterator[
         thread.join(timeout=30)
 
 
-def knock(port: int, path: str, headers: dict[str, str]) -> str:
+def knock(port: int, path: str, headers: dict[str, str] | list[tuple[str, str]]) -> str:
     """What the route said ("opened"), or "refused <status>" when the handshake was refused."""
     try:
         with connect(f"ws://127.0.0.1:{port}{path}", additional_headers=headers) as connection:
@@ -80,6 +80,10 @@ def test_the_mcp_gate_opens_a_websocket_only_with_the_token() -> None:
         assert knock(port, "/mcp", {"Authorization": "Bearer not-the-token"}) == "refused 403"
         # The token in another place than the header does not count either.
         assert knock(port, f"/mcp?token={TOKEN}", {}) == "refused 403"
+        # Two Authorization headers, the right one last: the gate and the app behind it could
+        # read different ones, so neither counts.
+        both = [("Authorization", "Bearer not-the-token"), ("Authorization", f"Bearer {TOKEN}")]
+        assert knock(port, "/mcp", both) == "refused 403"
         # The gate does not refuse what it should let through: the same door opens with it.
         assert knock(port, "/mcp", {"Authorization": f"Bearer {TOKEN}"}) == "opened"
 

@@ -6,7 +6,6 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
 
 from accelopt_mcp.redaction import redacted_url
 from accelopt_mcp.store.base import StoreError
@@ -48,25 +47,26 @@ PASSWORD_IN_ARGUMENT = (
 )
 
 
-# A libpq key=value connection string as a whole: pairs, values plain or single-quoted.
-_PAIR = r"\w+\s*=\s*(?:'(?:[^'\\]|\\.)*'|[^\s']+)"
-_KEY_VALUE_PAIRS = re.compile(rf"\s*{_PAIR}(?:\s+{_PAIR})*\s*")
+# A libpq key=value connection string: it opens with a key= pair (words with "password =" in
+# them, like a memory search's, do not), and one of its pairs is password=.
+_OPENS_WITH_PAIR = re.compile(r"\s*\w+\s*=")
 _PASSWORD_PAIR = re.compile(r"(^|\s)password\s*=")
 
 
 def holds_password(url: str) -> bool:
     """Whether a PostgreSQL URL or key=value DSN carries a password (in its user part, its
-    query string or a password= pair). Read without psycopg: the entry points ask this before
-    anything heavy is imported."""
-    if not url.lower().startswith(("postgresql://", "postgres://")):
-        # Only a whole key=value connection string counts, not any text with "password =" in
-        # it (a memory search's words).
-        return bool(_KEY_VALUE_PAIRS.fullmatch(url)) and _PASSWORD_PAIR.search(url) is not None
-    try:
-        parts = urlsplit(url)
-        return bool(parts.password) or "password" in parse_qs(parts.query)
-    except ValueError:
-        return False
+    query string or a password= pair). Read as libpq reads it, not with urlsplit: libpq takes
+    the user part up to the '@' before the first '/', so a password may hold '#' or '?'
+    unencoded, which urlsplit would take for the start of a fragment or query. Read without
+    psycopg: the entry points ask this before anything heavy is imported."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in ("postgresql", "postgres"):
+        return bool(_OPENS_WITH_PAIR.match(url)) and _PASSWORD_PAIR.search(url) is not None
+    userinfo, at, _ = rest.partition("/")[0].partition("@")
+    if at and userinfo.partition(":")[2]:
+        return True
+    query = rest.partition("?")[2]
+    return any(pair.partition("=")[0] == "password" for pair in re.split(r"[&#]", query))
 
 
 def password_on_command_line(argv: Sequence[str]) -> str | None:

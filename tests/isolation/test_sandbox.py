@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -315,6 +316,45 @@ def test_a_killed_profilers_work_dir_is_removed_by_the_next_run(tmp_path: Path) 
         assert left.is_dir()  # nobody cleaned up: the profiler died mid-run
         assert run_code("pass").ok
         assert not left.exists(), "the killed profiler's work dir stayed"
+
+
+# Run in a new pid namespace that did not mount its own /proc: a live owner there has a pid
+# that the /proc in view (the host's) does not know. Prints "kept" or "removed".
+_FOREIGN_PROC = """
+import os, subprocess, sys, tempfile
+from accelopt_mcp.isolation.sandbox import remove_abandoned_work_dirs, work_dir_prefix
+children = []
+while True:
+    child = subprocess.Popen(["sleep", "60"])
+    children.append(child)
+    if not os.path.exists(f"/proc/{child.pid}"):
+        break
+prefix = work_dir_prefix("sandbox").replace(f"-{os.getpid()}-", f"-{child.pid}-")
+folder = tempfile.mkdtemp(prefix=prefix)
+remove_abandoned_work_dirs("sandbox")
+print("kept" if os.path.isdir(folder) else "removed")
+for c in children:
+    c.kill()
+"""
+
+
+def test_no_work_dir_is_removed_where_proc_is_another_namespaces(tmp_path: Path) -> None:
+    """A review found that a process in a pid namespace of its own, under the host's /proc,
+    took a live owner's folder for abandoned (its pid is unknown there) and removed it."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare here")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        ["unshare", "--pid", "--fork", sys.executable, "-c", _FOREIGN_PROC],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    if done.returncode != 0 and "unshare" in done.stderr:
+        pytest.skip(f"cannot make a pid namespace here: {done.stderr.strip()}")
+    assert done.stdout.strip() == "kept", done.stderr
 
 
 def test_a_zombie_leader_is_not_a_live_member_of_its_group() -> None:
