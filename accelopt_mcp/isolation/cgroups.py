@@ -444,7 +444,20 @@ def kill_pids(pids: Iterable[int]) -> None:
         _write(group / "freezer.state", "THAWED")
 
 
+def proc_is_ours() -> bool:
+    """Whether /proc answers for this process's pid namespace (/proc/self names our pid).
+    Not so in a new pid namespace that did not mount its own /proc: a pid read there would
+    be looked up among another namespace's processes, and a live owner taken for dead."""
+    try:
+        return os.readlink("/proc/self") == str(os.getpid())
+    except OSError:
+        return False
+
+
 def _stale_groups() -> list[Group]:
+    # Without /proc, or under another namespace's, every owner would look dead.
+    if pid_namespace() == "0" or not proc_is_ours():
+        return []
     prefix = group_prefix()
     controllers = ("pids", "freezer", "cpuset", "cpuacct", "memory")
     parents = [v1_parent(c) for c in controllers] + [v2_parent()]

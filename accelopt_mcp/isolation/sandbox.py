@@ -40,6 +40,7 @@ from accelopt_mcp.isolation.cgroups import (
     PidsGroup,
     kill_pids,
     pid_namespace,
+    proc_is_ours,
     remove_stale_groups,
 )
 
@@ -351,14 +352,6 @@ SANDBOX_DIR_KIND = "sandbox"
 """The kind of run_sandboxed's own work dirs (accelopt-sandbox-NS-PID-...)."""
 
 
-def _proc_is_ours() -> bool:
-    """Whether /proc shows this process's own pid namespace (/proc/self names our pid)."""
-    try:
-        return os.readlink("/proc/self") == str(os.getpid())
-    except OSError:
-        return False
-
-
 def remove_abandoned_work_dirs(kind: str) -> None:
     """Remove the temp dirs of `kind` whose owner died mid-evaluation (a killed server or job
     worker never ran its cleanup). Only this pid namespace's, and only of dead owners."""
@@ -366,7 +359,7 @@ def remove_abandoned_work_dirs(kind: str) -> None:
     # Only where /proc answers for this pid namespace: without /proc (namespace "0") every
     # owner would look dead, and under a /proc of another namespace (a new pid namespace that
     # did not mount its own) a live owner's pid would be looked up among strangers.
-    if namespace == "0" or not _proc_is_ours():
+    if namespace == "0" or not proc_is_ours():
         return
     prefix = f"accelopt-{kind}-{namespace}-"
     try:
