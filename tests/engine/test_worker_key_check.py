@@ -59,18 +59,22 @@ def _worker(run_id: str, tmp_path: Path, *, trusted: Path | None) -> subprocess.
     )
 
 
+def _new_run(folder: Path, task: Task, baseline: Solution, models: Path) -> str:
+    """A pending run in folder/kernels.db whose model config is `models`."""
+    store = SqliteStore(folder / "kernels.db")
+    try:
+        return prepare_run(store, task, baseline, settings(models))
+    finally:
+        store.close()
+
+
 def test_a_worker_refuses_a_config_that_sends_a_key_where_no_operator_config_does(
     tmp_path: Path, silu_task: Task, silu_baseline: Solution
 ) -> None:
     Listener.seen.clear()
     with serve_in_thread(Listener) as url:
         models = models_config(f"{url}/v1", tmp_path / "client-models.json")
-        store = SqliteStore(tmp_path / "kernels.db")
-        try:
-            run_id = prepare_run(store, silu_task, silu_baseline, settings(models))
-        finally:
-            store.close()
-
+        run_id = _new_run(tmp_path, silu_task, silu_baseline, models)
         worker = _worker(run_id, tmp_path, trusted=None)
         _, err = worker.communicate(timeout=120)
         assert worker.returncode == 1, err
@@ -88,11 +92,7 @@ def test_a_worker_refuses_a_config_that_sends_a_key_where_no_operator_config_doe
         # there; so the listener would have seen the refused one's.
         other = tmp_path / "second"
         other.mkdir()
-        store = SqliteStore(other / "kernels.db")
-        try:
-            second = prepare_run(store, silu_task, silu_baseline, settings(models))
-        finally:
-            store.close()
+        second = _new_run(other, silu_task, silu_baseline, models)
         worker = _worker(second, other, trusted=models)
         try:
             deadline = time.monotonic() + 120
