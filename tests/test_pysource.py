@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +99,19 @@ def test_a_syntax_error_is_described_at_its_line_with_a_caret() -> None:
     nul = syntax_error("def run(x):\n    return x\0\n")
     assert nul is not None and "null" in describe_syntax_error(nul, "k.py")
     assert syntax_error("def run(x):\n    return x\n") is None
+
+
+def test_no_module_of_the_package_parses_python_around_the_lock() -> None:
+    """Every parse of Python source in the package goes through parse_python. A job worker's
+    run failed with the CPython error above (a CI run of 6 Dec): tasks/inputs.py and
+    engine/lesson_filter.py called ast.parse directly, from threads of their own."""
+    package = Path(__file__).resolve().parents[1] / "accelopt_mcp"
+    direct = re.compile(r"\bast\.parse\(|\bast\.literal_eval\(\s*[a-z_]*(source|text|code)\b")
+    found = [
+        f"{path.relative_to(package)}:{number}: {line.strip()}"
+        for path in sorted(package.rglob("*.py"))
+        if path.name != "pysource.py"
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if direct.search(line)
+    ]
+    assert found == []

@@ -12,12 +12,13 @@ shown to every later planner, so it is checked here, twice:
 
 from __future__ import annotations
 
-import ast
 import difflib
 import io
 import keyword
 import re
 import tokenize
+
+from accelopt_mcp.pysource import parse_python
 
 _FORBIDDEN: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (reason, re.compile(pattern, re.IGNORECASE))
@@ -80,7 +81,7 @@ def _code_names(source: str, lines: set[int]) -> set[str]:
     try:
         # The Python tokenizer reads C as well (// is an operator), comments and all: only
         # source that parses as Python takes this path.
-        ast.parse(source)
+        parse_python(source)
         for token in tokenize.generate_tokens(io.StringIO(source).readline):
             if token.type == tokenize.NAME and token.start[0] in lines:
                 names.add(token.string.lower())

@@ -167,8 +167,10 @@ def stress_scales(reference: str) -> list[float]:
     InputError when it is not such a literal."""
     import ast
 
+    from accelopt_mcp.pysource import parse_python
+
     try:
-        module = ast.parse(reference)
+        module = parse_python(reference)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         # Source that does not parse (an int literal past the digit limit is a ValueError)
         # declares nothing here; running the reference reports what is wrong with it.
@@ -214,8 +216,10 @@ def stress_signature(reference: str) -> str | None:
     import ast
     import hashlib
 
+    from accelopt_mcp.pysource import parse_python
+
     try:
-        module = ast.parse(reference)
+        module = parse_python(reference)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     declared = [
