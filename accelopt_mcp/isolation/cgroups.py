@@ -444,10 +444,14 @@ def kill_pids(pids: Iterable[int]) -> None:
         _write(group / "freezer.state", "THAWED")
 
 
-def proc_is_ours() -> bool:
-    """Whether /proc answers for this process's pid namespace (/proc/self names our pid).
-    Not so in a new pid namespace that did not mount its own /proc: a pid read there would
-    be looked up among another namespace's processes, and a live owner taken for dead."""
+def owners_checkable() -> bool:
+    """Whether an owner pid read from a group's or a work dir's name can be looked up here:
+    /proc is there (the pid namespace is known) and answers for this process's namespace
+    (/proc/self names our pid). Not so in a new pid namespace that did not mount its own
+    /proc: a pid would be looked up among another namespace's processes, and a live owner
+    taken for dead. The sweeps of what dead owners left stand down then."""
+    if pid_namespace() == "0":
+        return False
     try:
         return os.readlink("/proc/self") == str(os.getpid())
     except OSError:
@@ -455,8 +459,7 @@ def proc_is_ours() -> bool:
 
 
 def _stale_groups() -> list[Group]:
-    # Without /proc, or under another namespace's, every owner would look dead.
-    if pid_namespace() == "0" or not proc_is_ours():
+    if not owners_checkable():
         return []
     prefix = group_prefix()
     controllers = ("pids", "freezer", "cpuset", "cpuacct", "memory")

@@ -39,8 +39,8 @@ from accelopt_mcp.isolation.cgroups import (
     Group,
     PidsGroup,
     kill_pids,
+    owners_checkable,
     pid_namespace,
-    proc_is_ours,
     remove_stale_groups,
 )
 
@@ -355,13 +355,9 @@ SANDBOX_DIR_KIND = "sandbox"
 def remove_abandoned_work_dirs(kind: str) -> None:
     """Remove the temp dirs of `kind` whose owner died mid-evaluation (a killed server or job
     worker never ran its cleanup). Only this pid namespace's, and only of dead owners."""
-    namespace = pid_namespace()
-    # Only where /proc answers for this pid namespace: without /proc (namespace "0") every
-    # owner would look dead, and under a /proc of another namespace (a new pid namespace that
-    # did not mount its own) a live owner's pid would be looked up among strangers.
-    if namespace == "0" or not proc_is_ours():
+    if not owners_checkable():
         return
-    prefix = f"accelopt-{kind}-{namespace}-"
+    prefix = f"accelopt-{kind}-{pid_namespace()}-"
     try:
         found = list(Path(tempfile.gettempdir()).glob(f"{prefix}*"))
     except OSError:
@@ -476,15 +472,13 @@ def run_sandboxed(
     check_cpus(cpus)
 
     own_dir = cwd is None
-    if own_dir:
+    if cwd is None:
         # Named after this process, like the backends' work dirs, so that what a killed owner
         # left (it never reached the rmtree below) is removed by the next run on the host.
         remove_abandoned_work_dirs(SANDBOX_DIR_KIND)
-    work_dir = (
-        Path(tempfile.mkdtemp(prefix=work_dir_prefix(SANDBOX_DIR_KIND)))
-        if cwd is None
-        else Path(cwd)
-    )
+        work_dir = Path(tempfile.mkdtemp(prefix=work_dir_prefix(SANDBOX_DIR_KIND)))
+    else:
+        work_dir = Path(cwd)
     remove_stale_groups()
     cgroup = PidsGroup.make(max_processes)
     limits = resource_limits(
